@@ -1,0 +1,380 @@
+//! Deltas: what happened to an object, in order.
+
+use std::fmt;
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+
+use crate::key::Key;
+
+/// What happened to an object (client-go's `DeltaType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DeltaType {
+    /// The object was created.
+    Added,
+    /// The object changed.
+    Updated,
+    /// The object was deleted; the payload may be a [`Tombstone`].
+    Deleted,
+    /// The object was (re)listed by `replace` with `emit_replaced` set.
+    Replaced,
+    /// A periodic resync, or a relist without `emit_replaced`.
+    Sync,
+}
+
+impl DeltaType {
+    /// The name client-go gives it, as the trace format writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeltaType::Added => "Added",
+            DeltaType::Updated => "Updated",
+            DeltaType::Deleted => "Deleted",
+            DeltaType::Replaced => "Replaced",
+            DeltaType::Sync => "Sync",
+        }
+    }
+}
+
+impl fmt::Display for DeltaType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// client-go's `DeletedFinalStateUnknown`: the object was deleted while the watch was down.
+///
+/// `last_known` is the newest state the cache had, if any.
+pub struct Tombstone<T> {
+    /// The key of the deleted object.
+    pub key: Key,
+    /// The newest state seen before the deletion was detected, if any.
+    pub last_known: Option<Arc<T>>,
+}
+
+impl<T> Clone for Tombstone<T> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            last_known: self.last_known.clone(),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Tombstone<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Tombstone")
+            .field("key", &self.key)
+            .field("last_known", &self.last_known)
+            .finish()
+    }
+}
+
+/// The payload of a delta: an object, or (for [`DeltaType::Deleted`] only) a tombstone.
+pub enum DeltaObject<T> {
+    /// A state of the object.
+    Object(Arc<T>),
+    /// A deletion noticed on relist: see [`Tombstone`]. Boxed behind an `Arc` so a delta stays
+    /// two words wide.
+    Tombstone(Arc<Tombstone<T>>),
+}
+
+impl<T> DeltaObject<T> {
+    /// The object, if this is not a tombstone.
+    pub fn object(&self) -> Option<&Arc<T>> {
+        match self {
+            DeltaObject::Object(obj) => Some(obj),
+            DeltaObject::Tombstone(_) => None,
+        }
+    }
+
+    /// The tombstone, if this is one.
+    pub fn tombstone(&self) -> Option<&Tombstone<T>> {
+        match self {
+            DeltaObject::Object(_) => None,
+            DeltaObject::Tombstone(t) => Some(t),
+        }
+    }
+
+    /// Whether this is a tombstone.
+    pub fn is_tombstone(&self) -> bool {
+        matches!(self, DeltaObject::Tombstone(_))
+    }
+
+    /// The object, or a tombstone's last known state: the newest object this payload knows.
+    pub fn last_known(&self) -> Option<&Arc<T>> {
+        match self {
+            DeltaObject::Object(obj) => Some(obj),
+            DeltaObject::Tombstone(t) => t.last_known.as_ref(),
+        }
+    }
+}
+
+impl<T> Clone for DeltaObject<T> {
+    fn clone(&self) -> Self {
+        match self {
+            DeltaObject::Object(obj) => DeltaObject::Object(Arc::clone(obj)),
+            DeltaObject::Tombstone(t) => DeltaObject::Tombstone(Arc::clone(t)),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for DeltaObject<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeltaObject::Object(obj) => f.debug_tuple("Object").field(obj).finish(),
+            DeltaObject::Tombstone(t) => f.debug_tuple("Tombstone").field(t).finish(),
+        }
+    }
+}
+
+impl<T> From<Arc<T>> for DeltaObject<T> {
+    fn from(obj: Arc<T>) -> Self {
+        DeltaObject::Object(obj)
+    }
+}
+
+impl<T> From<Tombstone<T>> for DeltaObject<T> {
+    fn from(t: Tombstone<T>) -> Self {
+        DeltaObject::Tombstone(Arc::new(t))
+    }
+}
+
+/// One change: what happened, and the object (or tombstone) it happened to.
+pub struct Delta<T> {
+    /// What happened.
+    pub kind: DeltaType,
+    /// The object after it happened; a tombstone only when `kind` is `Deleted`.
+    pub object: DeltaObject<T>,
+}
+
+impl<T> Delta<T> {
+    /// A delta carrying an object.
+    pub fn new(kind: DeltaType, obj: Arc<T>) -> Self {
+        Self {
+            kind,
+            object: DeltaObject::Object(obj),
+        }
+    }
+
+    /// A `Deleted` delta carrying a tombstone.
+    pub fn tombstone(t: Tombstone<T>) -> Self {
+        Self {
+            kind: DeltaType::Deleted,
+            object: DeltaObject::Tombstone(Arc::new(t)),
+        }
+    }
+}
+
+impl<T> Clone for Delta<T> {
+    fn clone(&self) -> Self {
+        Self {
+            kind: self.kind,
+            object: self.object.clone(),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Delta<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}(", self.kind)?;
+        match &self.object {
+            DeltaObject::Object(obj) => write!(f, "{obj:?}")?,
+            DeltaObject::Tombstone(t) => write!(f, "{t:?}")?,
+        }
+        f.write_str(")")
+    }
+}
+
+/// Inline room for this many deltas per key before spilling to the heap: most keys hold one or
+/// two when they are popped.
+const INLINE_DELTAS: usize = 2;
+
+/// The deltas of one key, oldest first; never empty while queued.
+///
+/// Carries its key, computed once when the first delta was queued, so consumers never call the
+/// key function again.
+pub struct Deltas<T> {
+    key: Key,
+    list: SmallVec<[Delta<T>; INLINE_DELTAS]>,
+}
+
+impl<T> Deltas<T> {
+    /// An empty list for `key`.
+    pub fn new(key: Key) -> Self {
+        Self {
+            key,
+            list: SmallVec::new(),
+        }
+    }
+
+    /// A list for `key` holding `deltas`, oldest first.
+    pub fn from_vec(key: Key, deltas: Vec<Delta<T>>) -> Self {
+        Self {
+            key,
+            list: SmallVec::from_vec(deltas),
+        }
+    }
+
+    /// The key all these deltas belong to.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The oldest delta.
+    pub fn oldest(&self) -> Option<&Delta<T>> {
+        self.list.first()
+    }
+
+    /// The newest delta.
+    pub fn newest(&self) -> Option<&Delta<T>> {
+        self.list.last()
+    }
+
+    /// Appends `delta`, then applies client-go's `dedupDeltas`: if the two newest deltas are
+    /// both `Deleted`, they become one, the older unless the older is a tombstone.
+    pub fn push_dedup(&mut self, delta: Delta<T>) {
+        if let Some(last) = self.list.last_mut() {
+            if last.kind == DeltaType::Deleted && delta.kind == DeltaType::Deleted {
+                if last.object.is_tombstone() {
+                    *last = delta;
+                }
+                return;
+            }
+        }
+        self.list.push(delta);
+    }
+
+    /// Appends `delta` without deduplication.
+    pub fn push(&mut self, delta: Delta<T>) {
+        self.list.push(delta);
+    }
+
+    /// Moves every delta of `other` to the end of `self`, deduplicating at the seam.
+    pub fn append(&mut self, other: Deltas<T>) {
+        for delta in other.list {
+            self.push_dedup(delta);
+        }
+    }
+
+    /// Removes all deltas and returns them, leaving `self` empty.
+    pub fn take(&mut self) -> Deltas<T> {
+        Deltas {
+            key: self.key.clone(),
+            list: std::mem::take(&mut self.list),
+        }
+    }
+
+    /// The deltas, oldest first.
+    pub fn as_slice(&self) -> &[Delta<T>] {
+        &self.list
+    }
+
+    /// Splits into key and deltas.
+    pub fn into_parts(self) -> (Key, Vec<Delta<T>>) {
+        (self.key, self.list.into_vec())
+    }
+}
+
+impl<T> std::ops::Deref for Deltas<T> {
+    type Target = [Delta<T>];
+    fn deref(&self) -> &[Delta<T>] {
+        &self.list
+    }
+}
+
+impl<T> IntoIterator for Deltas<T> {
+    type Item = Delta<T>;
+    type IntoIter = smallvec::IntoIter<[Delta<T>; INLINE_DELTAS]>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.into_iter()
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Deltas<T> {
+    type Item = &'a Delta<T>;
+    type IntoIter = std::slice::Iter<'a, Delta<T>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+impl<T> Clone for Deltas<T> {
+    fn clone(&self) -> Self {
+        Self {
+            key: self.key.clone(),
+            list: self.list.clone(),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Deltas<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Deltas")
+            .field("key", &self.key)
+            .field("list", &self.list)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: u32) -> Arc<u32> {
+        Arc::new(v)
+    }
+
+    fn kinds(d: &Deltas<u32>) -> Vec<(DeltaType, bool, Option<u32>)> {
+        d.iter()
+            .map(|d| {
+                (
+                    d.kind,
+                    d.object.is_tombstone(),
+                    d.object.last_known().map(|o| **o),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dedup_two_deletes_keeps_the_older() {
+        let mut d = Deltas::new(Key::new("k"));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(1)));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(2)));
+        assert_eq!(kinds(&d), [(DeltaType::Deleted, false, Some(1))]);
+    }
+
+    #[test]
+    fn dedup_tombstone_then_delete_keeps_the_newer() {
+        let mut d = Deltas::new(Key::new("k"));
+        d.push_dedup(Delta::tombstone(Tombstone {
+            key: Key::new("k"),
+            last_known: Some(obj(1)),
+        }));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(2)));
+        assert_eq!(kinds(&d), [(DeltaType::Deleted, false, Some(2))]);
+    }
+
+    #[test]
+    fn dedup_delete_then_tombstone_keeps_the_older_delete() {
+        let mut d = Deltas::new(Key::new("k"));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(1)));
+        d.push_dedup(Delta::tombstone(Tombstone {
+            key: Key::new("k"),
+            last_known: None,
+        }));
+        assert_eq!(kinds(&d), [(DeltaType::Deleted, false, Some(1))]);
+    }
+
+    #[test]
+    fn dedup_leaves_non_delete_pairs_alone() {
+        let mut d = Deltas::new(Key::new("k"));
+        d.push_dedup(Delta::new(DeltaType::Updated, obj(1)));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(2)));
+        d.push_dedup(Delta::new(DeltaType::Added, obj(3)));
+        d.push_dedup(Delta::new(DeltaType::Deleted, obj(4)));
+        assert_eq!(d.len(), 4);
+        assert_eq!(d.newest().map(|d| d.kind), Some(DeltaType::Deleted));
+        assert_eq!(d.oldest().map(|d| d.kind), Some(DeltaType::Updated));
+    }
+}

@@ -1,0 +1,3 @@
+//! The reference design: a faithful port of client-go's `tools/cache`, one lock and one
+//! condition variable, nothing clever. It is the yardstick the sharded engine is measured and
+//! checked against.

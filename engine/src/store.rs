@@ -1,0 +1,112 @@
+//! The store contracts: [`KnownObjects`] (what a queue may ask of the consumer's store),
+//! [`Store`] (a key → object map) and [`Indexer`] (a store with named secondary indexes).
+
+use std::sync::Arc;
+
+use smallvec::SmallVec;
+use thiserror::Error;
+
+use crate::key::{Key, KeyError};
+
+/// A read-only view of the consumer's store, as a queue sees it (client-go's `KeyListerGetter`).
+pub trait KnownObjects<T>: Send + Sync {
+    /// Every key in the store.
+    fn list_keys(&self) -> Vec<Key>;
+    /// The object stored under `key`, if any.
+    fn get_by_key(&self, key: &Key) -> Option<Arc<T>>;
+}
+
+/// The values an index function gives one object. Most objects have exactly one.
+pub type IndexValues = SmallVec<[Key; 1]>;
+
+/// A named index function (client-go's `IndexFunc`): the values under which an object is found.
+pub type IndexFunc<T> = Arc<dyn Fn(&T) -> IndexValues + Send + Sync>;
+
+/// Index functions by name (client-go's `Indexers`).
+pub type Indexers<T> = Vec<(String, IndexFunc<T>)>;
+
+/// An index operation was refused; nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum IndexError {
+    /// No index has this name.
+    #[error("index with name {0:?} does not exist")]
+    UnknownIndex(String),
+    /// `add_indexers` was given a name that already exists.
+    #[error("indexer conflict: an index named {0:?} already exists")]
+    Conflict(String),
+    /// The key function failed for an object.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+/// A thread-safe key → object store (client-go's `Store` over a `ThreadSafeStore`).
+///
+/// Objects are keyed by the store's key function; the `*_by_key` forms take the key directly,
+/// which is what a consumer holding popped [`Deltas`](crate::Deltas) has.
+pub trait Store<T>: KnownObjects<T> {
+    /// The key the store gives `obj`.
+    fn key_of(&self, obj: &T) -> Result<Key, KeyError>;
+
+    /// Stores `obj` under `key` and re-indexes it; returns what `key` held before.
+    fn insert_by_key(&self, key: Key, obj: Arc<T>) -> Option<Arc<T>>;
+
+    /// Removes `key` and un-indexes it; returns what it held.
+    fn remove_by_key(&self, key: &Key) -> Option<Arc<T>>;
+
+    /// Replaces the whole content with `list` and rebuilds every index.
+    fn replace(&self, list: Vec<Arc<T>>) -> Result<(), KeyError>;
+
+    /// Every stored object.
+    fn list(&self) -> Vec<Arc<T>>;
+
+    /// How many objects are stored.
+    fn len(&self) -> usize;
+
+    /// Stores a new object.
+    fn add(&self, obj: Arc<T>) -> Result<(), KeyError> {
+        let key = self.key_of(&obj)?;
+        self.insert_by_key(key, obj);
+        Ok(())
+    }
+
+    /// Stores a new state of an object.
+    fn update(&self, obj: Arc<T>) -> Result<(), KeyError> {
+        self.add(obj)
+    }
+
+    /// Removes an object.
+    fn delete(&self, obj: &T) -> Result<(), KeyError> {
+        let key = self.key_of(obj)?;
+        self.remove_by_key(&key);
+        Ok(())
+    }
+
+    /// The stored state of `obj`'s key.
+    fn get(&self, obj: &T) -> Result<Option<Arc<T>>, KeyError> {
+        let key = self.key_of(obj)?;
+        Ok(self.get_by_key(&key))
+    }
+
+    /// Whether nothing is stored.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A [`Store`] with named secondary indexes (client-go's `Indexer`).
+pub trait Indexer<T>: Store<T> {
+    /// The objects that share at least one `name` index value with `obj`.
+    fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError>;
+
+    /// The keys of the objects whose `name` index values include `value`.
+    fn index_keys(&self, name: &str, value: &str) -> Result<Vec<Key>, IndexError>;
+
+    /// The objects whose `name` index values include `value`.
+    fn by_index(&self, name: &str, value: &str) -> Result<Vec<Arc<T>>, IndexError>;
+
+    /// Every value of the `name` index that at least one object has.
+    fn list_index_func_values(&self, name: &str) -> Result<Vec<Key>, IndexError>;
+
+    /// Adds index functions; existing objects are indexed by them at once.
+    fn add_indexers(&self, indexers: Indexers<T>) -> Result<(), IndexError>;
+}

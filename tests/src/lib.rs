@@ -1,0 +1,1 @@
+//! Shared helpers for kcache's cross-crate tests.
