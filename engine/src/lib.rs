@@ -15,6 +15,7 @@
 mod consumer;
 mod delta;
 mod key;
+pub(crate) mod latch;
 mod queue;
 mod store;
 pub(crate) mod sync;

@@ -1,9 +1,47 @@
 //! `loadgen`: replays ops traces and synthetic watch events through kcache's engines.
+//!
+//! - `loadgen ops --engine reference|sharded [--shards N]`: SPEC §4 trace replay, stdin → stdout.
+//! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
+//! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
+//! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() {
-    std::process::exit(2);
+#[derive(Debug, Parser)]
+#[command(
+    name = "loadgen",
+    version,
+    about = "Drives kcache's engines with traces and synthetic watch events"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Replay an ops trace (SPEC §4) from stdin; one JSON line per output on stdout.
+    Ops(loadgen::ops::OpsArgs),
+    /// Run one workload (SPEC §5) through one engine or all, and report.
+    Run(loadgen::run::RunArgs),
+    /// Run W1–W5 through both engines side by side; write results/latest.{json,md} and charts.
+    Compare(loadgen::compare::CompareArgs),
+    /// Replay a recorded Kubernetes watch stream through both engines.
+    Replay(loadgen::replay::ReplayArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Ops(args) => loadgen::ops::main(args),
+        Command::Run(args) => loadgen::run::main(args),
+        Command::Compare(args) => loadgen::compare::main(args),
+        Command::Replay(args) => loadgen::replay::main(args),
+    }
 }
