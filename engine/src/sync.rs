@@ -11,14 +11,14 @@
 
 #[cfg(kcache_loom)]
 pub(crate) use loom::sync::{
-    atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard,
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 #[cfg(not(kcache_loom))]
 pub(crate) use std::sync::{
-    atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering},
-    Condvar, Mutex, MutexGuard,
+    atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},
+    Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
 /// Locks `mutex`, ignoring poisoning: kcache's critical sections leave the protected state
@@ -26,6 +26,22 @@ pub(crate) use std::sync::{
 /// still guards valid state.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Takes `lock` shared, ignoring poisoning (see [`lock`] for why that is sound here).
+pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    match lock.read() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Takes `lock` exclusive, ignoring poisoning (see [`lock`] for why that is sound here).
+pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    match lock.write() {
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }

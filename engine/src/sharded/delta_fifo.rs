@@ -1,0 +1,806 @@
+//! The sharded DeltaFIFO.
+//!
+//! # Design
+//!
+//! Keys are split into `N` shards (a power of two) by their precomputed hash. Each shard is one
+//! mutex over a map `key → Entry` and a FIFO of keys that have deltas to pop. Producers lock only
+//! their key's shard. Shards with keys to pop hold one token each in the [`Scheduler`], which
+//! consumers take round-robin; a consumer takes a batch of keys from one shard under one lock,
+//! processes them with no lock held, and completes them under one more lock of that shard.
+//!
+//! # Per-key state
+//!
+//! An entry exists while its key has *pending* deltas (queued, not yet handed out) or is *in
+//! flight* (handed to a consumer that has not finished with it). In-flight keys are never handed
+//! to a second consumer: deltas that arrive meanwhile wait in `pending`, and the key keeps its
+//! place in the shard FIFO. A consumer that meets an in-flight key at the head of the FIFO
+//! *parks* it (takes it out of the FIFO); completing the key puts a parked key back at the head,
+//! where it was. A single consumer never parks (it finishes a key before it pops again), so with
+//! one shard and one consumer the pop order is exactly client-go's.
+//!
+//! # The known-objects race
+//!
+//! client-go processes a popped key under the queue lock, so `delete`, `replace` and `resync`
+//! always see the consumer's store either before or after a key is applied. Here processing runs
+//! outside every lock. While a key is in flight, the engine therefore answers "is this key known,
+//! and as what?" from the popped deltas themselves: after processing, the store will hold the
+//! newest popped object, or nothing if the newest delta is `Deleted` (`known_after`). The answer
+//! is exactly what client-go would see, whether or not the consumer has written the store yet.
+//! This assumes, as an informer does, that the consumer applies every popped list to the known
+//! store with [`process_deltas`](crate::process_deltas) or an equivalent.
+//!
+//! # Initial list
+//!
+//! client-go counts pops until the initial population count reaches zero. Here the first
+//! `replace` flags the keys that count covers (the first `count` queued keys, which are exactly
+//! the keys it queued whenever the queue was empty before, as it is for an informer), a pop hands
+//! out the flag as `is_in_initial_list`, and `has_synced` turns true when the last flagged key
+//! has been *processed*. With one shard and FIFO order this is the same as client-go's count;
+//! across shards it keeps each key's flag right whatever the interleaving of shards.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_utils::CachePadded;
+
+use crate::delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
+use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
+use crate::latch::Latch;
+use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
+use crate::store::KnownObjects;
+use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
+
+use super::scheduler::{Acquired, Scheduler};
+
+/// The shard count [`DeltaFifo::with_default_shards`] uses.
+pub const DEFAULT_SHARDS: usize = 16;
+
+/// One key's state in its shard.
+struct Entry<T> {
+    /// Deltas not yet handed to a consumer, oldest first. Non-empty iff the key is in the shard
+    /// FIFO or parked.
+    pending: Deltas<T>,
+    /// A consumer holds this key (popped, not completed).
+    in_flight: bool,
+    /// In flight and taken out of the FIFO by a consumer that met it there; completion puts it
+    /// back at the head.
+    parked: bool,
+    /// Covered by the initial population count and not yet popped.
+    initial: bool,
+    /// While in flight: what the known store holds once the consumer is done (see module docs).
+    known_after: Option<Arc<T>>,
+}
+
+impl<T> Entry<T> {
+    fn new(key: Key) -> Self {
+        Self {
+            pending: Deltas::new(key),
+            in_flight: false,
+            parked: false,
+            initial: false,
+            known_after: None,
+        }
+    }
+}
+
+/// A shard: its keys' entries and the FIFO of keys with something to pop.
+struct ShardState<T> {
+    entries: KeyMap<Entry<T>>,
+    /// Keys with pending deltas, in arrival order; each at most once.
+    fifo: VecDeque<Key>,
+    /// Keys with pending deltas taken out of `fifo` because they were in flight.
+    parked: usize,
+    /// The shard has a token in the scheduler or a consumer is serving it. A shard with keys in
+    /// `fifo` is always scheduled.
+    scheduled: bool,
+}
+
+impl<T> ShardState<T> {
+    fn new() -> Self {
+        Self {
+            entries: KeyMap::default(),
+            fifo: VecDeque::new(),
+            parked: 0,
+            scheduled: false,
+        }
+    }
+
+    /// Whether `key` has deltas waiting to be popped.
+    fn has_pending(&self, key: &Key) -> bool {
+        self.entries.get(key).is_some_and(|e| !e.pending.is_empty())
+    }
+
+    /// Appends a delta (with dedup) to `key`, queueing the key if it had nothing pending.
+    /// Returns true when the shard must be scheduled.
+    fn push(&mut self, key: Key, delta: Delta<T>) -> bool {
+        let entry = self
+            .entries
+            .entry(key)
+            .or_insert_with_key(|key| Entry::new(key.clone()));
+        let was_idle = entry.pending.is_empty();
+        entry.pending.push_dedup(delta);
+        if was_idle {
+            self.fifo.push_back(entry.pending.key().clone());
+            return self.mark_scheduled();
+        }
+        false
+    }
+
+    /// Sets `scheduled`; returns true if the caller must hand the scheduler a token.
+    fn mark_scheduled(&mut self) -> bool {
+        !std::mem::replace(&mut self.scheduled, true)
+    }
+
+    /// Keys with pending deltas (queued or parked).
+    fn pending_len(&self) -> usize {
+        self.fifo.len() + self.parked
+    }
+}
+
+/// A key handed to a consumer.
+struct Popped<T> {
+    deltas: Deltas<T>,
+    initial: bool,
+}
+
+/// The sharded DeltaFIFO: client-go's semantics per key, sharded by key hash, with any number
+/// of concurrent producers and consumers.
+///
+/// # Guarantees (SPEC §3)
+///
+/// - **Per-key order and dedup** are client-go's: a key's deltas accumulate, deduplicated, until
+///   the key is popped, and come out oldest first.
+/// - **Per-key exclusivity**: a key handed to one consumer is handed to no other until the first
+///   is done with it; deltas that arrive meanwhile come out afterwards.
+/// - **Exactly once**: every delta queued (after dedup) is handed out once.
+/// - **One shard** behaves exactly like [`reference::DeltaFifo`](crate::reference::DeltaFifo),
+///   pop order included, when consumers finish a key before popping the next.
+/// - **Fairness**: within a shard, keys pop in arrival order; consumers visit shards with keys
+///   round-robin and take at most `max` keys per visit. A key that has `p` keys ahead of it in its
+///   shard is therefore popped within `ceil((p + 1) / max)` visits to its shard, and between two
+///   visits every other shard is visited at most once: at most `ceil((p + 1) / max) · (N − 1) ·
+///   max` keys queued after it can be popped before it.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache::{sharded::DeltaFifo, DeltaQueue, DeltaType, Key, QueueOptions};
+///
+/// let fifo = DeltaFifo::new(QueueOptions::new(Arc::new(|s: &String| Ok(Key::new(s)))), 4);
+/// fifo.add(Arc::new("a".to_string())).unwrap();
+/// fifo.update(Arc::new("a".to_string())).unwrap();
+/// let kinds = fifo.pop(|deltas, _initial| deltas.iter().map(|d| d.kind).collect::<Vec<_>>());
+/// assert_eq!(kinds, Ok(vec![DeltaType::Added, DeltaType::Updated]));
+/// ```
+pub struct DeltaFifo<T> {
+    shards: Box<[CachePadded<Mutex<ShardState<T>>>]>,
+    /// `hash >> shift & mask` picks a shard: bits 32.. of the hash, which neither the shard maps'
+    /// bucket index (low bits) nor their control bytes (top 7 bits) depend on.
+    mask: usize,
+    scheduler: Scheduler,
+    key_fn: KeyFn<T>,
+    known: Option<Arc<dyn KnownObjects<T>>>,
+    emit_replaced: bool,
+    transformer: Option<TransformFn<T>>,
+    /// Set (under a shard lock, or under all of them by `replace`) by the first operation that
+    /// populates the queue.
+    populated: AtomicBool,
+    /// Flagged initial keys not yet processed; `has_synced` once populated and zero.
+    initial_remaining: AtomicUsize,
+    closed: AtomicBool,
+    synced: Latch,
+}
+
+const SHARD_BITS_OFFSET: u32 = 32;
+
+impl<T: Send + Sync + 'static> DeltaFifo<T> {
+    /// A queue with `shards` shards (rounded up to a power of two, at least 1).
+    pub fn new(opts: QueueOptions<T>, shards: usize) -> Self {
+        let count = shards.max(1).next_power_of_two().min(1 << 16);
+        Self {
+            shards: (0..count)
+                .map(|_| CachePadded::new(Mutex::new(ShardState::new())))
+                .collect(),
+            mask: count - 1,
+            scheduler: Scheduler::new(),
+            key_fn: opts.key_fn,
+            known: opts.known_objects,
+            emit_replaced: opts.emit_replaced,
+            transformer: opts.transformer,
+            populated: AtomicBool::new(false),
+            initial_remaining: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            synced: Latch::new(),
+        }
+    }
+
+    /// A queue with [`DEFAULT_SHARDS`] shards.
+    pub fn with_default_shards(opts: QueueOptions<T>) -> Self {
+        Self::new(opts, DEFAULT_SHARDS)
+    }
+
+    /// How many shards the queue has.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    fn shard_of(&self, key: &Key) -> usize {
+        (key.hash_value() >> SHARD_BITS_OFFSET) as usize & self.mask
+    }
+
+    fn lock_shard(&self, index: usize) -> MutexGuard<'_, ShardState<T>> {
+        lock(&self.shards[index])
+    }
+
+    /// Locks every shard, in index order (the only order anyone takes more than one in).
+    fn lock_all(&self) -> Vec<MutexGuard<'_, ShardState<T>>> {
+        (0..self.shards.len()).map(|i| self.lock_shard(i)).collect()
+    }
+
+    /// Marks the queue populated; the caller holds a shard lock (or all of them), so this is
+    /// ordered with `replace`'s check of the flag.
+    fn mark_populated(&self) {
+        if !self.populated.load(Ordering::Relaxed) {
+            // Release pairs with the Acquire in `has_synced`.
+            self.populated.store(true, Ordering::Release);
+            self.fire_if_synced();
+        }
+    }
+
+    fn fire_if_synced(&self) {
+        if self.has_synced() {
+            self.synced.fire();
+        }
+    }
+
+    /// Applies the transformer unless the payload is a tombstone or the internal type is Sync.
+    fn transform(&self, obj: Arc<T>) -> Result<Arc<T>, QueueError> {
+        match &self.transformer {
+            Some(transform) => Ok(transform(obj)?),
+            None => Ok(obj),
+        }
+    }
+
+    /// The add/update path: key and transform outside the lock, one shard lock to append.
+    fn enqueue_object(&self, kind: DeltaType, obj: Arc<T>) -> Result<(), QueueError> {
+        let key = (self.key_fn)(&obj)?;
+        let obj = self.transform(obj)?;
+        let shard = self.shard_of(&key);
+        let mut state = self.lock_shard(shard);
+        self.mark_populated();
+        let schedule = state.push(key, Delta::new(kind, obj));
+        drop(state);
+        if schedule {
+            self.scheduler.schedule(shard);
+        }
+        Ok(())
+    }
+
+    /// The delete path (SPEC §2): ignored when the key is neither queued nor known.
+    fn enqueue_delete(&self, key: Key, payload: DeltaObject<T>) -> Result<(), QueueError> {
+        // Transform outside the lock; its error only counts if the delete is not ignored
+        // (client-go decides to ignore before it transforms).
+        let payload = match payload {
+            DeltaObject::Object(obj) => self.transform(obj).map(DeltaObject::Object),
+            tombstone => Ok(tombstone),
+        };
+        let shard = self.shard_of(&key);
+        let mut state = self.lock_shard(shard);
+        let queued = state.has_pending(&key);
+        if !queued {
+            let known = match &self.known {
+                None => false,
+                Some(known) => match state.entries.get(&key) {
+                    Some(entry) if entry.in_flight => entry.known_after.is_some(),
+                    _ => known.get_by_key(&key).is_some(),
+                },
+            };
+            if !known {
+                self.mark_populated();
+                return Ok(());
+            }
+        }
+        let payload = payload?;
+        self.mark_populated();
+        let schedule = state.push(
+            key,
+            Delta {
+                kind: DeltaType::Deleted,
+                object: payload,
+            },
+        );
+        drop(state);
+        if schedule {
+            self.scheduler.schedule(shard);
+        }
+        Ok(())
+    }
+
+    /// Takes up to `max` keys from `shard`, which the caller was handed by the scheduler.
+    fn take_batch(&self, shard: usize, max: usize, out: &mut Vec<Popped<T>>) {
+        let mut state = self.lock_shard(shard);
+        while out.len() < max {
+            let Some(key) = state.fifo.pop_front() else {
+                break;
+            };
+            let track_known = self.known.is_some();
+            let ShardState {
+                entries, parked, ..
+            } = &mut *state;
+            let Some(entry) = entries.get_mut(&key) else {
+                debug_assert!(false, "a key in the FIFO always has an entry");
+                continue;
+            };
+            if entry.in_flight {
+                entry.parked = true;
+                *parked += 1;
+                continue;
+            }
+            let deltas = entry.pending.take();
+            entry.in_flight = true;
+            if track_known {
+                entry.known_after = match deltas.newest() {
+                    Some(Delta {
+                        kind: DeltaType::Deleted,
+                        ..
+                    })
+                    | None => None,
+                    Some(newest) => newest.object.object().cloned(),
+                };
+            }
+            let initial = std::mem::take(&mut entry.initial);
+            out.push(Popped { deltas, initial });
+        }
+        let reschedule = !state.fifo.is_empty();
+        state.scheduled = reschedule;
+        drop(state);
+        if reschedule {
+            // Back of the line: other shards with keys get their turn first (fairness).
+            self.scheduler.schedule(shard);
+        }
+    }
+
+    /// Completes keys taken from `shard`: they may be handed out again, and parked ones go back
+    /// to the head of the FIFO in their original order.
+    fn complete(
+        &self,
+        shard: usize,
+        keys: impl DoubleEndedIterator<Item = Key>,
+        initial_done: usize,
+    ) {
+        let mut state = self.lock_shard(shard);
+        let mut requeued = false;
+        for key in keys.rev() {
+            let ShardState {
+                entries,
+                fifo,
+                parked,
+                ..
+            } = &mut *state;
+            let Some(entry) = entries.get_mut(&key) else {
+                debug_assert!(false, "an in-flight key always has an entry");
+                continue;
+            };
+            entry.in_flight = false;
+            entry.known_after = None;
+            if entry.parked {
+                entry.parked = false;
+                *parked -= 1;
+                fifo.push_front(key);
+                requeued = true;
+            } else if entry.pending.is_empty() {
+                entries.remove(&key);
+            }
+        }
+        let schedule = requeued && state.mark_scheduled();
+        drop(state);
+        if schedule {
+            self.scheduler.schedule(shard);
+        }
+        if initial_done > 0 {
+            // AcqRel: the last decrement to zero happens after every initial key was processed,
+            // and `has_synced`'s Acquire load then sees those stores.
+            let before = self
+                .initial_remaining
+                .fetch_sub(initial_done, Ordering::AcqRel);
+            if before == initial_done {
+                self.fire_if_synced();
+            }
+        }
+    }
+
+    /// Pops from one scheduled shard and processes, completing even if `process` panics.
+    fn serve<F: FnMut(Deltas<T>, bool)>(&self, shard: usize, max: usize, mut process: F) -> usize {
+        let mut batch = Vec::with_capacity(max.min(1024));
+        self.take_batch(shard, max, &mut batch);
+        let count = batch.len();
+        if count == 0 {
+            return 0;
+        }
+        let keys: Vec<Key> = batch.iter().map(|p| p.deltas.key().clone()).collect();
+        let initial = batch.iter().filter(|p| p.initial).count();
+        let guard = CompleteOnDrop {
+            fifo: self,
+            shard,
+            keys,
+            initial,
+        };
+        for popped in batch {
+            process(popped.deltas, popped.initial);
+        }
+        drop(guard);
+        count
+    }
+
+    /// Enqueues a tombstone or a `Replaced`/`Sync` delta while `replace`/`resync` hold every
+    /// shard lock; returns the shards that need a token.
+    fn push_locked(
+        &self,
+        states: &mut [MutexGuard<'_, ShardState<T>>],
+        key: Key,
+        delta: Delta<T>,
+        wake: &mut Vec<usize>,
+    ) {
+        let shard = self.shard_of(&key);
+        if states[shard].push(key, delta) {
+            wake.push(shard);
+        }
+    }
+
+    /// What the known store holds (or will hold once in-flight keys are done) for every key,
+    /// as client-go would see it under its lock. Sorted by key. Caller holds every shard lock.
+    fn known_view(&self, states: &[MutexGuard<'_, ShardState<T>>]) -> Vec<(Key, Option<Arc<T>>)> {
+        let Some(known) = &self.known else {
+            return Vec::new();
+        };
+        let mut keys: KeySet = known.list_keys().into_iter().collect();
+        for state in states {
+            keys.extend(
+                state
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| e.in_flight)
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        let mut view: Vec<(Key, Option<Arc<T>>)> = keys
+            .into_iter()
+            .filter_map(|key| {
+                let state = &states[self.shard_of(&key)];
+                let obj = match state.entries.get(&key) {
+                    Some(entry) if entry.in_flight => match &entry.known_after {
+                        Some(obj) => Some(Arc::clone(obj)),
+                        // Will be gone once the consumer is done: not known (client-go would
+                        // only see it after the delete was applied).
+                        None => return None,
+                    },
+                    _ => known.get_by_key(&key),
+                };
+                Some((key, obj))
+            })
+            .collect();
+        view.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        view
+    }
+
+    /// Flags the first `count` queued keys as the initial list (see module docs). Returns how
+    /// many were flagged. Caller holds every shard lock.
+    fn flag_initial(states: &mut [MutexGuard<'_, ShardState<T>>], count: usize) -> usize {
+        let mut flagged = 0;
+        for state in states.iter_mut() {
+            let ShardState { entries, fifo, .. } = &mut **state;
+            for key in fifo.iter() {
+                if flagged == count {
+                    return flagged;
+                }
+                if let Some(entry) = entries.get_mut(key) {
+                    entry.initial = true;
+                    flagged += 1;
+                }
+            }
+        }
+        flagged
+    }
+}
+
+/// Completes a served batch when dropped, so a panicking `process` cannot leave keys in flight.
+struct CompleteOnDrop<'a, T: Send + Sync + 'static> {
+    fifo: &'a DeltaFifo<T>,
+    shard: usize,
+    keys: Vec<Key>,
+    initial: usize,
+}
+
+impl<T: Send + Sync + 'static> Drop for CompleteOnDrop<'_, T> {
+    fn drop(&mut self) {
+        let keys = std::mem::take(&mut self.keys);
+        self.fifo
+            .complete(self.shard, keys.into_iter(), self.initial);
+    }
+}
+
+impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
+    fn add(&self, obj: Arc<T>) -> Result<(), QueueError> {
+        self.enqueue_object(DeltaType::Added, obj)
+    }
+
+    fn update(&self, obj: Arc<T>) -> Result<(), QueueError> {
+        self.enqueue_object(DeltaType::Updated, obj)
+    }
+
+    fn delete(&self, obj: Arc<T>) -> Result<(), QueueError> {
+        let key = (self.key_fn)(&obj)?;
+        self.enqueue_delete(key, DeltaObject::Object(obj))
+    }
+
+    fn delete_tombstone(&self, tombstone: Tombstone<T>) -> Result<(), QueueError> {
+        let key = tombstone.key.clone();
+        self.enqueue_delete(key, DeltaObject::Tombstone(Arc::new(tombstone)))
+    }
+
+    fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
+        // Validate everything first: a key or transform error changes nothing.
+        let mut listed = Vec::with_capacity(list.len());
+        for obj in list {
+            let key = (self.key_fn)(&obj)?;
+            listed.push((key, self.transform(obj)?));
+        }
+        let kind = if self.emit_replaced {
+            DeltaType::Replaced
+        } else {
+            DeltaType::Sync
+        };
+        let mut states = self.lock_all();
+        let mut wake = Vec::new();
+        let mut listed_keys = KeySet::with_capacity_and_hasher(listed.len(), Default::default());
+        for (key, obj) in listed {
+            listed_keys.insert(key.clone());
+            self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
+        }
+
+        // Keys with pending deltas that the list no longer has: their deletion was missed.
+        let mut tombstones = 0;
+        let mut missing = Vec::new();
+        for state in states.iter() {
+            for (key, entry) in &state.entries {
+                if entry.pending.is_empty() || listed_keys.contains(key) {
+                    continue;
+                }
+                let last_known = entry
+                    .pending
+                    .newest()
+                    .and_then(|d| d.object.last_known().cloned());
+                missing.push(Tombstone {
+                    key: key.clone(),
+                    last_known,
+                });
+            }
+        }
+        // Same order as the reference for identical output with one shard: these keys are all
+        // queued already, so the order only matters for determinism.
+        missing.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        for tombstone in missing {
+            tombstones += 1;
+            let key = tombstone.key.clone();
+            self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
+        }
+
+        // Known keys with nothing queued that the list no longer has.
+        for (key, last_known) in self.known_view(&states) {
+            let shard = self.shard_of(&key);
+            if listed_keys.contains(&key) || states[shard].has_pending(&key) {
+                continue;
+            }
+            tombstones += 1;
+            let tombstone = Tombstone {
+                key: key.clone(),
+                last_known,
+            };
+            self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
+        }
+
+        if !self.populated.load(Ordering::Relaxed) {
+            let flagged = Self::flag_initial(&mut states, listed_keys.len() + tombstones);
+            // Relaxed store, then the Release store of `populated` publishes it.
+            self.initial_remaining.store(flagged, Ordering::Relaxed);
+            self.populated.store(true, Ordering::Release);
+        }
+        drop(states);
+        for shard in wake {
+            self.scheduler.schedule(shard);
+        }
+        self.fire_if_synced();
+        Ok(())
+    }
+
+    fn resync(&self) -> Result<(), QueueError> {
+        if self.known.is_none() {
+            return Ok(());
+        }
+        let mut states = self.lock_all();
+        let mut wake = Vec::new();
+        for (key, obj) in self.known_view(&states) {
+            let Some(obj) = obj else { continue };
+            if states[self.shard_of(&key)].has_pending(&key) {
+                continue;
+            }
+            self.push_locked(
+                &mut states,
+                key,
+                Delta::new(DeltaType::Sync, obj),
+                &mut wake,
+            );
+        }
+        drop(states);
+        for shard in wake {
+            self.scheduler.schedule(shard);
+        }
+        Ok(())
+    }
+
+    fn add_if_not_present(&self, deltas: Deltas<T>) -> Result<(), QueueError> {
+        if deltas.is_empty() {
+            return Err(QueueError::EmptyDeltas);
+        }
+        let key = deltas.key().clone();
+        let shard = self.shard_of(&key);
+        let mut state = self.lock_shard(shard);
+        self.mark_populated();
+        if state.has_pending(&key) {
+            return Ok(());
+        }
+        let entry = state
+            .entries
+            .entry(key.clone())
+            .or_insert_with(|| Entry::new(key.clone()));
+        entry.pending = deltas;
+        state.fifo.push_back(key);
+        let schedule = state.mark_scheduled();
+        drop(state);
+        if schedule {
+            self.scheduler.schedule(shard);
+        }
+        Ok(())
+    }
+
+    fn pop<R, F>(&self, process: F) -> Result<R, Closed>
+    where
+        F: FnOnce(Deltas<T>, bool) -> R,
+    {
+        let mut process = Some(process);
+        let mut result = None;
+        loop {
+            let shard = self.scheduler.acquire().ok_or(Closed)?;
+            self.serve(shard, 1, |deltas, initial| {
+                if let Some(process) = process.take() {
+                    result = Some(process(deltas, initial));
+                }
+            });
+            if let Some(result) = result.take() {
+                return Ok(result);
+            }
+        }
+    }
+
+    fn try_pop<R, F>(&self, process: F) -> TryPop<R>
+    where
+        F: FnOnce(Deltas<T>, bool) -> R,
+    {
+        let mut process = Some(process);
+        let mut result = None;
+        loop {
+            let shard = match self.scheduler.try_acquire() {
+                Acquired::Shard(shard) => shard,
+                Acquired::Empty => return TryPop::Empty,
+                Acquired::Closed => return TryPop::Closed,
+            };
+            self.serve(shard, 1, |deltas, initial| {
+                if let Some(process) = process.take() {
+                    result = Some(process(deltas, initial));
+                }
+            });
+            if let Some(result) = result.take() {
+                return TryPop::Popped(result);
+            }
+        }
+    }
+
+    fn pop_batch<F>(&self, max: usize, mut process: F) -> Result<usize, Closed>
+    where
+        F: FnMut(Deltas<T>, bool),
+    {
+        let max = max.max(1);
+        loop {
+            let shard = self.scheduler.acquire().ok_or(Closed)?;
+            let count = self.serve(shard, max, &mut process);
+            if count > 0 {
+                return Ok(count);
+            }
+        }
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.scheduler.close();
+    }
+
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn has_synced(&self) -> bool {
+        // Acquire pairs with the Release stores of `populated`: once it reads true, the count
+        // `replace` stored before it (or a later decrement) is what the next load sees.
+        self.populated.load(Ordering::Acquire)
+            && self.initial_remaining.load(Ordering::Acquire) == 0
+    }
+
+    fn wait_synced(&self, timeout: Option<Duration>) -> bool {
+        self.synced.wait(timeout)
+    }
+
+    fn get(&self, obj: &T) -> Result<Option<Deltas<T>>, KeyError> {
+        let key = (self.key_fn)(obj)?;
+        Ok(self.get_by_key(&key))
+    }
+
+    fn get_by_key(&self, key: &Key) -> Option<Deltas<T>> {
+        let state = self.lock_shard(self.shard_of(key));
+        state
+            .entries
+            .get(key)
+            .filter(|e| !e.pending.is_empty())
+            .map(|e| e.pending.clone())
+    }
+
+    fn list(&self) -> Vec<DeltaObject<T>> {
+        let mut out = Vec::new();
+        for index in 0..self.shards.len() {
+            let state = self.lock_shard(index);
+            out.extend(
+                state
+                    .entries
+                    .values()
+                    .filter_map(|e| e.pending.newest().map(|d| d.object.clone())),
+            );
+        }
+        out
+    }
+
+    fn list_keys(&self) -> Vec<Key> {
+        let mut out = Vec::new();
+        for index in 0..self.shards.len() {
+            let state = self.lock_shard(index);
+            out.extend(
+                state
+                    .entries
+                    .iter()
+                    .filter(|(_, e)| !e.pending.is_empty())
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        out
+    }
+
+    fn len(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.lock_shard(i).pending_len())
+            .sum()
+    }
+}
+
+impl<T> fmt::Debug for DeltaFifo<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeltaFifo")
+            .field("shards", &self.shards.len())
+            .field("scheduler", &self.scheduler)
+            .field("populated", &self.populated.load(Ordering::Relaxed))
+            .field(
+                "initial_remaining",
+                &self.initial_remaining.load(Ordering::Relaxed),
+            )
+            .field("closed", &self.closed.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
