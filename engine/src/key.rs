@@ -254,7 +254,7 @@ mod tests {
 
     #[test]
     fn keys_order_like_strings() {
-        let mut keys = vec![Key::new("b"), Key::new("a/c"), Key::new("a")];
+        let mut keys = [Key::new("b"), Key::new("a/c"), Key::new("a")];
         keys.sort();
         let names: Vec<_> = keys.iter().map(Key::as_str).collect();
         assert_eq!(names, ["a", "a/c", "b"]);
