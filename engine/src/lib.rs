@@ -5,9 +5,9 @@
 //!
 //! Two engines implement the same contracts ([`DeltaQueue`], [`Indexer`]):
 //!
-//! - [`reference`]: a faithful port of client-go's design (one lock, one condition variable),
+//! - [`reference`](mod@reference): a faithful port of client-go's design (one lock, one condition variable),
 //!   the yardstick every measurement and every differential test is checked against.
-//! - [`sharded`]: the fast engine, sharded by key hash, with concurrent consumers.
+//! - [`sharded`](mod@sharded): the fast engine, sharded by key hash, with concurrent consumers.
 //!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`].

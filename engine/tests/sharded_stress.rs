@@ -45,10 +45,13 @@ fn next(state: &mut u64) -> u64 {
     *state
 }
 
+/// One delivered delta: its type, whether it is a tombstone, and the version it carries.
+type Seen = (DeltaType, bool, Option<u64>);
+
 /// What consumers saw, per key, in delivery order.
 struct Observed {
     busy: Vec<AtomicBool>,
-    per_key: Vec<Mutex<Vec<(DeltaType, bool, Option<u64>)>>>,
+    per_key: Vec<Mutex<Vec<Seen>>>,
     deltas: AtomicUsize,
 }
 

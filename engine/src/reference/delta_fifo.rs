@@ -36,7 +36,7 @@ use crate::queue::{
 use crate::store::KnownObjects;
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
-/// The faithful port of client-go's `DeltaFIFO`: see the [module docs](self).
+/// The faithful port of client-go's `DeltaFIFO`: see the module docs of `kcache::reference`.
 ///
 /// ```
 /// use std::sync::Arc;

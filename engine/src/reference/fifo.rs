@@ -20,7 +20,7 @@ use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::queue::{Closed, TryPop};
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
-/// client-go's plain `FIFO`: see the [module docs](self).
+/// client-go's plain `FIFO`: see the module docs of `kcache::reference`.
 ///
 /// ```
 /// use std::sync::Arc;

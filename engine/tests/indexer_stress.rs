@@ -1,0 +1,372 @@
+//! Stress: several writers on overlapping keys (so that two writers often race on one key) and
+//! readers running `get_by_key`/`by_index`/`index_keys` alongside, on both indexers.
+//!
+//! Readers check what the consistency contract promises mid-flight (every object `by_index`
+//! returns carries the value asked for, no key twice, `get_by_key` returns the key asked for);
+//! after the writers stop, items and indices must agree exactly and no index may hold an empty
+//! set. Sizes scale with `KCACHE_STRESS_SCALE` (default 1: about 2,000 ops per writer).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use kcache::{reference, sharded, IndexError, IndexFunc, Indexer, Indexers, Key, KeyFn};
+
+/// A pod: its key, a namespace and one or two nodes, and who wrote it.
+#[derive(Debug)]
+struct Obj {
+    key: Key,
+    ns: String,
+    nodes: Vec<String>,
+    /// Unique to this write: a key left behind under an old revision is never cleaned up by a
+    /// later write (unlike under a node, which a later write may pick again), so the final
+    /// check sees every index update that was ever lost.
+    rev: String,
+    writer: usize,
+}
+
+const NAMESPACES: u64 = 4;
+const NODES: u64 = 8;
+/// Keys every writer writes: small, so same-key races are frequent.
+const SHARED_KEYS: u64 = 4;
+/// Keys each writer owns alone, for the read-your-writes check.
+const OWNED_KEYS: u64 = 32;
+const WRITERS: usize = 3;
+const READERS: usize = 2;
+
+fn scale() -> u64 {
+    std::env::var("KCACHE_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// splitmix64, as everywhere in kcache.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn key_name(i: u64) -> String {
+    format!("ns-{}/pod-{i}", i % NAMESPACES)
+}
+
+/// A random state of object `i`: one node, or two (sometimes the same one twice).
+fn random_obj(rng: &mut Rng, i: u64, writer: usize) -> Arc<Obj> {
+    let rev = format!("rev-{writer}-{}", rng.next());
+    let mut nodes = vec![format!("node-{}", rng.below(NODES))];
+    if rng.below(3) == 0 {
+        nodes.push(format!("node-{}", rng.below(NODES)));
+    }
+    Arc::new(Obj {
+        key: Key::new(&key_name(i)),
+        ns: format!("ns-{}", i % NAMESPACES),
+        nodes,
+        rev,
+        writer,
+    })
+}
+
+fn key_fn() -> KeyFn<Obj> {
+    Arc::new(|o: &Obj| Ok(o.key.clone()))
+}
+
+fn by_ns() -> IndexFunc<Obj> {
+    Arc::new(|o: &Obj| [Key::new(&o.ns)].into_iter().collect())
+}
+
+fn by_node() -> IndexFunc<Obj> {
+    Arc::new(|o: &Obj| o.nodes.iter().map(|n| Key::new(n)).collect())
+}
+
+/// The zone of an object: the parity of its first node.
+fn zone_of(o: &Obj) -> String {
+    let node: u64 = o.nodes[0]["node-".len()..].parse().unwrap();
+    format!("zone-{}", node % 2)
+}
+
+fn by_zone() -> IndexFunc<Obj> {
+    Arc::new(|o: &Obj| [Key::new(&zone_of(o))].into_iter().collect())
+}
+
+fn by_rev() -> IndexFunc<Obj> {
+    Arc::new(|o: &Obj| [Key::new(&o.rev)].into_iter().collect())
+}
+
+fn base_indexers() -> Indexers<Obj> {
+    vec![
+        ("namespace".into(), by_ns()),
+        ("node".into(), by_node()),
+        ("rev".into(), by_rev()),
+    ]
+}
+
+/// What an index function of the test gives, as strings.
+fn values_of(name: &str, o: &Obj) -> Vec<String> {
+    match name {
+        "namespace" => vec![o.ns.clone()],
+        "node" => o.nodes.clone(),
+        "zone" => vec![zone_of(o)],
+        "rev" => vec![o.rev.clone()],
+        _ => unreachable!("the test knows only its own indexes"),
+    }
+}
+
+/// One reader pass over random keys and values; panics on anything the contract forbids.
+fn read_once<I: Indexer<Obj>>(idx: &I, rng: &mut Rng, with_zone: &AtomicBool) -> usize {
+    let i = rng.below(SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
+    let key = Key::new(&key_name(i));
+    if let Some(obj) = idx.get_by_key(&key) {
+        assert_eq!(obj.key, key, "get_by_key returned another key's object");
+    }
+    let node = format!("node-{}", rng.below(NODES));
+    let found = idx.by_index("node", &node).unwrap();
+    let mut seen = BTreeSet::new();
+    for obj in &found {
+        assert!(obj.nodes.contains(&node), "{:?} returned for {node}", obj);
+        assert!(seen.insert(obj.key.clone()), "{:?} returned twice", obj.key);
+    }
+    let ns = format!("ns-{}", rng.below(NAMESPACES));
+    for obj in idx.by_index("namespace", &ns).unwrap() {
+        assert_eq!(obj.ns, ns);
+    }
+    let keys = idx.index_keys("node", &node).unwrap();
+    assert_eq!(keys.len(), keys.iter().collect::<BTreeSet<_>>().len());
+    // Once the zone index has been added, it never disappears. The flag is read before the
+    // call: a reader that saw it set started after some call had found the index.
+    let zone_was_seen = with_zone.load(Ordering::Acquire);
+    let zone = format!("zone-{}", rng.below(2));
+    match idx.by_index("zone", &zone) {
+        Ok(objs) => {
+            with_zone.store(true, Ordering::Release);
+            for obj in objs {
+                assert_eq!(zone_of(&obj), zone);
+            }
+        }
+        Err(IndexError::UnknownIndex(_)) => assert!(!zone_was_seen, "the zone index vanished"),
+        Err(other) => panic!("unexpected error {other}"),
+    }
+    found.len()
+}
+
+/// After the writers stop: items and every index agree exactly, and no set is empty.
+fn assert_agreement<I: Indexer<Obj>>(idx: &I, names: &[&str]) {
+    let items = idx.list();
+    let mut keys: Vec<Key> = idx.list_keys();
+    keys.sort();
+    let mut item_keys: Vec<Key> = items.iter().map(|o| o.key.clone()).collect();
+    item_keys.sort();
+    assert_eq!(keys, item_keys, "list_keys and list disagree");
+    assert_eq!(idx.len(), items.len());
+    for obj in &items {
+        let stored = idx.get_by_key(&obj.key).expect("listed key is stored");
+        assert!(
+            Arc::ptr_eq(&stored, obj),
+            "{:?}: list and get disagree",
+            obj.key
+        );
+    }
+    for name in names {
+        let mut expected: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for obj in &items {
+            for value in values_of(name, obj) {
+                expected
+                    .entry(value)
+                    .or_default()
+                    .insert(obj.key.to_string());
+            }
+        }
+        let values: BTreeSet<String> = idx
+            .list_index_func_values(name)
+            .unwrap()
+            .iter()
+            .map(Key::to_string)
+            .collect();
+        let expected_values: BTreeSet<String> = expected.keys().cloned().collect();
+        assert_eq!(values, expected_values, "values of index {name}");
+        for (value, expected_keys) in &expected {
+            let got: BTreeSet<String> = idx
+                .index_keys(name, value)
+                .unwrap()
+                .iter()
+                .map(Key::to_string)
+                .collect();
+            assert!(!got.is_empty(), "{name}={value}: empty set kept");
+            assert_eq!(&got, expected_keys, "{name}={value}");
+            let objects = idx.by_index(name, value).unwrap();
+            assert_eq!(objects.len(), expected_keys.len(), "{name}={value}");
+        }
+    }
+}
+
+/// Writers on shared and owned keys + readers. With `relist`, one more thread calls `replace`
+/// and, half-way, `add_indexers` (and writers then skip the read-your-writes check, since a
+/// replace may legitimately overwrite a write).
+fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool) {
+    let ops = 2_000 * scale();
+    let stop = Arc::new(AtomicBool::new(false));
+    let with_zone = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicUsize::new(0));
+    let start = Arc::new(Barrier::new(WRITERS + READERS + usize::from(relist)));
+
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|w| {
+            let (idx, start) = (Arc::clone(&idx), Arc::clone(&start));
+            thread::spawn(move || {
+                let mut rng = Rng(0x5eed + w as u64);
+                start.wait();
+                for _ in 0..ops {
+                    let roll = rng.below(10);
+                    if roll < 6 {
+                        let i = rng.below(SHARED_KEYS);
+                        idx.add(random_obj(&mut rng, i, w)).unwrap();
+                    } else if roll < 8 {
+                        idx.remove_by_key(&Key::new(&key_name(rng.below(SHARED_KEYS))));
+                    } else {
+                        let i = SHARED_KEYS + w as u64 * OWNED_KEYS + rng.below(OWNED_KEYS);
+                        let key = Key::new(&key_name(i));
+                        if roll == 8 {
+                            let obj = random_obj(&mut rng, i, w);
+                            idx.add(Arc::clone(&obj)).unwrap();
+                            if !relist {
+                                // get reflects every completed write to the key.
+                                let got = idx.get_by_key(&key).expect("own write visible");
+                                assert!(Arc::ptr_eq(&got, &obj), "stale read of {key}");
+                            }
+                        } else {
+                            idx.remove_by_key(&key);
+                            if !relist {
+                                assert!(idx.get_by_key(&key).is_none(), "{key} came back");
+                            }
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+
+    let readers: Vec<_> = (0..READERS)
+        .map(|r| {
+            let (idx, start, stop) = (Arc::clone(&idx), Arc::clone(&start), Arc::clone(&stop));
+            let (with_zone, reads) = (Arc::clone(&with_zone), Arc::clone(&reads));
+            thread::spawn(move || {
+                let mut rng = Rng(0xbeef + r as u64);
+                start.wait();
+                let mut passes = 0;
+                // At least a few passes, even if the writers finish first.
+                while passes < 100 || !stop.load(Ordering::Relaxed) {
+                    read_once(&*idx, &mut rng, &with_zone);
+                    passes += 1;
+                }
+                reads.fetch_add(passes, Ordering::Relaxed);
+            })
+        })
+        .collect();
+
+    let relister = relist.then(|| {
+        let (idx, start) = (Arc::clone(&idx), Arc::clone(&start));
+        thread::spawn(move || {
+            let mut rng = Rng(0xfeed);
+            start.wait();
+            let all = SHARED_KEYS + OWNED_KEYS * WRITERS as u64;
+            let rounds = 20 * scale();
+            for round in 0..rounds {
+                let mut list = Vec::new();
+                for i in 0..all {
+                    if rng.below(2) == 0 {
+                        list.push(random_obj(&mut rng, i, usize::MAX));
+                    }
+                }
+                idx.replace(list).unwrap();
+                if round == rounds / 2 {
+                    idx.add_indexers(vec![("zone".into(), by_zone())]).unwrap();
+                }
+                thread::yield_now();
+            }
+        })
+    });
+
+    for writer in writers {
+        writer.join().expect("writer panicked");
+    }
+    if let Some(relister) = relister {
+        relister.join().expect("relister panicked");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("reader panicked");
+    }
+    assert!(reads.load(Ordering::Relaxed) >= 100 * READERS);
+
+    let mut names = vec!["namespace", "node", "rev"];
+    if relist {
+        names.push("zone");
+    }
+    assert_agreement(&*idx, &names);
+    if !relist {
+        // An owned key holds only its owner's writes: no write landed under another key.
+        for obj in idx.list() {
+            let i: u64 = obj
+                .key
+                .as_str()
+                .rsplit("pod-")
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            if i >= SHARED_KEYS {
+                assert_eq!(
+                    obj.writer as u64,
+                    (i - SHARED_KEYS) / OWNED_KEYS,
+                    "{:?}",
+                    obj.key
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn sharded_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(sharded::Indexer::new(key_fn(), base_indexers())),
+        false,
+    );
+}
+
+#[test]
+fn sharded_writers_readers_and_relists_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(sharded::Indexer::new(key_fn(), base_indexers())),
+        true,
+    );
+}
+
+#[test]
+fn reference_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(reference::Indexer::new(key_fn(), base_indexers())),
+        false,
+    );
+}
+
+#[test]
+fn reference_writers_readers_and_relists_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(reference::Indexer::new(key_fn(), base_indexers())),
+        true,
+    );
+}
