@@ -189,13 +189,30 @@ impl<T: fmt::Debug> fmt::Debug for Delta<T> {
 /// two when they are popped.
 const INLINE_DELTAS: usize = 2;
 
+/// A key's deltas without the key, as the engines store them (the map holds the key).
+pub(crate) type DeltaList<T> = SmallVec<[Delta<T>; INLINE_DELTAS]>;
+
+/// client-go's `dedupDeltas` on append: two newest `Deleted` deltas become one, the older
+/// unless the older is a tombstone.
+pub(crate) fn push_dedup<T>(list: &mut DeltaList<T>, delta: Delta<T>) {
+    if let Some(last) = list.last_mut() {
+        if last.kind == DeltaType::Deleted && delta.kind == DeltaType::Deleted {
+            if last.object.is_tombstone() {
+                *last = delta;
+            }
+            return;
+        }
+    }
+    list.push(delta);
+}
+
 /// The deltas of one key, oldest first; never empty while queued.
 ///
 /// Carries its key, computed once when the first delta was queued, so consumers never call the
 /// key function again.
 pub struct Deltas<T> {
     key: Key,
-    list: SmallVec<[Delta<T>; INLINE_DELTAS]>,
+    list: DeltaList<T>,
 }
 
 impl<T> Deltas<T> {
@@ -233,15 +250,12 @@ impl<T> Deltas<T> {
     /// Appends `delta`, then applies client-go's `dedupDeltas`: if the two newest deltas are
     /// both `Deleted`, they become one, the older unless the older is a tombstone.
     pub fn push_dedup(&mut self, delta: Delta<T>) {
-        if let Some(last) = self.list.last_mut() {
-            if last.kind == DeltaType::Deleted && delta.kind == DeltaType::Deleted {
-                if last.object.is_tombstone() {
-                    *last = delta;
-                }
-                return;
-            }
-        }
-        self.list.push(delta);
+        push_dedup(&mut self.list, delta);
+    }
+
+    /// A list for `key` made of an engine's keyless list.
+    pub(crate) fn from_list(key: Key, list: DeltaList<T>) -> Self {
+        Self { key, list }
     }
 
     /// Appends `delta` without deduplication.
@@ -267,6 +281,11 @@ impl<T> Deltas<T> {
     /// The deltas, oldest first.
     pub fn as_slice(&self) -> &[Delta<T>] {
         &self.list
+    }
+
+    /// Splits into key and the engines' keyless list.
+    pub(crate) fn into_list(self) -> (Key, DeltaList<T>) {
+        (self.key, self.list)
     }
 
     /// Splits into key and deltas.

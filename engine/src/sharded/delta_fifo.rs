@@ -10,13 +10,15 @@
 //!
 //! # Per-key state
 //!
-//! An entry exists while its key has *pending* deltas (queued, not yet handed out) or is *in
-//! flight* (handed to a consumer that has not finished with it). In-flight keys are never handed
-//! to a second consumer: deltas that arrive meanwhile wait in `pending`, and the key keeps its
-//! place in the shard FIFO. A consumer that meets an in-flight key at the head of the FIFO
-//! *parks* it (takes it out of the FIFO); completing the key puts a parked key back at the head,
-//! where it was. A single consumer never parks (it finishes a key before it pops again), so with
-//! one shard and one consumer the pop order is exactly client-go's.
+//! A shard keeps two maps. `pending` holds the keys with deltas waiting to be popped (client-go's
+//! `items`); each is also in the shard FIFO or parked. `in_flight` holds the keys handed to a
+//! consumer that has not finished with them; it is small (at most a batch per consumer) and stays
+//! in cache, so completing a key never touches the big map. In-flight keys are never handed to a
+//! second consumer: deltas that arrive meanwhile wait in `pending`, and the key keeps its place in
+//! the shard FIFO. A consumer that meets an in-flight key at the head of the FIFO *parks* it
+//! (takes it out of the FIFO); completing the key puts a parked key back at the head, where it
+//! was. A single consumer never parks (it finishes a key before it pops again), so with one shard
+//! and one consumer the pop order is exactly client-go's.
 //!
 //! # The known-objects race
 //!
@@ -45,7 +47,9 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 
-use crate::delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
+use std::collections::hash_map::Entry;
+
+use crate::delta::{push_dedup, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone};
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::latch::Latch;
 use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
@@ -57,40 +61,33 @@ use super::scheduler::{Acquired, Scheduler};
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
 pub const DEFAULT_SHARDS: usize = 16;
 
-/// One key's state in its shard.
-struct Entry<T> {
-    /// Deltas not yet handed to a consumer, oldest first. Non-empty iff the key is in the shard
-    /// FIFO or parked.
-    pending: Deltas<T>,
-    /// A consumer holds this key (popped, not completed).
-    in_flight: bool,
-    /// In flight and taken out of the FIFO by a consumer that met it there; completion puts it
-    /// back at the head.
-    parked: bool,
-    /// Covered by the initial population count and not yet popped.
+/// A key with deltas waiting to be popped.
+struct Pending<T> {
+    /// Oldest first; never empty.
+    deltas: DeltaList<T>,
+    /// Covered by the initial population count (see module docs).
     initial: bool,
-    /// While in flight: what the known store holds once the consumer is done (see module docs).
+}
+
+/// A key handed to a consumer that has not finished with it.
+struct Flight<T> {
+    /// What the known store holds once the consumer is done (see module docs). Only tracked
+    /// when the queue has known objects.
     known_after: Option<Arc<T>>,
+    /// Taken out of the FIFO by a consumer that met it there; completion puts it back at the
+    /// head.
+    parked: bool,
 }
 
-impl<T> Entry<T> {
-    fn new(key: Key) -> Self {
-        Self {
-            pending: Deltas::new(key),
-            in_flight: false,
-            parked: false,
-            initial: false,
-            known_after: None,
-        }
-    }
-}
-
-/// A shard: its keys' entries and the FIFO of keys with something to pop.
+/// A shard: its keys' state and the FIFO of keys with something to pop.
 struct ShardState<T> {
-    entries: KeyMap<Entry<T>>,
-    /// Keys with pending deltas, in arrival order; each at most once.
+    /// Keys with deltas to pop (client-go's `items`); each is in `fifo` or parked.
+    pending: KeyMap<Pending<T>>,
+    /// Keys held by consumers: at most a batch per consumer, so this map stays in cache.
+    in_flight: KeyMap<Flight<T>>,
+    /// Keys of `pending` in arrival order, except parked ones.
     fifo: VecDeque<Key>,
-    /// Keys with pending deltas taken out of `fifo` because they were in flight.
+    /// Keys of `pending` taken out of `fifo` because they were in flight.
     parked: usize,
     /// The shard has a token in the scheduler or a consumer is serving it. A shard with keys in
     /// `fifo` is always scheduled.
@@ -100,7 +97,8 @@ struct ShardState<T> {
 impl<T> ShardState<T> {
     fn new() -> Self {
         Self {
-            entries: KeyMap::default(),
+            pending: KeyMap::default(),
+            in_flight: KeyMap::default(),
             fifo: VecDeque::new(),
             parked: 0,
             scheduled: false,
@@ -109,33 +107,31 @@ impl<T> ShardState<T> {
 
     /// Whether `key` has deltas waiting to be popped.
     fn has_pending(&self, key: &Key) -> bool {
-        self.entries.get(key).is_some_and(|e| !e.pending.is_empty())
+        self.pending.contains_key(key)
     }
 
     /// Appends a delta (with dedup) to `key`, queueing the key if it had nothing pending.
     /// Returns true when the shard must be scheduled.
     fn push(&mut self, key: Key, delta: Delta<T>) -> bool {
-        let entry = self
-            .entries
-            .entry(key)
-            .or_insert_with_key(|key| Entry::new(key.clone()));
-        let was_idle = entry.pending.is_empty();
-        entry.pending.push_dedup(delta);
-        if was_idle {
-            self.fifo.push_back(entry.pending.key().clone());
-            return self.mark_scheduled();
+        match self.pending.entry(key) {
+            Entry::Occupied(mut entry) => {
+                push_dedup(&mut entry.get_mut().deltas, delta);
+                false
+            }
+            Entry::Vacant(entry) => {
+                self.fifo.push_back(entry.key().clone());
+                entry.insert(Pending {
+                    deltas: smallvec::smallvec![delta],
+                    initial: false,
+                });
+                self.mark_scheduled()
+            }
         }
-        false
     }
 
     /// Sets `scheduled`; returns true if the caller must hand the scheduler a token.
     fn mark_scheduled(&mut self) -> bool {
         !std::mem::replace(&mut self.scheduled, true)
-    }
-
-    /// Keys with pending deltas (queued or parked).
-    fn pending_len(&self) -> usize {
-        self.fifo.len() + self.parked
     }
 }
 
@@ -291,9 +287,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         if !queued {
             let known = match &self.known {
                 None => false,
-                Some(known) => match state.entries.get(&key) {
-                    Some(entry) if entry.in_flight => entry.known_after.is_some(),
-                    _ => known.get_by_key(&key).is_some(),
+                Some(known) => match state.in_flight.get(&key) {
+                    Some(flight) => flight.known_after.is_some(),
+                    None => known.get_by_key(&key).is_some(),
                 },
             };
             if !known {
@@ -319,42 +315,43 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
 
     /// Takes up to `max` keys from `shard`, which the caller was handed by the scheduler.
     fn take_batch(&self, shard: usize, max: usize, out: &mut Vec<Popped<T>>) {
-        let mut state = self.lock_shard(shard);
+        let track_known = self.known.is_some();
+        let mut guard = self.lock_shard(shard);
+        let state = &mut *guard;
         while out.len() < max {
             let Some(key) = state.fifo.pop_front() else {
                 break;
             };
-            let track_known = self.known.is_some();
-            let ShardState {
-                entries, parked, ..
-            } = &mut *state;
-            let Some(entry) = entries.get_mut(&key) else {
-                debug_assert!(false, "a key in the FIFO always has an entry");
+            if let Some(flight) = state.in_flight.get_mut(&key) {
+                flight.parked = true;
+                state.parked += 1;
+                continue;
+            }
+            let Some((owned_key, entry)) = state.pending.remove_entry(&key) else {
+                debug_assert!(false, "a key in the FIFO always has pending deltas");
                 continue;
             };
-            if entry.in_flight {
-                entry.parked = true;
-                *parked += 1;
-                continue;
-            }
-            let deltas = entry.pending.take();
-            entry.in_flight = true;
-            if track_known {
-                entry.known_after = match deltas.newest() {
-                    Some(Delta {
-                        kind: DeltaType::Deleted,
-                        ..
-                    })
-                    | None => None,
-                    Some(newest) => newest.object.object().cloned(),
-                };
-            }
-            let initial = std::mem::take(&mut entry.initial);
-            out.push(Popped { deltas, initial });
+            let known_after = match entry.deltas.last() {
+                Some(newest) if track_known && newest.kind != DeltaType::Deleted => {
+                    newest.object.object().cloned()
+                }
+                _ => None,
+            };
+            state.in_flight.insert(
+                key,
+                Flight {
+                    known_after,
+                    parked: false,
+                },
+            );
+            out.push(Popped {
+                deltas: Deltas::from_list(owned_key, entry.deltas),
+                initial: entry.initial,
+            });
         }
         let reschedule = !state.fifo.is_empty();
         state.scheduled = reschedule;
-        drop(state);
+        drop(guard);
         if reschedule {
             // Back of the line: other shards with keys get their turn first (fairness).
             self.scheduler.schedule(shard);
@@ -371,26 +368,21 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     ) {
         let mut state = self.lock_shard(shard);
         let mut requeued = false;
+        let ShardState {
+            in_flight,
+            fifo,
+            parked,
+            ..
+        } = &mut *state;
         for key in keys.rev() {
-            let ShardState {
-                entries,
-                fifo,
-                parked,
-                ..
-            } = &mut *state;
-            let Some(entry) = entries.get_mut(&key) else {
-                debug_assert!(false, "an in-flight key always has an entry");
+            let Some(flight) = in_flight.remove(&key) else {
+                debug_assert!(false, "a completed key is always in flight");
                 continue;
             };
-            entry.in_flight = false;
-            entry.known_after = None;
-            if entry.parked {
-                entry.parked = false;
+            if flight.parked {
                 *parked -= 1;
                 fifo.push_front(key);
                 requeued = true;
-            } else if entry.pending.is_empty() {
-                entries.remove(&key);
             }
         }
         let schedule = requeued && state.mark_scheduled();
@@ -456,26 +448,20 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         };
         let mut keys: KeySet = known.list_keys().into_iter().collect();
         for state in states {
-            keys.extend(
-                state
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| e.in_flight)
-                    .map(|(k, _)| k.clone()),
-            );
+            keys.extend(state.in_flight.keys().cloned());
         }
         let mut view: Vec<(Key, Option<Arc<T>>)> = keys
             .into_iter()
             .filter_map(|key| {
                 let state = &states[self.shard_of(&key)];
-                let obj = match state.entries.get(&key) {
-                    Some(entry) if entry.in_flight => match &entry.known_after {
+                let obj = match state.in_flight.get(&key) {
+                    Some(flight) => match &flight.known_after {
                         Some(obj) => Some(Arc::clone(obj)),
                         // Will be gone once the consumer is done: not known (client-go would
                         // only see it after the delete was applied).
                         None => return None,
                     },
-                    _ => known.get_by_key(&key),
+                    None => known.get_by_key(&key),
                 };
                 Some((key, obj))
             })
@@ -489,12 +475,12 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     fn flag_initial(states: &mut [MutexGuard<'_, ShardState<T>>], count: usize) -> usize {
         let mut flagged = 0;
         for state in states.iter_mut() {
-            let ShardState { entries, fifo, .. } = &mut **state;
+            let ShardState { pending, fifo, .. } = &mut **state;
             for key in fifo.iter() {
                 if flagged == count {
                     return flagged;
                 }
-                if let Some(entry) = entries.get_mut(key) {
+                if let Some(entry) = pending.get_mut(key) {
                     entry.initial = true;
                     flagged += 1;
                 }
@@ -563,13 +549,13 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         let mut tombstones = 0;
         let mut missing = Vec::new();
         for state in states.iter() {
-            for (key, entry) in &state.entries {
-                if entry.pending.is_empty() || listed_keys.contains(key) {
+            for (key, entry) in &state.pending {
+                if listed_keys.contains(key) {
                     continue;
                 }
                 let last_known = entry
-                    .pending
-                    .newest()
+                    .deltas
+                    .last()
                     .and_then(|d| d.object.last_known().cloned());
                 missing.push(Tombstone {
                     key: key.clone(),
@@ -643,19 +629,21 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         if deltas.is_empty() {
             return Err(QueueError::EmptyDeltas);
         }
-        let key = deltas.key().clone();
-        let shard = self.shard_of(&key);
+        let shard = self.shard_of(deltas.key());
         let mut state = self.lock_shard(shard);
         self.mark_populated();
-        if state.has_pending(&key) {
+        if state.has_pending(deltas.key()) {
             return Ok(());
         }
-        let entry = state
-            .entries
-            .entry(key.clone())
-            .or_insert_with(|| Entry::new(key.clone()));
-        entry.pending = deltas;
-        state.fifo.push_back(key);
+        let (key, deltas) = deltas.into_list();
+        state.fifo.push_back(key.clone());
+        state.pending.insert(
+            key,
+            Pending {
+                deltas,
+                initial: false,
+            },
+        );
         let schedule = state.mark_scheduled();
         drop(state);
         if schedule {
@@ -748,10 +736,9 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     fn get_by_key(&self, key: &Key) -> Option<Deltas<T>> {
         let state = self.lock_shard(self.shard_of(key));
         state
-            .entries
+            .pending
             .get(key)
-            .filter(|e| !e.pending.is_empty())
-            .map(|e| e.pending.clone())
+            .map(|e| Deltas::from_list(key.clone(), e.deltas.clone()))
     }
 
     fn list(&self) -> Vec<DeltaObject<T>> {
@@ -760,9 +747,9 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             let state = self.lock_shard(index);
             out.extend(
                 state
-                    .entries
+                    .pending
                     .values()
-                    .filter_map(|e| e.pending.newest().map(|d| d.object.clone())),
+                    .filter_map(|e| e.deltas.last().map(|d| d.object.clone())),
             );
         }
         out
@@ -772,20 +759,14 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         let mut out = Vec::new();
         for index in 0..self.shards.len() {
             let state = self.lock_shard(index);
-            out.extend(
-                state
-                    .entries
-                    .iter()
-                    .filter(|(_, e)| !e.pending.is_empty())
-                    .map(|(k, _)| k.clone()),
-            );
+            out.extend(state.pending.keys().cloned());
         }
         out
     }
 
     fn len(&self) -> usize {
         (0..self.shards.len())
-            .map(|i| self.lock_shard(i).pending_len())
+            .map(|i| self.lock_shard(i).pending.len())
             .sum()
     }
 }
