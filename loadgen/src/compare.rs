@@ -1,13 +1,439 @@
-//! `loadgen compare` (not built yet: see the issue that builds it).
+//! `loadgen compare`: W1–W5 through both engines, side by side, with the ratio
+//! sharded/reference of every figure; writes `latest.json`, `latest.md`, `throughput.svg` and
+//! `latency.svg` into the output directory.
+//!
+//! The default sizes finish in about two minutes on the project's 2-core machine (release
+//! build): W1–W3 at SPEC §5's full sizes, W4 and W5 trimmed (see [`plan`]). Every engine run
+//! is a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory
+//! that an earlier one freed; `--in-process` runs everything in this process instead. `--quick` runs tiny sizes for tests and scripts.
 
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::chart::{latency_svg, throughput_svg};
+use crate::engines::{EngineConfig, EngineKind, Mode};
+use crate::isolate::run_child;
+use crate::machine::Machine;
+use crate::report::{aligned, mib, si, write_file, RunResult};
+use crate::run::{
+    child_args, generate_with_progress, run_engines, RunError, DEFAULT_W5_HANDLER_US,
+};
+use crate::ui::Ui;
+use crate::workload::{Workload, WorkloadSpec, DEFAULT_SEED};
 
 /// Arguments of `loadgen compare`.
-#[derive(Debug, clap::Args)]
-pub struct CompareArgs {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct CompareArgs {
+    /// Where to write latest.json, latest.md, throughput.svg and latency.svg.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// Tiny sizes (seconds, not minutes): for tests and regression scripts.
+    #[arg(long)]
+    pub quick: bool,
+    /// Shards of the sharded engine.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    pub shards: usize,
+    /// Consumer threads of the sharded engine (the reference always uses exactly one).
+    #[arg(long, default_value_t = 2)]
+    pub consumers: usize,
+    /// The splitmix64 seed.
+    #[arg(long, default_value_t = DEFAULT_SEED)]
+    pub seed: u64,
+    /// Run everything in this process instead of one child process per engine run (the peak
+    /// memory of later runs is then understated; see `loadgen run --help`).
+    #[arg(long)]
+    pub in_process: bool,
+}
+
+/// The workload sizes of a comparison, in order.
+///
+/// Full: W1, W2 and W3 at SPEC §5's sizes (100,000 keys × 5,000,000 events; 1,000,000 ×
+/// 5,000,000; 150,000 × 10 rounds of 100,000); W4 at 100,000 keys × 3,000,000 events (its
+/// readers share the two cores with the writer, so full size would take half a minute per
+/// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta). About a
+/// minute and a quarter on an idle 2-core machine, with room for a busy one.
+pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
+    let sizes: [(Workload, usize, usize); 5] = if quick {
+        [
+            (Workload::W1, 2_000, 20_000),
+            (Workload::W2, 10_000, 20_000),
+            (Workload::W3, 3_000, 20_000),
+            (Workload::W4, 2_000, 20_000),
+            (Workload::W5, 2_000, 10_000),
+        ]
+    } else {
+        [
+            (Workload::W1, 100_000, 5_000_000),
+            (Workload::W2, 1_000_000, 5_000_000),
+            (Workload::W3, 150_000, 1_000_000),
+            (Workload::W4, 100_000, 3_000_000),
+            (Workload::W5, 100_000, 2_000_000),
+        ]
+    };
+    sizes
+        .into_iter()
+        .map(|(w, keys, events)| WorkloadSpec::new(w).keys(keys).events(events).seed(seed))
+        .collect()
+}
+
+/// `latest.json`: the machine, the command, and the same `results` as `run --json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareReport {
+    /// Where it ran.
+    pub machine: Machine,
+    /// The command line that produced it.
+    pub command: String,
+    /// One row per engine and workload.
+    pub results: Vec<RunResult>,
+}
+
+/// Runs every workload of `plan` through both engines.
+pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    let mut results = Vec::new();
+    for spec in plan(args.quick, args.seed) {
+        let handler_us = if spec.workload == Workload::W5 {
+            DEFAULT_W5_HANDLER_US
+        } else {
+            0
+        };
+        let cfg = EngineConfig {
+            shards: args.shards.max(1),
+            consumers: args.consumers.max(1),
+            readers: 2,
+            handler_cost: Duration::from_micros(handler_us),
+        };
+        let mode = if spec.workload.uses_queue() {
+            Mode::Queue
+        } else {
+            Mode::Direct
+        };
+        if args.in_process {
+            let gen = generate_with_progress(&spec, ui)?;
+            let rows = run_engines(&gen, spec.workload.name(), mode, &EngineKind::ALL, &cfg, ui)?;
+            results.extend(rows);
+        } else {
+            for engine in EngineKind::ALL {
+                results.extend(run_child(&child_args(&spec, engine, &cfg))?);
+            }
+        }
+    }
+    Ok(results)
+}
+
+/// `a / b` as `1.23×`, or `-` when it means nothing.
+fn ratio(sharded: Option<f64>, reference: Option<f64>) -> String {
+    match (sharded, reference) {
+        (Some(s), Some(r)) if r > 0.0 && s.is_finite() => format!("{:.2}×", s / r),
+        _ => "-".to_string(),
+    }
+}
+
+/// One figure of the side-by-side table: its name, how to read it out of a row, how to show it.
+struct Figure {
+    name: &'static str,
+    value: fn(&RunResult) -> Option<f64>,
+    show: fn(f64) -> String,
+}
+
+const FIGURES: [Figure; 12] = [
+    Figure {
+        name: "keys",
+        value: |r| Some(r.keys as f64),
+        show: |v| format!("{v:.0}"),
+    },
+    Figure {
+        name: "threads",
+        value: |r| Some(r.threads as f64),
+        show: |v| format!("{v:.0}"),
+    },
+    Figure {
+        name: "events",
+        value: |r| Some(r.events as f64),
+        show: |v| format!("{v:.0}"),
+    },
+    Figure {
+        name: "wall s",
+        value: |r| Some(r.wall_s),
+        show: |v| format!("{v:.3}"),
+    },
+    Figure {
+        name: "events/s",
+        value: |r| Some(r.events_per_s),
+        show: si,
+    },
+    Figure {
+        name: "pops",
+        value: |r| (r.pops > 0 && r.deltas_per_pop.is_some()).then_some(r.pops as f64),
+        show: |v| format!("{v:.0}"),
+    },
+    Figure {
+        name: "deltas/pop",
+        value: |r| r.deltas_per_pop,
+        show: |v| format!("{v:.2}"),
+    },
+    Figure {
+        name: "latency p50 µs",
+        value: |r| r.latency_us.p50,
+        show: |v| format!("{v:.1}"),
+    },
+    Figure {
+        name: "latency p99 µs",
+        value: |r| r.latency_us.p99,
+        show: |v| format!("{v:.1}"),
+    },
+    Figure {
+        name: "latency p99.9 µs",
+        value: |r| r.latency_us.p999,
+        show: |v| format!("{v:.1}"),
+    },
+    Figure {
+        name: "peak +RSS MiB",
+        value: |r| r.peak_rss_bytes.map(|b| b as f64),
+        show: |v| mib(v as u64),
+    },
+    Figure {
+        name: "reads/s",
+        value: |r| r.reads_per_s,
+        show: si,
+    },
+];
+
+/// The side-by-side rows: workload, figure, reference, sharded, sharded/reference.
+pub fn side_by_side(results: &[RunResult]) -> Vec<Vec<String>> {
+    let mut rows = vec![[
+        "workload",
+        "figure",
+        "reference",
+        "sharded",
+        "sharded/reference",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let mut loads: Vec<&str> = Vec::new();
+    for r in results {
+        if !loads.contains(&r.workload.as_str()) {
+            loads.push(&r.workload);
+        }
+    }
+    for w in loads {
+        let get = |engine: EngineKind| {
+            results
+                .iter()
+                .find(|r| r.workload == w && r.engine == engine.name())
+        };
+        let (reference, sharded) = (get(EngineKind::Reference), get(EngineKind::Sharded));
+        let title = w
+            .parse::<Workload>()
+            .map_or_else(|_| w.to_string(), |wl| format!("{w} {}", wl.title()));
+        for figure in &FIGURES {
+            let rv = reference.and_then(figure.value);
+            let sv = sharded.and_then(figure.value);
+            if rv.is_none() && sv.is_none() {
+                continue;
+            }
+            let show = |v: Option<f64>| v.map_or_else(|| "-".to_string(), figure.show);
+            rows.push(vec![
+                title.clone(),
+                figure.name.to_string(),
+                show(rv),
+                show(sv),
+                ratio(sv, rv),
+            ]);
+        }
+        let verdict =
+            |r: Option<&RunResult>| r.map_or_else(|| "-".to_string(), |r| r.verdict.clone());
+        rows.push(vec![
+            title.clone(),
+            "verdict".to_string(),
+            verdict(reference),
+            verdict(sharded),
+            String::new(),
+        ]);
+    }
+    rows
+}
+
+/// `latest.md`: the command, the machine, the side-by-side table and the charts.
+pub fn markdown(report: &CompareReport) -> String {
+    let mut md = String::new();
+    let m = &report.machine;
+    let unknown = || "unknown".to_string();
+    let _ = writeln!(md, "# kcache: reference vs sharded\n");
+    let _ = writeln!(md, "Produced by `{}`.\n", report.command);
+    let _ = writeln!(md, "| machine | |\n|---|---|");
+    let _ = writeln!(md, "| cpu | {} |", m.cpu.clone().unwrap_or_else(unknown));
+    let _ = writeln!(md, "| cores | {} |", m.cores);
+    let _ = writeln!(md, "| os | {} |", m.os);
+    let _ = writeln!(
+        md,
+        "| rustc | {} |",
+        m.rustc.clone().unwrap_or_else(unknown)
+    );
+    let _ = writeln!(
+        md,
+        "| commit | {} |",
+        m.commit.clone().unwrap_or_else(unknown)
+    );
+    let _ = writeln!(md, "| profile | {} |", m.profile);
+    let _ = writeln!(md, "| allocator | {} |", m.allocator);
+    let _ = writeln!(md, "| hasher | {} |\n", m.hasher);
+    let _ = writeln!(
+        md,
+        "The last column is sharded ÷ reference: above 1× the sharded engine has more of the \
+         figure (good for events/s and reads/s), below 1× less (good for wall time, latency \
+         and memory). The reference engine always runs one consumer, as client-go does \
+         (threads: consumers, or W4's readers). \
+         Latency is enqueue-to-pop of every {}th event; the producer never waits, so it \
+         includes the time an event spends queued behind the backlog. Peak +RSS is the \
+         resident memory the engine added over the pre-generated events.\n",
+        crate::latency::SAMPLE_EVERY
+    );
+    let rows = side_by_side(&report.results);
+    for (i, row) in rows.iter().enumerate() {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+        if i == 0 {
+            let _ = writeln!(md, "|---|---|---:|---:|---:|");
+        }
+    }
+    let _ = writeln!(
+        md,
+        "\n![throughput](throughput.svg)\n\n![latency](latency.svg)"
+    );
+    md
+}
+
+/// The command line, shell-quoted where needed.
+fn command_line() -> String {
+    std::env::args()
+        .map(|a| {
+            if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+                format!("'{}'", a.replace('\'', r"'\''"))
+            } else {
+                a
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Writes the four files into `out`; returns their paths.
+pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>, String> {
+    let json_path = out.join("latest.json");
+    let md_path = out.join("latest.md");
+    let throughput = out.join("throughput.svg");
+    let latency = out.join("latency.svg");
+    let mut json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
+    json.push('\n');
+    write_file(&json_path, json.as_bytes()).map_err(|e| e.to_string())?;
+    write_file(&md_path, markdown(report).as_bytes()).map_err(|e| e.to_string())?;
+    throughput_svg(&report.results, &throughput).map_err(|e| e.to_string())?;
+    latency_svg(&report.results, &latency).map_err(|e| e.to_string())?;
+    // Plotters reports most failures, but an empty file would still be a broken chart.
+    for chart in [&throughput, &latency] {
+        let len = std::fs::metadata(chart).map(|m| m.len()).unwrap_or(0);
+        if len == 0 {
+            return Err(format!("{} was written empty", chart.display()));
+        }
+    }
+    Ok(vec![json_path, md_path, throughput, latency])
+}
 
 /// Runs `loadgen compare`.
-pub fn main(_args: CompareArgs) -> ExitCode {
-    eprintln!("loadgen compare: not built yet");
-    ExitCode::from(2)
+pub fn main(args: CompareArgs) -> ExitCode {
+    let ui = Ui::detect();
+    let results = match compare(&args, ui) {
+        Ok(results) => results,
+        Err(e) => {
+            eprintln!("loadgen compare: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    print!("{}", aligned(&side_by_side(&results)));
+    let report = CompareReport {
+        machine: Machine::detect(),
+        command: command_line(),
+        results,
+    };
+    match write_outputs(&args.out, &report) {
+        Ok(paths) => {
+            for p in paths {
+                ui.note(&format!("wrote {}", p.display()));
+            }
+        }
+        Err(e) => {
+            eprintln!("loadgen compare: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let failed: Vec<_> = report.results.iter().filter(|r| !r.is_ok()).collect();
+    for r in &failed {
+        eprintln!("{} {}: verdict failed:", r.engine, r.workload);
+        for failure in &r.failures {
+            eprintln!("  {failure}");
+        }
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_quick_comparison_writes_json_markdown_and_two_charts() {
+        let out = std::env::temp_dir().join(format!("loadgen-compare-{}", std::process::id()));
+        let args = CompareArgs {
+            out: out.clone(),
+            quick: true,
+            shards: 4,
+            consumers: 2,
+            seed: 7,
+            in_process: true,
+        };
+        let results = compare(&args, Ui::Quiet).expect("quick compare runs");
+        assert_eq!(results.len(), 10, "five workloads, two engines");
+        assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
+        let report = CompareReport {
+            machine: Machine::detect(),
+            command: "loadgen compare --quick".into(),
+            results,
+        };
+        write_outputs(&out, &report).expect("outputs written");
+        let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&read("latest.json")).unwrap();
+        assert_eq!(json["results"].as_array().map(Vec::len), Some(10));
+        assert!(json["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
+        assert_eq!(json["results"][0]["verdict"], "ok");
+        let md = read("latest.md");
+        assert!(md.contains("| workload | figure | reference | sharded | sharded/reference |"));
+        assert!(md.contains("loadgen compare --quick"));
+        assert!(md.contains("| w4 read heavy | reads/s |"));
+        for chart in ["throughput.svg", "latency.svg"] {
+            let svg = read(chart);
+            assert!(
+                svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+                "{chart}"
+            );
+            assert!(
+                svg.contains("<rect") && svg.contains("W1"),
+                "{chart} has bars and labels"
+            );
+        }
+        std::fs::remove_dir_all(&out).ok();
+    }
+
+    #[test]
+    fn ratios_are_sharded_over_reference_and_blank_without_a_base() {
+        assert_eq!(ratio(Some(3.0), Some(2.0)), "1.50×");
+        assert_eq!(ratio(Some(3.0), Some(0.0)), "-");
+        assert_eq!(ratio(None, Some(2.0)), "-");
+    }
 }

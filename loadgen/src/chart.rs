@@ -1,0 +1,262 @@
+//! SVG charts of a comparison, drawn with plotters' SVG backend.
+//!
+//! No font files are needed: the SVG backend writes text as `<text>` elements and plotters'
+//! built-in layout estimate (the `ttf` feature is off) places them.
+
+use std::path::{Path, PathBuf};
+
+use plotters::prelude::*;
+
+use crate::report::{si, RunResult};
+
+/// A chart could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot draw {path}: {message}")]
+pub struct ChartError {
+    /// The SVG file.
+    pub path: PathBuf,
+    /// What plotters said.
+    pub message: String,
+}
+
+const WIDTH: u32 = 1000;
+const HEIGHT: u32 = 560;
+const REFERENCE: RGBColor = RGBColor(0x4c, 0x72, 0xb0);
+const SHARDED: RGBColor = RGBColor(0xdd, 0x84, 0x52);
+
+fn engine_color(engine: &str) -> RGBColor {
+    if engine == "sharded" {
+        SHARDED
+    } else {
+        REFERENCE
+    }
+}
+
+/// Workloads in the order they first appear.
+fn workloads(results: &[RunResult]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for r in results {
+        if !out.contains(&r.workload.as_str()) {
+            out.push(&r.workload);
+        }
+    }
+    out
+}
+
+/// Engines in the order they first appear.
+fn engines(results: &[RunResult]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for r in results {
+        if !out.contains(&r.engine.as_str()) {
+            out.push(&r.engine);
+        }
+    }
+    out
+}
+
+fn find<'a>(results: &'a [RunResult], workload: &str, engine: &str) -> Option<&'a RunResult> {
+    results
+        .iter()
+        .find(|r| r.workload == workload && r.engine == engine)
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> ChartError {
+    ChartError {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// Grouped bars: events/s per workload, one bar per engine, values written above the bars.
+pub fn throughput_svg(results: &[RunResult], path: &Path) -> Result<(), ChartError> {
+    let loads = workloads(results);
+    let engines = engines(results);
+    let slots = engines.len() as i32 + 1;
+    let top = results
+        .iter()
+        .map(|r| r.events_per_s / 1e6)
+        .fold(0.0, f64::max)
+        .max(1e-6)
+        * 1.2;
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Throughput per workload (higher is better)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(70)
+        .build_cartesian_2d(0..slots * loads.len() as i32, 0f64..top)
+        .map_err(|e| err(path, e))?;
+    let label = |x: &i32| {
+        let slot = x.rem_euclid(slots);
+        // Engines fill slots 0..n; the label sits at their middle.
+        if slot == (slots - 1) / 2 {
+            let i = (x / slots) as usize;
+            loads.get(i).map(|w| w.to_uppercase()).unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(slots as usize * loads.len() + 1)
+        .x_label_formatter(&label)
+        .y_desc("million events/s")
+        .y_label_formatter(&|v| format!("{v:.1}"))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    for (e, engine) in engines.iter().enumerate() {
+        let color = engine_color(engine);
+        let bars: Vec<(i32, f64)> = loads
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                find(results, w, engine).map(|r| (i as i32 * slots + e as i32, r.events_per_s))
+            })
+            .collect();
+        chart
+            .draw_series(bars.iter().map(|&(x, v)| {
+                let mut bar = Rectangle::new([(x, 0.0), (x + 1, v / 1e6)], color.filled());
+                bar.set_margin(0, 0, 3, 3);
+                bar
+            }))
+            .map_err(|e| err(path, e))?
+            .label(*engine)
+            .legend(move |(x, y)| Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled()));
+        chart
+            .draw_series(bars.iter().map(|&(x, v)| {
+                Text::new(
+                    si(v),
+                    (x, v / 1e6 + top * 0.02),
+                    ("sans-serif", 13).into_font(),
+                )
+            }))
+            .map_err(|e| err(path, e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+/// Microseconds as a short human duration: `850 µs`, `12 ms`, `1.5 s`.
+fn duration_label(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{} s", trim(us / 1e6))
+    } else if us >= 1e3 {
+        format!("{} ms", trim(us / 1e3))
+    } else {
+        format!("{} µs", trim(us))
+    }
+}
+
+/// At most 2 significant decimals, no trailing zeros.
+fn trim(v: f64) -> String {
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+const PERCENTILES: [&str; 3] = ["p50", "p99", "p99.9"];
+
+fn percentile(r: &RunResult, p: usize) -> Option<f64> {
+    [r.latency_us.p50, r.latency_us.p99, r.latency_us.p999][p]
+}
+
+/// Grouped bars on a log scale: enqueue-to-pop p50, p99 and p99.9 per workload and engine
+/// (workloads without a queue, W4, are left out).
+pub fn latency_svg(results: &[RunResult], path: &Path) -> Result<(), ChartError> {
+    let loads: Vec<&str> = workloads(results)
+        .into_iter()
+        .filter(|w| {
+            results
+                .iter()
+                .any(|r| r.workload == *w && r.latency_us.p50.is_some())
+        })
+        .collect();
+    let engines = engines(results);
+    let per_group = engines.len() * PERCENTILES.len();
+    let slots = per_group as i32 + 1;
+    let values = results
+        .iter()
+        .flat_map(|r| (0..3).filter_map(|p| percentile(r, p)));
+    let (lo, hi) = values.fold((f64::MAX, 0f64), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = if hi > 0.0 {
+        ((lo.max(0.01) / 2.0), hi * 3.0)
+    } else {
+        (0.1, 10.0)
+    };
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            "Enqueue-to-pop latency: p50, p99, p99.9 (lower is better)",
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(40)
+        .y_label_area_size(80)
+        .build_cartesian_2d(0..slots * loads.len().max(1) as i32, (lo..hi).log_scale())
+        .map_err(|e| err(path, e))?;
+    let label = |x: &i32| {
+        if x.rem_euclid(slots) == (slots - 1) / 2 {
+            loads
+                .get((x / slots) as usize)
+                .map(|w| w.to_uppercase())
+                .unwrap_or_default()
+        } else {
+            String::new()
+        }
+    };
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(slots as usize * loads.len() + 1)
+        .x_label_formatter(&label)
+        .y_labels(12)
+        .y_desc("enqueue to pop (log scale)")
+        .y_label_formatter(&|v| duration_label(*v))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    for (e, engine) in engines.iter().enumerate() {
+        let base = engine_color(engine);
+        for (p, percentile_name) in PERCENTILES.iter().enumerate() {
+            // Darker shades for higher percentiles.
+            let color = base.mix(0.45 + 0.275 * p as f64);
+            let bars: Vec<(i32, f64)> = loads
+                .iter()
+                .enumerate()
+                .filter_map(|(i, w)| {
+                    let v = find(results, w, engine).and_then(|r| percentile(r, p))?;
+                    Some((i as i32 * slots + (e * PERCENTILES.len() + p) as i32, v))
+                })
+                .collect();
+            chart
+                .draw_series(bars.iter().map(|&(x, v)| {
+                    let mut bar = Rectangle::new([(x, lo), (x + 1, v.max(lo))], color.filled());
+                    bar.set_margin(0, 0, 1, 1);
+                    bar
+                }))
+                .map_err(|e| err(path, e))?
+                .label(format!("{engine} {percentile_name}"))
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
+                });
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}

@@ -1,0 +1,96 @@
+//! One engine run per child process, so that memory figures are honest.
+//!
+//! An allocator keeps memory that a finished run freed (mimalloc purges after a delay, and
+//! pages of exited threads stay cached), and the next run in the same process reuses it
+//! without raising the resident size: its "peak memory added" would read near zero. A child
+//! process per engine starts clean. It regenerates the workload from the same seed, so every
+//! engine still sees exactly the same events; the child writes its results as JSON to a
+//! temporary file, which the parent reads back.
+
+use std::path::PathBuf;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+
+use crate::report::RunResult;
+
+/// A child run could not be started or did not report.
+#[derive(Debug, thiserror::Error)]
+pub enum IsolateError {
+    /// The loadgen binary could not be found or started.
+    #[error("cannot start a child loadgen ({command}): {source}; `--in-process` avoids children")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The child failed without results (its error is on stderr above).
+    #[error("child loadgen failed with {status}: {command}")]
+    Failed {
+        /// The command line.
+        command: String,
+        /// How it ended.
+        status: ExitStatus,
+    },
+    /// The child's report could not be read.
+    #[error("cannot read the child's report {path}: {message}")]
+    Report {
+        /// The temporary report file.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct ChildReport {
+    results: Vec<RunResult>,
+}
+
+/// A report file name no other child of any loadgen process uses.
+fn report_path() -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("loadgen-{}-{n}.json", std::process::id()))
+}
+
+/// Runs this loadgen binary with `args` (a `run` or `replay` command line without `--json`),
+/// with stderr shared so its progress shows, and returns the results it reported. A failed
+/// verdict (exit 1) is a result, not an error.
+pub fn run_child(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
+    let path = report_path();
+    let command = format!("loadgen {} --json {}", args.join(" "), path.display());
+    let exe = std::env::current_exe().map_err(|source| IsolateError::Spawn {
+        command: command.clone(),
+        source,
+    })?;
+    let status = Command::new(exe)
+        .args(args)
+        .arg("--json")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .status()
+        .map_err(|source| IsolateError::Spawn {
+            command: command.clone(),
+            source,
+        })?;
+    if !matches!(status.code(), Some(0 | 1)) {
+        let _ = std::fs::remove_file(&path);
+        return Err(IsolateError::Failed { command, status });
+    }
+    let text = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    let report: ChildReport = text
+        .map_err(|e| e.to_string())
+        .and_then(|t| serde_json::from_str(&t).map_err(|e| e.to_string()))
+        .map_err(|message| IsolateError::Report {
+            path: path.clone(),
+            message,
+        })?;
+    Ok(report.results)
+}

@@ -1,0 +1,253 @@
+//! One engine's result on one workload: measuring it, and showing it as a table and as JSON.
+
+use std::fmt::Write as _;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::engines::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
+use crate::latency::Percentiles;
+use crate::rss::{PeakSource, RssProbe};
+use crate::verdict::{check, Counters};
+use crate::workload::Generated;
+
+/// Enqueue-to-pop latency percentiles in microseconds; all `null` where nothing was queued (W4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyUs {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// 99.9th percentile.
+    pub p999: Option<f64>,
+}
+
+/// One row of a report; the JSON object of `results[]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// `reference` or `sharded`.
+    pub engine: String,
+    /// `w1` .. `w5`, or `replay`.
+    pub workload: String,
+    /// Distinct keys of the workload.
+    pub keys: usize,
+    /// Objects handed to the engine: adds, updates, deletes and relisted objects.
+    pub events: u64,
+    /// Wall time of the run (enqueue of the first event to the end of the drain).
+    pub wall_s: f64,
+    /// `events / wall_s`; for W4 the writer's rate.
+    pub events_per_s: f64,
+    /// Keys popped.
+    pub pops: u64,
+    /// Deltas per pop; `null` for W4, which pops nothing.
+    pub deltas_per_pop: Option<f64>,
+    /// Enqueue-to-pop latency of the sampled events.
+    pub latency_us: LatencyUs,
+    /// Peak resident memory the engine added over the generated events; `null` if unknown.
+    pub peak_rss_bytes: Option<u64>,
+    /// How `peak_rss_bytes` was measured: `hwm` (VmHWM after reset) or `rss_end`.
+    pub peak_rss_source: Option<String>,
+    /// W4: reads per second by all readers together (`get` and `by_index` each count one).
+    pub reads_per_s: Option<f64>,
+    /// Consumer threads (readers for W4).
+    pub threads: usize,
+    /// Shards of the sharded engine; `null` for the reference.
+    pub shards: Option<usize>,
+    /// Deltas delivered.
+    pub deltas: u64,
+    /// `ok`, or `FAIL: ...` with the first failed rule.
+    pub verdict: String,
+    /// Every failed rule (empty when `ok`).
+    pub failures: Vec<String>,
+}
+
+impl RunResult {
+    /// Whether the verdict is `ok`.
+    pub fn is_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+/// Runs `gen` through `engine`, measures it, judges it, and drops everything of the run before
+/// returning.
+pub fn measure(
+    engine: EngineKind,
+    workload: &str,
+    gen: &Generated,
+    mode: Mode,
+    cfg: &EngineConfig,
+    progress: &dyn Progress,
+) -> Result<RunResult, EngineError> {
+    let probe = RssProbe::start();
+    let done = execute(engine, gen, mode, cfg, progress)?;
+    let peak = probe.finish();
+    let verdict = check(&gen.model, &*done.store, &done.counters);
+    let wall_s = done.wall.as_secs_f64().max(1e-9);
+    let events = match mode {
+        // The writer counts what it applied; the generator's count is the same when ok.
+        Mode::Direct => done.counters.deltas,
+        Mode::Queue => gen.event_count(),
+    };
+    let c: &Counters = &done.counters;
+    let latency = Percentiles::of(&done.latency).map_or(LatencyUs::default(), |p| LatencyUs {
+        p50: Some(p.p50),
+        p99: Some(p.p99),
+        p999: Some(p.p999),
+    });
+    Ok(RunResult {
+        engine: engine.name().to_string(),
+        workload: workload.to_string(),
+        keys: gen.universe.keys.len(),
+        events,
+        wall_s,
+        events_per_s: events as f64 / wall_s,
+        pops: c.pops,
+        deltas_per_pop: (mode == Mode::Queue && c.pops > 0)
+            .then(|| c.deltas as f64 / c.pops as f64),
+        latency_us: latency,
+        peak_rss_bytes: peak.map(|(bytes, _)| bytes),
+        peak_rss_source: peak.map(|(_, source)| {
+            match source {
+                PeakSource::HighWaterMark => "hwm",
+                PeakSource::EndResident => "rss_end",
+            }
+            .to_string()
+        }),
+        reads_per_s: (mode == Mode::Direct).then(|| done.reads as f64 / wall_s),
+        threads: done.threads,
+        shards: (engine == EngineKind::Sharded && mode == Mode::Queue).then_some(cfg.shards),
+        deltas: c.deltas,
+        verdict: verdict.summary(),
+        failures: verdict.failures().to_vec(),
+    })
+}
+
+/// The JSON document `run --json` and `replay --json` write.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report<'a> {
+    /// Every row.
+    pub results: &'a [RunResult],
+}
+
+/// A report file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot write {path}: {source} (check that the directory exists and is writable)")]
+pub struct WriteError {
+    /// The file.
+    pub path: PathBuf,
+    /// Why.
+    #[source]
+    pub source: io::Error,
+}
+
+/// Writes `contents` to `path`, creating its directory.
+pub fn write_file(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
+    let wrap = |source| WriteError {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(dir).map_err(wrap)?;
+    }
+    fs::write(path, contents).map_err(wrap)
+}
+
+/// Writes `{"results":[...]}` to `path`.
+pub fn write_json(path: &Path, results: &[RunResult]) -> Result<(), WriteError> {
+    let mut text = serde_json::to_string_pretty(&Report { results }).map_err(|e| WriteError {
+        path: path.to_path_buf(),
+        source: io::Error::other(e),
+    })?;
+    text.push('\n');
+    write_file(path, text.as_bytes())
+}
+
+/// `1234567` → `1.23M`, for the table.
+pub fn si(v: f64) -> String {
+    let a = v.abs();
+    if a >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if a >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// Bytes as MiB.
+pub fn mib(bytes: u64) -> String {
+    format!("{:.1}", bytes as f64 / (1024.0 * 1024.0))
+}
+
+fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
+    v.map_or_else(|| "-".to_string(), f)
+}
+
+/// Right-aligns every column but the last, which is left as is.
+pub fn aligned(rows: &[Vec<String>]) -> String {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let mut widths = vec![0; columns];
+    for row in rows {
+        for (i, cell) in row.iter().enumerate() {
+            widths[i] = widths[i].max(cell.chars().count());
+        }
+    }
+    let mut out = String::new();
+    for row in rows {
+        let mut line = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else if i < 2 {
+                let _ = write!(line, "{cell:<w$}", w = widths[i]);
+            } else {
+                let _ = write!(line, "{cell:>w$}", w = widths[i]);
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// The results as an aligned text table, one row per run.
+///
+/// ```
+/// let table = loadgen::report::table(&[]);
+/// assert!(table.starts_with("engine"));
+/// ```
+pub fn table(results: &[RunResult]) -> String {
+    let mut rows = vec![[
+        "engine", "workload", "events", "wall s", "events/s", "pops", "Δ/pop", "p50 µs", "p99 µs",
+        "p999 µs", "+RSS MiB", "reads/s", "verdict",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in results {
+        rows.push(vec![
+            r.engine.clone(),
+            r.workload.clone(),
+            r.events.to_string(),
+            format!("{:.3}", r.wall_s),
+            si(r.events_per_s),
+            r.pops.to_string(),
+            opt(r.deltas_per_pop, |v| format!("{v:.2}")),
+            opt(r.latency_us.p50, |v| format!("{v:.1}")),
+            opt(r.latency_us.p99, |v| format!("{v:.1}")),
+            opt(r.latency_us.p999, |v| format!("{v:.1}")),
+            r.peak_rss_bytes.map_or_else(|| "-".to_string(), mib),
+            opt(r.reads_per_s, si),
+            r.verdict.clone(),
+        ]);
+    }
+    aligned(&rows)
+}
