@@ -440,20 +440,31 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// What the known store holds (or will hold once in-flight keys are done) for every key,
-    /// as client-go would see it under its lock. Sorted by key. Caller holds every shard lock.
-    fn known_view(&self, states: &[MutexGuard<'_, ShardState<T>>]) -> Vec<(Key, Option<Arc<T>>)> {
+    /// The known keys that `wanted` accepts (it sees the key and its shard), with what the known
+    /// store holds for each, or will hold once in-flight keys are done: what client-go would see
+    /// under its lock. Keys the store will no longer hold are left out. Sorted by key, and
+    /// objects are fetched only for wanted keys. Caller holds every shard lock.
+    fn known_view(
+        &self,
+        states: &[MutexGuard<'_, ShardState<T>>],
+        mut wanted: impl FnMut(&Key, &ShardState<T>) -> bool,
+    ) -> Vec<(Key, Option<Arc<T>>)> {
         let Some(known) = &self.known else {
             return Vec::new();
         };
-        let mut keys: KeySet = known.list_keys().into_iter().collect();
+        let mut keys = known.list_keys();
         for state in states {
+            // In-flight keys the store does not list yet (their add is not applied yet).
             keys.extend(state.in_flight.keys().cloned());
         }
+        let mut seen = KeySet::with_capacity_and_hasher(keys.len(), Default::default());
         let mut view: Vec<(Key, Option<Arc<T>>)> = keys
             .into_iter()
             .filter_map(|key| {
                 let state = &states[self.shard_of(&key)];
+                if !wanted(&key, state) || !seen.insert(key.clone()) {
+                    return None;
+                }
                 let obj = match state.in_flight.get(&key) {
                     Some(flight) => match &flight.known_after {
                         Some(obj) => Some(Arc::clone(obj)),
@@ -573,11 +584,10 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         }
 
         // Known keys with nothing queued that the list no longer has.
-        for (key, last_known) in self.known_view(&states) {
-            let shard = self.shard_of(&key);
-            if listed_keys.contains(&key) || states[shard].has_pending(&key) {
-                continue;
-            }
+        let gone = self.known_view(&states, |key, state| {
+            !listed_keys.contains(key) && !state.has_pending(key)
+        });
+        for (key, last_known) in gone {
             tombstones += 1;
             let tombstone = Tombstone {
                 key: key.clone(),
@@ -606,11 +616,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         }
         let mut states = self.lock_all();
         let mut wake = Vec::new();
-        for (key, obj) in self.known_view(&states) {
+        for (key, obj) in self.known_view(&states, |key, state| !state.has_pending(key)) {
             let Some(obj) = obj else { continue };
-            if states[self.shard_of(&key)].has_pending(&key) {
-                continue;
-            }
             self.push_locked(
                 &mut states,
                 key,
