@@ -38,8 +38,9 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = 2)]
-    pub consumers: usize,
+    /// Default: per workload, see `loadgen run --help`.
+    #[arg(long)]
+    pub consumers: Option<usize>,
     /// The splitmix64 seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
@@ -102,7 +103,10 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
         };
         let cfg = EngineConfig {
             shards: args.shards.max(1),
-            consumers: args.consumers.max(1),
+            consumers: args
+                .consumers
+                .unwrap_or(crate::run::default_consumers(spec.workload))
+                .max(1),
             readers: 2,
             handler_cost: Duration::from_micros(handler_us),
         };
@@ -394,7 +398,7 @@ mod tests {
             out: out.clone(),
             quick: true,
             shards: 4,
-            consumers: 2,
+            consumers: Some(2),
             seed: 7,
             in_process: true,
         };

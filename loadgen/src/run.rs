@@ -54,8 +54,10 @@ pub struct RunArgs {
     #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = 2)]
-    pub consumers: usize,
+    /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
+    /// producer and one consumer on two cores; a second consumer only competes for a core).
+    #[arg(long)]
+    pub consumers: Option<usize>,
     /// W4's reader threads.
     #[arg(long, default_value_t = 2)]
     pub readers: usize,
@@ -102,7 +104,10 @@ impl RunArgs {
         });
         EngineConfig {
             shards: self.shards.max(1),
-            consumers: self.consumers.max(1),
+            consumers: self
+                .consumers
+                .unwrap_or(default_consumers(self.workload))
+                .max(1),
             readers: self.readers,
             handler_cost: Duration::from_micros(handler_us),
         }
@@ -324,5 +329,15 @@ mod tests {
         assert_eq!(finish(&results, None), ExitCode::SUCCESS);
         results[0].failures.push("missing key x".into());
         assert_eq!(finish(&results, None), ExitCode::FAILURE);
+    }
+}
+
+/// The sharded engine's consumer threads when none are asked for: two for W5's slow handler,
+/// one otherwise.
+pub fn default_consumers(workload: Workload) -> usize {
+    if workload == Workload::W5 {
+        2
+    } else {
+        1
     }
 }
