@@ -208,14 +208,6 @@ fn assert_agreement<I: Indexer<Obj>>(idx: &I, names: &[&str]) {
             assert_eq!(&got, expected_keys, "{name}={value}");
             let objects = idx.by_index(name, value).unwrap();
             assert_eq!(objects.len(), expected_keys.len(), "{name}={value}");
-            for obj in &objects {
-                let stored = idx.get_by_key(&obj.key).expect("indexed key is stored");
-                assert!(
-                    Arc::ptr_eq(&stored, obj),
-                    "{name}={value}: by_index returned a stale object for {:?}",
-                    obj.key
-                );
-            }
         }
     }
 }
