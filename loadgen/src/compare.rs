@@ -92,10 +92,33 @@ pub struct CompareReport {
     pub results: Vec<RunResult>,
 }
 
-/// Runs every workload of `plan` through both engines.
+/// The offered load of the paced W1 run, in ops per second: well below what either engine
+/// absorbs here, so that its latency is the engine's hand-off and not a backlog.
+pub const PACED_RATE: u64 = 200_000;
+
+/// The paced W1 run: W1's rule at [`PACED_RATE`], labelled `w1@200k/s` in the results.
+pub fn paced_plan(quick: bool, seed: u64) -> (WorkloadSpec, String) {
+    let (keys, events) = if quick {
+        (2_000, 20_000)
+    } else {
+        (100_000, 600_000)
+    };
+    let spec = WorkloadSpec::new(Workload::W1)
+        .keys(keys)
+        .events(events)
+        .seed(seed);
+    (spec, format!("w1@{}k/s", PACED_RATE / 1000))
+}
+
+/// Runs every workload of `plan` through both engines, then W1 at a paced rate.
 pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
     let mut results = Vec::new();
-    for spec in plan(args.quick, args.seed) {
+    let (paced, paced_label) = paced_plan(args.quick, args.seed);
+    let runs = plan(args.quick, args.seed)
+        .into_iter()
+        .map(|spec| (spec, None))
+        .chain([(paced, Some(paced_label))]);
+    for (spec, label) in runs {
         let handler_us = if spec.workload == Workload::W5 {
             DEFAULT_W5_HANDLER_US
         } else {
@@ -109,21 +132,28 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
                 .max(1),
             readers: 2,
             handler_cost: Duration::from_micros(handler_us),
+            rate: label.as_ref().map(|_| PACED_RATE),
         };
         let mode = if spec.workload.uses_queue() {
             Mode::Queue
         } else {
             Mode::Direct
         };
+        let mut rows = Vec::new();
         if args.in_process {
             let gen = generate_with_progress(&spec, ui)?;
-            let rows = run_engines(&gen, spec.workload.name(), mode, &EngineKind::ALL, &cfg, ui)?;
-            results.extend(rows);
+            rows = run_engines(&gen, spec.workload.name(), mode, &EngineKind::ALL, &cfg, ui)?;
         } else {
             for engine in EngineKind::ALL {
-                results.extend(run_child(&child_args(&spec, engine, &cfg))?);
+                rows.extend(run_child(&child_args(&spec, engine, &cfg))?);
             }
         }
+        if let Some(label) = &label {
+            for row in &mut rows {
+                row.workload.clone_from(label);
+            }
+        }
+        results.extend(rows);
     }
     Ok(results)
 }
@@ -291,9 +321,11 @@ pub fn markdown(report: &CompareReport) -> String {
          figure (good for events/s and reads/s), below 1× less (good for wall time, latency \
          and memory). The reference engine always runs one consumer, as client-go does \
          (threads: consumers, or W4's readers). \
-         Latency is enqueue-to-pop of every {}th event; the producer never waits, so it \
-         includes the time an event spends queued behind the backlog. Peak +RSS is the \
-         resident memory the engine added over the pre-generated events.\n",
+         Latency is enqueue-to-pop of every {}th event. In W1-W5 the producer never waits \
+         (they measure capacity), so latency there is mostly time queued behind the backlog; \
+         `w1@200k/s` offers W1's events at a fixed 200,000 ops/s that both engines absorb, so \
+         its latency is each engine's own hand-off. Peak +RSS is the resident memory the \
+         engine added over the pre-generated events.\n",
         crate::latency::SAMPLE_EVERY
     );
     let rows = side_by_side(&report.results);
@@ -403,8 +435,17 @@ mod tests {
             in_process: true,
         };
         let results = compare(&args, Ui::Quiet).expect("quick compare runs");
-        assert_eq!(results.len(), 10, "five workloads, two engines");
+        assert_eq!(
+            results.len(),
+            12,
+            "five workloads and the paced W1, two engines each"
+        );
         assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
+        let paced: Vec<_> = results
+            .iter()
+            .filter(|r| r.workload == "w1@200k/s")
+            .collect();
+        assert_eq!(paced.len(), 2, "the paced run is labelled apart from w1");
         let report = CompareReport {
             machine: Machine::detect(),
             command: "loadgen compare --quick".into(),
@@ -413,13 +454,14 @@ mod tests {
         write_outputs(&out, &report).expect("outputs written");
         let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
         let json: serde_json::Value = serde_json::from_str(&read("latest.json")).unwrap();
-        assert_eq!(json["results"].as_array().map(Vec::len), Some(10));
+        assert_eq!(json["results"].as_array().map(Vec::len), Some(12));
         assert!(json["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
         assert_eq!(json["results"][0]["verdict"], "ok");
         let md = read("latest.md");
         assert!(md.contains("| workload | figure | reference | sharded | sharded/reference |"));
         assert!(md.contains("loadgen compare --quick"));
         assert!(md.contains("| w4 read heavy | reads/s |"));
+        assert!(md.contains("| w1@200k/s | latency p99 µs |"));
         for chart in ["throughput.svg", "latency.svg"] {
             let svg = read(chart);
             assert!(

@@ -90,6 +90,9 @@ pub struct EngineConfig {
     pub readers: usize,
     /// CPU the handler burns per delta (W5); zero for none.
     pub handler_cost: Duration,
+    /// Offered load: the producer paces itself to this many ops per second (`None`: as fast
+    /// as it can, which measures capacity; latency then includes the backlog).
+    pub rate: Option<u64>,
 }
 
 impl Default for EngineConfig {
@@ -99,6 +102,7 @@ impl Default for EngineConfig {
             consumers: 2,
             readers: 2,
             handler_cost: Duration::ZERO,
+            rate: None,
         }
     }
 }
@@ -282,7 +286,7 @@ where
                 })
             })
             .collect();
-        let enqueue_errors = produce(queue, &gen.ops, start, progress);
+        let enqueue_errors = produce(queue, &gen.ops, start, cfg.rate, progress);
         queue.close();
         let mut counters = Counters {
             enqueue_errors,
@@ -310,15 +314,22 @@ where
     }
 }
 
-/// Performs every op on the queue; returns how many the queue refused.
+/// Performs every op on the queue, at `rate` ops per second if given; returns how many the
+/// queue refused.
 fn produce<Q: DeltaQueue<Pod>>(
     queue: &Q,
     ops: &[Op],
     start: Instant,
+    rate: Option<u64>,
     progress: &dyn Progress,
 ) -> u64 {
     let mut errors = 0;
     for (n, op) in ops.iter().enumerate() {
+        if let Some(rate) = rate {
+            if n % PACE_EVERY == 0 {
+                pace(start, n, rate);
+            }
+        }
         if n % SAMPLE_EVERY == 0 {
             stamp(op, start);
         }
@@ -336,6 +347,27 @@ fn produce<Q: DeltaQueue<Pod>>(
     }
     progress.set(ops.len() as u64);
     errors
+}
+
+/// The producer checks its schedule every this many ops (bursts of this size are fine).
+const PACE_EVERY: usize = 16;
+
+/// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
+/// off, spins for the last stretch (a sleep overshoots by tens of microseconds).
+fn pace(start: Instant, n: usize, rate: u64) {
+    let due = Duration::from_nanos((n as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64);
+    loop {
+        let now = start.elapsed();
+        if now >= due {
+            return;
+        }
+        let ahead = due - now;
+        if ahead > Duration::from_micros(200) {
+            thread::sleep(ahead - Duration::from_micros(100));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
 }
 
 /// Stamps an add/update/delete with the time since `start` (+1, so 0 means "not sampled").

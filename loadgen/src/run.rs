@@ -67,6 +67,11 @@ pub struct RunArgs {
     /// The splitmix64 seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
+    /// Offered load in ops per second: the producer paces itself instead of running flat out.
+    /// Without it a run measures capacity, and its latency is mostly time queued behind the
+    /// backlog; with a rate both engines can absorb, latency is the engine's own hand-off.
+    #[arg(long)]
+    pub rate: Option<u64>,
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -110,6 +115,7 @@ impl RunArgs {
                 .max(1),
             readers: self.readers,
             handler_cost: Duration::from_micros(handler_us),
+            rate: self.rate,
         }
     }
 }
@@ -130,7 +136,7 @@ pub enum RunError {
 
 /// The `run` command line that makes a child process run `engine` alone on `spec`.
 pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -> Vec<String> {
-    [
+    let mut args = [
         "run",
         "--workload",
         spec.workload.name(),
@@ -153,7 +159,11 @@ pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -
         "--in-process",
     ]
     .map(String::from)
-    .to_vec()
+    .to_vec();
+    if let Some(rate) = cfg.rate {
+        args.extend(["--rate".to_string(), rate.to_string()]);
+    }
+    args
 }
 
 /// Generates `spec` (before any clock starts), with progress.
@@ -260,6 +270,16 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The sharded engine's consumer threads when none are asked for: two for W5's slow handler,
+/// one otherwise.
+pub fn default_consumers(workload: Workload) -> usize {
+    if workload == Workload::W5 {
+        2
+    } else {
+        1
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,15 +349,5 @@ mod tests {
         assert_eq!(finish(&results, None), ExitCode::SUCCESS);
         results[0].failures.push("missing key x".into());
         assert_eq!(finish(&results, None), ExitCode::FAILURE);
-    }
-}
-
-/// The sharded engine's consumer threads when none are asked for: two for W5's slow handler,
-/// one otherwise.
-pub fn default_consumers(workload: Workload) -> usize {
-    if workload == Workload::W5 {
-        2
-    } else {
-        1
     }
 }

@@ -30,6 +30,7 @@ fn run(engine: EngineKind, w: Workload) -> (Generated, Finished) {
         } else {
             std::time::Duration::ZERO
         },
+        rate: None,
     };
     let done = execute(engine, &gen, mode(w), &cfg, &NoProgress).expect("workload fits");
     (gen, done)
