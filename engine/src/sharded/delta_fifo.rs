@@ -46,6 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use smallvec::SmallVec;
 
 use std::collections::hash_map::Entry;
 
@@ -140,6 +141,13 @@ struct Popped<T> {
     deltas: Deltas<T>,
     initial: bool,
 }
+
+/// Keys handed out by one visit to a shard. Inline room for a single `pop` and small batches,
+/// so the one-key path allocates nothing.
+type Batch<T> = SmallVec<[Popped<T>; 4]>;
+
+/// The keys of a [`Batch`], kept to complete them after `process` consumed the deltas.
+type BatchKeys = SmallVec<[Key; 4]>;
 
 /// The sharded DeltaFIFO: client-go's semantics per key, sharded by key hash, with any number
 /// of concurrent producers and consumers.
@@ -314,7 +322,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     }
 
     /// Takes up to `max` keys from `shard`, which the caller was handed by the scheduler.
-    fn take_batch(&self, shard: usize, max: usize, out: &mut Vec<Popped<T>>) {
+    fn take_batch(&self, shard: usize, max: usize, out: &mut Batch<T>) {
         let track_known = self.known.is_some();
         let mut guard = self.lock_shard(shard);
         let state = &mut *guard;
@@ -404,13 +412,13 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
 
     /// Pops from one scheduled shard and processes, completing even if `process` panics.
     fn serve<F: FnMut(Deltas<T>, bool)>(&self, shard: usize, max: usize, mut process: F) -> usize {
-        let mut batch = Vec::with_capacity(max.min(1024));
+        let mut batch = Batch::new();
         self.take_batch(shard, max, &mut batch);
         let count = batch.len();
         if count == 0 {
             return 0;
         }
-        let keys: Vec<Key> = batch.iter().map(|p| p.deltas.key().clone()).collect();
+        let keys: BatchKeys = batch.iter().map(|p| p.deltas.key().clone()).collect();
         let initial = batch.iter().filter(|p| p.initial).count();
         let guard = CompleteOnDrop {
             fifo: self,
@@ -505,7 +513,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
 struct CompleteOnDrop<'a, T: Send + Sync + 'static> {
     fifo: &'a DeltaFifo<T>,
     shard: usize,
-    keys: Vec<Key>,
+    keys: BatchKeys,
     initial: usize,
 }
 
