@@ -1,11 +1,8 @@
 //! Indexer operations, one criterion group per operation, competitors side by side:
 //! `reference` (client-go's `threadSafeMap`: one `RwLock`), `sharded` (the concurrent indexer)
-//! and two floors, the same bookkeeping in plain maps with no lock (see `bench::floor`):
-//! `floor_key_sets` keeps client-go's layout (index sets of keys, the reference's) and
-//! `floor_object_sets` the sharded indexer's (index sets of key → object). No layout is the
-//! cheapest for every operation, so the lower bound of an operation is the lower of the two
-//! floors, and an engine's own price of concurrency is its distance to the floor of its layout.
-//! Every store holds 100,000 pods indexed by `namespace` and `node`.
+//! and `floor`, the same bookkeeping in plain maps with no lock (see `bench::floor`), index
+//! sets of keys like both engines': an engine's price of concurrency is its distance to the
+//! floor. Every store holds 100,000 pods indexed by `namespace` and `node`.
 //!
 //! | group | timed |
 //! |---|---|
@@ -30,7 +27,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bench::floor::{FloorIndexer, SetLayout};
+use bench::floor::FloorIndexer;
 use bench::{pods, pods_moving, random_indices, universe, Pod, NODES, NODE_INDEX};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode, Throughput};
 use kcache::{Indexer, Key, Store};
@@ -53,11 +50,11 @@ fn config() -> Criterion {
         .measurement_time(Duration::from_secs(3))
 }
 
-/// The four stores, filled with the same pods.
+/// The three stores, filled with the same pods.
 struct Stores {
     reference: kcache::reference::Indexer<Pod>,
     sharded: kcache::sharded::Indexer<Pod>,
-    floors: [FloorIndexer<Pod>; 2],
+    floor: FloorIndexer<Pod>,
 }
 
 impl Stores {
@@ -65,7 +62,7 @@ impl Stores {
         let mut stores = Self {
             reference: bench::reference_indexer(),
             sharded: bench::sharded_indexer(),
-            floors: FLOORS.map(|(_, layout)| bench::floor_indexer(layout)),
+            floor: bench::floor_indexer(),
         };
         for obj in objs {
             stores
@@ -73,19 +70,14 @@ impl Stores {
                 .add(Arc::clone(obj))
                 .expect("pods have keys");
             stores.sharded.add(Arc::clone(obj)).expect("pods have keys");
-            for floor in &mut stores.floors {
-                floor.update(Arc::clone(obj)).expect("pods have keys");
-            }
+            stores
+                .floor
+                .update(Arc::clone(obj))
+                .expect("pods have keys");
         }
         stores
     }
 }
-
-/// The floors' bench ids and layouts, in the order of [`Stores::floors`].
-const FLOORS: [(&str, SetLayout); 2] = [
-    ("floor_key_sets", SetLayout::Keys),
-    ("floor_object_sets", SetLayout::Objects),
-];
 
 /// Updates every pod of `rounds[round % 2]`, alternating per timed iteration so each update
 /// really is a new state (and, for `changed`, a new node).
@@ -95,8 +87,9 @@ fn update_group(c: &mut Criterion, name: &str, rounds: [Vec<Arc<Pod>>; 2], initi
     g.throughput(Throughput::Elements(KEYS as u64));
     g.sampling_mode(SamplingMode::Flat);
 
-    fn timed<S: Store<Pod>>(
-        store: &S,
+    /// Times `iters` rounds of `update` on every pod of the round's batch.
+    fn timed(
+        mut update: impl FnMut(Arc<Pod>),
         rounds: &[Vec<Arc<Pod>>; 2],
         round: &mut usize,
         iters: u64,
@@ -107,39 +100,35 @@ fn update_group(c: &mut Criterion, name: &str, rounds: [Vec<Arc<Pod>>; 2], initi
             *round += 1;
             let start = Instant::now();
             for obj in batch {
-                store.update(Arc::clone(obj)).expect("pods have keys");
+                update(Arc::clone(obj));
             }
             total += start.elapsed();
         }
         total
     }
 
+    fn store_update<S: Store<Pod>>(store: &S) -> impl FnMut(Arc<Pod>) + '_ {
+        |obj| store.update(obj).expect("pods have keys")
+    }
+
     let mut round = 0;
     g.bench_function("reference", |b| {
-        b.iter_custom(|iters| timed(&stores.reference, &rounds, &mut round, iters));
+        b.iter_custom(|iters| timed(store_update(&stores.reference), &rounds, &mut round, iters));
     });
     let mut round = 0;
     g.bench_function("sharded", |b| {
-        b.iter_custom(|iters| timed(&stores.sharded, &rounds, &mut round, iters));
+        b.iter_custom(|iters| timed(store_update(&stores.sharded), &rounds, &mut round, iters));
     });
-    for ((id, _), floor) in FLOORS.iter().zip(&mut stores.floors) {
-        let mut round = 0;
-        g.bench_function(*id, |b| {
-            b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    let batch = &rounds[round % 2];
-                    round += 1;
-                    let start = Instant::now();
-                    for obj in batch {
-                        floor.update(Arc::clone(obj)).expect("pods have keys");
-                    }
-                    total += start.elapsed();
-                }
-                total
-            });
+    let mut round = 0;
+    let floor = &mut stores.floor;
+    g.bench_function("floor", |b| {
+        b.iter_custom(|iters| {
+            let update = |obj| {
+                floor.update(obj).expect("pods have keys");
+            };
+            timed(update, &rounds, &mut round, iters)
         });
-    }
+    });
     g.finish();
 }
 
@@ -193,6 +182,17 @@ fn with_writer<S: Store<Pod> + Sync>(store: &S, rounds: &[Vec<Arc<Pod>>; 2], rea
     });
 }
 
+/// Times `iters` passes of `read` over every probe; each result goes through `black_box`.
+fn timed_reads<R>(read: impl Fn(&Key) -> R, probes: &[Key], iters: u64) -> Duration {
+    let start = Instant::now();
+    for _ in 0..iters {
+        for probe in probes {
+            black_box(read(probe));
+        }
+    }
+    start.elapsed()
+}
+
 fn get_with_writer(c: &mut Criterion) {
     let u = universe(KEYS);
     let stores = Stores::holding(&pods(&u, 1));
@@ -204,39 +204,23 @@ fn get_with_writer(c: &mut Criterion) {
     let mut g = c.benchmark_group("get_with_writer");
     g.throughput(Throughput::Elements(GETS as u64));
 
-    fn reads<S: Store<Pod>>(store: &S, keys: &[Key], iters: u64) -> Duration {
-        let start = Instant::now();
-        for _ in 0..iters {
-            for key in keys {
-                black_box(store.get_by_key(key));
-            }
-        }
-        start.elapsed()
+    fn gets<S: Store<Pod>>(store: &S) -> impl Fn(&Key) -> Option<Arc<Pod>> + '_ {
+        |key| store.get_by_key(key)
     }
 
     with_writer(&stores.reference, &rounds, || {
         g.bench_function("reference", |b| {
-            b.iter_custom(|iters| reads(&stores.reference, &keys, iters));
+            b.iter_custom(|iters| timed_reads(gets(&stores.reference), &keys, iters));
         });
     });
     with_writer(&stores.sharded, &rounds, || {
         g.bench_function("sharded", |b| {
-            b.iter_custom(|iters| reads(&stores.sharded, &keys, iters));
+            b.iter_custom(|iters| timed_reads(gets(&stores.sharded), &keys, iters));
         });
     });
-    for ((id, _), floor) in FLOORS.iter().zip(&stores.floors) {
-        g.bench_function(*id, |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    for key in &keys {
-                        black_box(floor.get_by_key(key));
-                    }
-                }
-                start.elapsed()
-            });
-        });
-    }
+    g.bench_function("floor", |b| {
+        b.iter_custom(|iters| timed_reads(|key| stores.floor.get_by_key(key), &keys, iters));
+    });
     g.finish();
 }
 
@@ -251,47 +235,33 @@ fn by_index_with_writer(c: &mut Criterion) {
     let mut g = c.benchmark_group("by_index_with_writer");
     g.throughput(Throughput::Elements(BY_INDEX as u64));
 
-    fn reads<S: Indexer<Pod>>(store: &S, nodes: &[Key], iters: u64) -> Duration {
-        let start = Instant::now();
-        for _ in 0..iters {
-            for node in nodes {
-                black_box(
-                    store
-                        .by_index(NODE_INDEX, node.as_str())
-                        .expect("node is an index"),
-                );
-            }
+    fn by_node<S: Indexer<Pod>>(store: &S) -> impl Fn(&Key) -> Vec<Arc<Pod>> + '_ {
+        |node| {
+            store
+                .by_index(NODE_INDEX, node.as_str())
+                .expect("node is an index")
         }
-        start.elapsed()
     }
 
     with_writer(&stores.reference, &rounds, || {
         g.bench_function("reference", |b| {
-            b.iter_custom(|iters| reads(&stores.reference, &nodes, iters));
+            b.iter_custom(|iters| timed_reads(by_node(&stores.reference), &nodes, iters));
         });
     });
     with_writer(&stores.sharded, &rounds, || {
         g.bench_function("sharded", |b| {
-            b.iter_custom(|iters| reads(&stores.sharded, &nodes, iters));
+            b.iter_custom(|iters| timed_reads(by_node(&stores.sharded), &nodes, iters));
         });
     });
-    for ((id, _), floor) in FLOORS.iter().zip(&stores.floors) {
-        g.bench_function(*id, |b| {
-            b.iter_custom(|iters| {
-                let start = Instant::now();
-                for _ in 0..iters {
-                    for node in &nodes {
-                        black_box(
-                            floor
-                                .by_index(NODE_INDEX, node.as_str())
-                                .expect("node is an index"),
-                        );
-                    }
-                }
-                start.elapsed()
-            });
-        });
-    }
+    let floor_by_node = |node: &Key| {
+        stores
+            .floor
+            .by_index(NODE_INDEX, node.as_str())
+            .expect("node is an index")
+    };
+    g.bench_function("floor", |b| {
+        b.iter_custom(|iters| timed_reads(floor_by_node, &nodes, iters));
+    });
     g.finish();
 }
 

@@ -292,7 +292,7 @@ impl KnownStores {
     fn holding(objs: &[Arc<Pod>]) -> Self {
         let reference = Arc::new(bench::reference_indexer());
         let sharded = Arc::new(bench::sharded_indexer());
-        let mut floor = bench::floor_indexer(bench::floor::SetLayout::Keys);
+        let mut floor = bench::floor_indexer();
         for obj in objs {
             reference
                 .add(Arc::clone(obj))

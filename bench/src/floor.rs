@@ -12,9 +12,9 @@
 //!   client-go's `dedupDeltas` rule) and `queue` ([`VecDeque`] of keys, each at most once), the
 //!   populated flag and the initial population count, `replace`'s two kinds of tombstones and
 //!   `resync`'s skip of queued keys.
-//! - [`FloorIndexer`]: key → object, and per index value → a set (of keys, or of key → object:
-//!   see [`SetLayout`]), with empty sets removed. Each object keeps the values it is indexed
-//!   under, so an update runs the index functions on the new object only.
+//! - [`FloorIndexer`]: key → object, and per index value → the set of its keys (the layout of
+//!   client-go and of both engines), with empty sets removed. Each object keeps the values it
+//!   is indexed under, so an update runs the index functions on the new object only.
 //!
 //! Bookkeeping that is left out, because only sharing or reproducibility needs it: locking,
 //! waking poppers, the sorted walk of known keys (the reference port sorts them so its pop
@@ -286,94 +286,29 @@ struct Slot<T> {
     values: ValuesPerIndex,
 }
 
-/// What an index's sets hold: the two layouts an indexer can choose between.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SetLayout {
-    /// Sets of keys, as client-go (and the reference port) keep them: an update that keeps its
-    /// values touches no set, and `by_index` looks every key of the set up in the items.
-    Keys,
-    /// Sets of key → object, as the sharded indexer keeps them: `by_index` copies the set's
-    /// object pointers, and every update refreshes the object in each of its sets.
-    Objects,
-}
+/// The sets of one index: value → keys of the objects that have it; never an empty set.
+type Sets = KeyMap<KeySet>;
 
-/// The sets of one index, in one of the [`SetLayout`]s; never an empty set.
-enum Sets<T> {
-    Keys(KeyMap<KeySet>),
-    Objects(KeyMap<KeyMap<Arc<T>>>),
-}
-
-impl<T> Sets<T> {
-    /// Files `key` (now holding `obj`) under `new` instead of `old`.
-    fn update(&mut self, key: &Key, old: &IndexValues, new: &IndexValues, obj: &Arc<T>) {
-        match self {
-            Sets::Keys(map) => {
-                // The common update keeps its values: then no set is touched.
-                if old == new {
-                    return;
-                }
-                for value in old {
-                    if !new.contains(value) {
-                        remove_from(map, value, |set| {
-                            set.remove(key);
-                            set.is_empty()
-                        });
-                    }
-                }
-                for value in new {
-                    if !old.contains(value) {
-                        map.entry(value.clone()).or_default().insert(key.clone());
-                    }
-                }
-            }
-            Sets::Objects(map) => {
-                for value in old {
-                    if !new.contains(value) {
-                        remove_from(map, value, |set| {
-                            set.remove(key);
-                            set.is_empty()
-                        });
-                    }
-                }
-                for value in new {
-                    // Most values already have a set: refresh it without cloning the value.
-                    match map.get_mut(value) {
-                        Some(set) => match set.get_mut(key) {
-                            Some(stored) => *stored = Arc::clone(obj),
-                            None => {
-                                set.insert(key.clone(), Arc::clone(obj));
-                            }
-                        },
-                        None => {
-                            map.entry(value.clone())
-                                .or_default()
-                                .insert(key.clone(), Arc::clone(obj));
-                        }
-                    }
+/// Files `key` under the `new` values instead of the `old` ones.
+fn update_sets(sets: &mut Sets, key: &Key, old: &IndexValues, new: &IndexValues) {
+    // The common update keeps its values: then no set is touched.
+    if old == new {
+        return;
+    }
+    for value in old {
+        if !new.contains(value) {
+            // The set goes with its last key.
+            if let Some(set) = sets.get_mut(value) {
+                set.remove(key);
+                if set.is_empty() {
+                    sets.remove(value);
                 }
             }
         }
     }
-
-    fn keys(&self, value: &Key) -> Vec<Key> {
-        match self {
-            Sets::Keys(map) => map
-                .get(value)
-                .map(|set| set.iter().cloned().collect())
-                .unwrap_or_default(),
-            Sets::Objects(map) => map
-                .get(value)
-                .map(|set| set.keys().cloned().collect())
-                .unwrap_or_default(),
-        }
-    }
-}
-
-/// Applies `change` to the set of `value`, and drops the set if `change` says it is empty.
-fn remove_from<S>(map: &mut KeyMap<S>, value: &Key, change: impl FnOnce(&mut S) -> bool) {
-    if let Some(set) = map.get_mut(value) {
-        if change(set) {
-            map.remove(value);
+    for value in new {
+        if !old.contains(value) {
+            sets.entry(value.clone()).or_default().insert(key.clone());
         }
     }
 }
@@ -382,23 +317,22 @@ fn remove_from<S>(map: &mut KeyMap<S>, value: &Key, change: impl FnOnce(&mut S) 
 struct Index<T> {
     name: String,
     func: IndexFunc<T>,
-    sets: Sets<T>,
+    sets: Sets,
 }
 
 /// An indexer's bookkeeping with no synchronisation: see the [module docs](self).
 ///
 /// Each stored object keeps the values it is indexed under, so a write runs the index functions
-/// on the new object only. The sets follow a [`SetLayout`]: no layout is cheapest for every
-/// operation, so the benches run the floor in both.
+/// on the new object only; each index value's set holds keys, as in client-go and both engines.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use bench::floor::{FloorIndexer, SetLayout};
+/// use bench::floor::FloorIndexer;
 /// use kcache::{IndexFunc, Key};
 ///
 /// let by_len: IndexFunc<String> = Arc::new(|s: &String| [Key::new(&s.len().to_string())].into_iter().collect());
 /// let key_fn = Arc::new(|s: &String| Ok(Key::new(s)));
-/// let mut store = FloorIndexer::new(key_fn, vec![("len".into(), by_len)], SetLayout::Keys);
+/// let mut store = FloorIndexer::new(key_fn, vec![("len".into(), by_len)]);
 /// store.update(Arc::new("ab".to_string())).unwrap();
 /// store.update(Arc::new("cd".to_string())).unwrap();
 /// assert_eq!(store.by_index("len", "2").unwrap().len(), 2);
@@ -408,13 +342,12 @@ pub struct FloorIndexer<T> {
     key_fn: KeyFn<T>,
     items: KeyMap<Slot<T>>,
     indexes: Vec<Index<T>>,
-    layout: SetLayout,
 }
 
 impl<T> FloorIndexer<T> {
     /// An empty indexer keyed by `key_fn` maintaining `indexers` (a repeated name: the later
-    /// function wins, as in the engines), with sets in `layout`.
-    pub fn new(key_fn: KeyFn<T>, indexers: Indexers<T>, layout: SetLayout) -> Self {
+    /// function wins, as in the engines).
+    pub fn new(key_fn: KeyFn<T>, indexers: Indexers<T>) -> Self {
         let mut indexes: Vec<Index<T>> = Vec::with_capacity(indexers.len());
         for (name, func) in indexers {
             match indexes.iter_mut().find(|index| index.name == name) {
@@ -422,10 +355,7 @@ impl<T> FloorIndexer<T> {
                 None => indexes.push(Index {
                     name,
                     func,
-                    sets: match layout {
-                        SetLayout::Keys => Sets::Keys(KeyMap::default()),
-                        SetLayout::Objects => Sets::Objects(KeyMap::default()),
-                    },
+                    sets: Sets::default(),
                 }),
             }
         }
@@ -433,13 +363,7 @@ impl<T> FloorIndexer<T> {
             key_fn,
             items: KeyMap::default(),
             indexes,
-            layout,
         }
-    }
-
-    /// What the index sets hold.
-    pub fn layout(&self) -> SetLayout {
-        self.layout
     }
 
     /// Stores `obj` under `key` and re-indexes it; returns what `key` held.
@@ -449,14 +373,14 @@ impl<T> FloorIndexer<T> {
         match self.items.get_mut(&key) {
             Some(slot) => {
                 for ((index, old), new) in self.indexes.iter_mut().zip(&slot.values).zip(&values) {
-                    index.sets.update(&key, old, new, &obj);
+                    update_sets(&mut index.sets, &key, old, new);
                 }
                 slot.values = values;
                 Some(std::mem::replace(&mut slot.obj, obj))
             }
             None => {
                 for (index, new) in self.indexes.iter_mut().zip(&values) {
-                    index.sets.update(&key, &none, new, &obj);
+                    update_sets(&mut index.sets, &key, &none, new);
                 }
                 self.items.insert(key, Slot { obj, values });
                 None
@@ -475,7 +399,7 @@ impl<T> FloorIndexer<T> {
         let slot = self.items.remove(key)?;
         let none = IndexValues::new();
         for (index, old) in self.indexes.iter_mut().zip(&slot.values) {
-            index.sets.update(key, old, &none, &slot.obj);
+            update_sets(&mut index.sets, key, old, &none);
         }
         Some(slot.obj)
     }
@@ -490,25 +414,25 @@ impl<T> FloorIndexer<T> {
         let index = self.index(name)?;
         // The engines take the value as a string and make a key of it; so does the floor.
         let value = Key::new(value);
-        Ok(match &index.sets {
-            Sets::Keys(map) => map
-                .get(&value)
-                .map(|keys| {
-                    keys.iter()
-                        .filter_map(|key| self.items.get(key).map(|slot| Arc::clone(&slot.obj)))
-                        .collect()
-                })
-                .unwrap_or_default(),
-            Sets::Objects(map) => map
-                .get(&value)
-                .map(|set| set.values().cloned().collect())
-                .unwrap_or_default(),
-        })
+        Ok(index
+            .sets
+            .get(&value)
+            .map(|keys| {
+                keys.iter()
+                    .filter_map(|key| self.items.get(key).map(|slot| Arc::clone(&slot.obj)))
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// The keys of the objects whose `name` index values include `value`.
     pub fn index_keys(&self, name: &str, value: &str) -> Result<Vec<Key>, IndexError> {
-        Ok(self.index(name)?.sets.keys(&Key::new(value)))
+        Ok(self
+            .index(name)?
+            .sets
+            .get(&Key::new(value))
+            .map(|set| set.iter().cloned().collect())
+            .unwrap_or_default())
     }
 
     fn index(&self, name: &str) -> Result<&Index<T>, IndexError> {
@@ -538,7 +462,6 @@ impl<T> fmt::Debug for FloorIndexer<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FloorIndexer")
             .field("len", &self.items.len())
-            .field("layout", &self.layout)
             .field(
                 "indexes",
                 &self.indexes.iter().map(|i| &i.name).collect::<Vec<_>>(),
@@ -618,7 +541,7 @@ mod tests {
         let mut rng = SplitMix64::new(7);
         let reference_store = Arc::new(crate::reference_indexer());
         let reference = crate::reference_queue(Some(reference_store.clone()));
-        let mut floor_store = crate::floor_indexer(SetLayout::Keys);
+        let mut floor_store = crate::floor_indexer();
         let mut floor = FloorQueue::new(crate::pod_key_fn());
         let mut version = 1;
         for step in 0..2000 {
@@ -671,42 +594,37 @@ mod tests {
     }
 
     #[test]
-    fn floor_indexer_matches_the_reference_through_moves_and_deletes_in_both_layouts() {
-        for layout in [SetLayout::Keys, SetLayout::Objects] {
-            let u = universe(200);
-            let reference = crate::reference_indexer();
-            let mut floor = FloorIndexer::new(crate::pod_key_fn(), crate::pod_indexers(), layout);
-            for batch in [pods(&u, 1), pods_moving(&u, 2, 3), pods(&u, 3)] {
-                for p in batch {
-                    reference.update(Arc::clone(&p)).unwrap();
-                    floor.update(p).unwrap();
-                }
+    fn floor_indexer_matches_the_reference_through_moves_and_deletes() {
+        let u = universe(200);
+        let reference = crate::reference_indexer();
+        let mut floor = crate::floor_indexer();
+        for batch in [pods(&u, 1), pods_moving(&u, 2, 3), pods(&u, 3)] {
+            for p in batch {
+                reference.update(Arc::clone(&p)).unwrap();
+                floor.update(p).unwrap();
             }
-            for id in (0..200).step_by(7) {
-                reference.remove_by_key(&u.keys[id]);
-                floor.remove_by_key(&u.keys[id]);
-            }
-            for node in u.nodes.iter().take(300) {
-                let mut want = reference.index_keys("node", node.as_str()).unwrap();
-                let mut got = floor.index_keys("node", node.as_str()).unwrap();
-                want.sort();
-                got.sort();
-                assert_eq!(got, want, "{layout:?} node {node}");
-                // by_index hands out the stored objects: the newest version of each key.
-                let objects = floor.by_index("node", node.as_str()).unwrap();
-                assert_eq!(objects.len(), want.len(), "{layout:?} node {node}");
-                assert!(
-                    objects.iter().all(|p| p.version == 3),
-                    "{layout:?} stale object"
-                );
-            }
-            assert_eq!(floor.len(), reference.len());
-            // Index sets are dropped once empty: a node nobody runs on is simply absent.
-            assert!(floor.index_keys("node", "node-4999").unwrap().is_empty());
-            assert!(matches!(
-                floor.by_index("zone", "z"),
-                Err(IndexError::UnknownIndex(name)) if name == "zone"
-            ));
         }
+        for id in (0..200).step_by(7) {
+            reference.remove_by_key(&u.keys[id]);
+            floor.remove_by_key(&u.keys[id]);
+        }
+        for node in u.nodes.iter().take(300) {
+            let mut want = reference.index_keys("node", node.as_str()).unwrap();
+            let mut got = floor.index_keys("node", node.as_str()).unwrap();
+            want.sort();
+            got.sort();
+            assert_eq!(got, want, "node {node}");
+            // by_index hands out the stored objects: the newest version of each key.
+            let objects = floor.by_index("node", node.as_str()).unwrap();
+            assert_eq!(objects.len(), want.len(), "node {node}");
+            assert!(objects.iter().all(|p| p.version == 3), "stale object");
+        }
+        assert_eq!(floor.len(), reference.len());
+        // Index sets are dropped once empty: a node nobody runs on is simply absent.
+        assert!(floor.index_keys("node", "node-4999").unwrap().is_empty());
+        assert!(matches!(
+            floor.by_index("zone", "z"),
+            Err(IndexError::UnknownIndex(name)) if name == "zone"
+        ));
     }
 }

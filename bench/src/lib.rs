@@ -12,9 +12,8 @@
 //! - `sharded_1shard`: the sharded engine with one shard, where the cost of the machinery
 //!   without the sharding is instructive (queue operations);
 //! - `floor`: [`floor::FloorQueue`] / [`floor::FloorIndexer`], the same bookkeeping in a plain
-//!   single-threaded map with no lock at all: the lower bound. The indexer groups run it in both
-//!   index-set layouts ([`floor::SetLayout`]), `floor_key_sets` (client-go's, the reference's)
-//!   and `floor_object_sets` (the sharded indexer's), since neither is cheapest everywhere.
+//!   single-threaded map with no lock at all: the lower bound. Its index sets hold keys, as
+//!   client-go's and both engines' do.
 //!
 //! # Objects
 //!
@@ -149,9 +148,9 @@ pub fn sharded_indexer() -> kcache::sharded::Indexer<Pod> {
     kcache::sharded::Indexer::new(pod_key_fn(), pod_indexers())
 }
 
-/// The floor indexer with the `namespace` and `node` indexes, its sets in `layout`.
-pub fn floor_indexer(layout: floor::SetLayout) -> floor::FloorIndexer<Pod> {
-    floor::FloorIndexer::new(pod_key_fn(), pod_indexers(), layout)
+/// The floor indexer with the `namespace` and `node` indexes.
+pub fn floor_indexer() -> floor::FloorIndexer<Pod> {
+    floor::FloorIndexer::new(pod_key_fn(), pod_indexers())
 }
 
 /// Times `iters` runs of `routine`, each on a fresh `setup()`, for criterion's `iter_custom`.

@@ -534,32 +534,12 @@ fn fmt_state<T>(d: &mut fmt::DebugStruct<'_, '_>, st: &State<T>) {
 
 #[cfg(all(test, not(kcache_loom)))]
 mod tests {
-    use std::sync::mpsc;
     use std::thread;
 
     use super::*;
-
-    /// A tiny object: an empty `key` makes the key function fail, `v == 666` makes the test
-    /// transformer fail.
-    #[derive(Debug, PartialEq)]
-    struct Obj {
-        key: &'static str,
-        v: u32,
-    }
-
-    fn obj(key: &'static str, v: u32) -> Arc<Obj> {
-        Arc::new(Obj { key, v })
-    }
-
-    fn key_fn() -> KeyFn<Obj> {
-        Arc::new(|o: &Obj| {
-            if o.key.is_empty() {
-                Err(KeyError::new("object has no key"))
-            } else {
-                Ok(Key::new(o.key))
-            }
-        })
-    }
+    use crate::reference::test_support::{
+        blocks_until_woken, key_fn, key_texts, known, obj, Known, Obj,
+    };
 
     /// Adds 100 to `v`, so a transformed object is recognisable; refuses `v == 666`.
     fn plus_100() -> TransformFn<Obj> {
@@ -570,40 +550,6 @@ mod tests {
                 Ok(obj(o.key, o.v + 100))
             }
         })
-    }
-
-    /// The consumer's store, as the queue sees it. `ghosts` are listed but not found, like a
-    /// key deleted between `list_keys` and `get_by_key`.
-    #[derive(Default)]
-    struct Known {
-        objects: std::sync::Mutex<KeyMap<Arc<Obj>>>,
-        ghosts: Vec<Key>,
-    }
-
-    impl KnownObjects<Obj> for Known {
-        fn list_keys(&self) -> Vec<Key> {
-            let objects = self.objects.lock().unwrap();
-            objects
-                .keys()
-                .cloned()
-                .chain(self.ghosts.iter().cloned())
-                .collect()
-        }
-        fn get_by_key(&self, key: &Key) -> Option<Arc<Obj>> {
-            self.objects.lock().unwrap().get(key).cloned()
-        }
-    }
-
-    fn known(objs: &[Arc<Obj>]) -> Arc<Known> {
-        let known = Known::default();
-        for o in objs {
-            known
-                .objects
-                .lock()
-                .unwrap()
-                .insert(Key::new(o.key), Arc::clone(o));
-        }
-        Arc::new(known)
     }
 
     fn opts() -> QueueOptions<Obj> {
@@ -641,7 +587,7 @@ mod tests {
     }
 
     fn keys(q: &DeltaFifo<Obj>) -> Vec<String> {
-        q.list_keys().iter().map(|k| k.to_string()).collect()
+        key_texts(&q.list_keys())
     }
 
     /// Pops one key: (key, is_in_initial_list, deltas as text).
@@ -1148,34 +1094,20 @@ mod tests {
     #[test]
     fn pop_blocks_until_add() {
         let q = Arc::new(queue());
-        let (tx, rx) = mpsc::channel();
-        let popper = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || {
-                let popped = q.pop(|d, _| shown(&d));
-                tx.send(popped).unwrap();
-            })
-        };
-        assert!(
-            rx.recv_timeout(Duration::from_millis(50)).is_err(),
-            "pop returned on an empty queue"
+        let popper = Arc::clone(&q);
+        let popped = blocks_until_woken(
+            move || popper.pop(|d, _| shown(&d)),
+            || q.add(obj("a", 1)).unwrap(),
         );
-        q.add(obj("a", 1)).unwrap();
-        let popped = rx.recv_timeout(Duration::from_secs(10)).unwrap();
         assert_eq!(popped, Ok(vec!["Added(1)".to_string()]));
-        popper.join().unwrap();
     }
 
     #[test]
     fn close_wakes_a_blocked_pop() {
         let q = Arc::new(queue());
-        let popper = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.pop(|_, _| ()))
-        };
-        thread::sleep(Duration::from_millis(20));
-        q.close();
-        assert_eq!(popper.join().unwrap(), Err(Closed));
+        let popper = Arc::clone(&q);
+        let popped = blocks_until_woken(move || popper.pop(|_, _| ()), || q.close());
+        assert_eq!(popped, Err(Closed));
     }
 
     #[test]

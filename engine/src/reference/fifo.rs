@@ -328,31 +328,11 @@ impl<T> fmt::Debug for Fifo<T> {
 
 #[cfg(all(test, not(kcache_loom)))]
 mod tests {
-    use std::sync::mpsc;
-    use std::thread;
-    use std::time::Duration;
-
     use super::*;
-
-    /// A tiny object; an empty `key` makes the key function fail.
-    #[derive(Debug, PartialEq)]
-    struct Obj {
-        key: &'static str,
-        v: u32,
-    }
-
-    fn obj(key: &'static str, v: u32) -> Arc<Obj> {
-        Arc::new(Obj { key, v })
-    }
+    use crate::reference::test_support::{blocks_until_woken, key_fn, key_texts, obj, Obj};
 
     fn fifo() -> Fifo<Obj> {
-        Fifo::new(Arc::new(|o: &Obj| {
-            if o.key.is_empty() {
-                Err(KeyError::new("object has no key"))
-            } else {
-                Ok(Key::new(o.key))
-            }
-        }))
+        Fifo::new(key_fn())
     }
 
     /// Pops one object: (key, v, is_in_initial_list).
@@ -364,7 +344,7 @@ mod tests {
     }
 
     fn keys(f: &Fifo<Obj>) -> Vec<String> {
-        f.list_keys().iter().map(|k| k.to_string()).collect()
+        key_texts(&f.list_keys())
     }
 
     #[test]
@@ -505,18 +485,12 @@ mod tests {
     #[test]
     fn fifo_pop_blocks_until_add() {
         let f = Arc::new(fifo());
-        let (tx, rx) = mpsc::channel();
-        let popper = {
-            let f = Arc::clone(&f);
-            thread::spawn(move || tx.send(f.pop(|o, _| o.v)).unwrap())
-        };
-        assert!(
-            rx.recv_timeout(Duration::from_millis(50)).is_err(),
-            "pop returned on an empty queue"
+        let popper = Arc::clone(&f);
+        let popped = blocks_until_woken(
+            move || popper.pop(|o, _| o.v),
+            || f.add(obj("a", 7)).unwrap(),
         );
-        f.add(obj("a", 7)).unwrap();
-        assert_eq!(rx.recv_timeout(Duration::from_secs(10)).unwrap(), Ok(7));
-        popper.join().unwrap();
+        assert_eq!(popped, Ok(7));
     }
 
     #[test]

@@ -10,3 +10,6 @@ mod fifo;
 
 pub use delta_fifo::DeltaFifo;
 pub use fifo::Fifo;
+
+#[cfg(test)]
+pub(crate) mod test_support;
