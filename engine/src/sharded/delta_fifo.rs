@@ -3,7 +3,7 @@
 //! # Design
 //!
 //! Keys are split into `N` shards (a power of two) by their precomputed hash. Each shard is one
-//! mutex over a map `key → Entry` and a FIFO of keys that have deltas to pop. Producers lock only
+//! mutex over its keys' state (below) and a FIFO of keys that have deltas to pop. Producers lock only
 //! their key's shard. Shards with keys to pop hold one token each in the [`Scheduler`], which
 //! consumers take round-robin; a consumer takes a batch of keys from one shard under one lock,
 //! processes them with no lock held, and completes them under one more lock of that shard.
@@ -40,6 +40,7 @@
 //! has been *processed*. With one shard and FIFO order this is the same as client-go's count;
 //! across shards it keeps each key's flag right whatever the interleaving of shards.
 
+use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -47,8 +48,6 @@ use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
-
-use std::collections::hash_map::Entry;
 
 use crate::delta::{push_dedup, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone};
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
