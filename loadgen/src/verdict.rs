@@ -40,9 +40,11 @@ pub struct Counters {
     pub on_update: u64,
     /// Handler `on_delete` calls.
     pub on_delete: u64,
-    /// Deltas whose version was older than one already delivered for the same key (an
-    /// `Added`/`Updated` must be strictly newer; others not older).
+    /// Handler updates whose new object is older than the one it replaces: a key's deltas
+    /// came out of order.
     pub version_regressions: u64,
+    /// Event objects (`Added`/`Updated`/`Deleted`) delivered a second time.
+    pub duplicated: u64,
     /// Queue calls the producer saw fail.
     pub enqueue_errors: u64,
 }
@@ -62,6 +64,7 @@ impl Counters {
         self.on_update += other.on_update;
         self.on_delete += other.on_delete;
         self.version_regressions += other.version_regressions;
+        self.duplicated += other.duplicated;
         self.enqueue_errors += other.enqueue_errors;
     }
 }
@@ -278,6 +281,7 @@ fn check_counters(model: &Model, store_len: u64, c: &Counters, f: &mut Failures)
     f.expect_eq("Replaced deltas delivered", c.replaced, e.replaced);
     f.expect_eq("tombstones delivered", c.tombstones, e.tombstones);
     f.expect_eq("version regressions", c.version_regressions, 0);
+    f.expect_eq("event objects delivered twice", c.duplicated, 0);
     f.expect_eq("enqueue errors", c.enqueue_errors, 0);
     let kinds = c.added + c.updated + c.deleted + c.tombstones + c.replaced + c.synced;
     f.expect_eq("deltas (sum of kinds)", c.deltas, kinds);

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use kcache::{IndexFunc, IndexValues, Indexers, Key, KeyFn};
@@ -63,8 +63,8 @@ impl SplitMix64 {
 
 /// The object every workload moves: a pod reduced to what the queue and the indexes need.
 ///
-/// `id` is the dense number of its key in the [`Universe`], so per-key bookkeeping (the
-/// verdict's version check) is an array access, not a hash-map probe.
+/// `id` is the dense number of its key in the [`Universe`], so per-key bookkeeping is an array
+/// access, not a hash-map probe.
 #[derive(Debug)]
 pub struct Pod {
     /// Dense key number in the universe the pod was made in.
@@ -80,6 +80,10 @@ pub struct Pod {
     /// Nanoseconds since the run started, set by the producer just before it enqueues a
     /// sampled event; 0 when the event is not sampled.
     pub enqueued_ns: AtomicU64,
+    /// Set by the consumer that receives this object in an `Added`/`Updated`/`Deleted` delta:
+    /// each event object is enqueued once, so finding it set means a delta was delivered twice.
+    /// It lives in the object, on a cache line the consumer reads anyway.
+    pub delivered: AtomicBool,
 }
 
 impl Pod {
@@ -92,6 +96,7 @@ impl Pod {
             node,
             version,
             enqueued_ns: AtomicU64::new(0),
+            delivered: AtomicBool::new(false),
         }
     }
 
@@ -404,6 +409,23 @@ pub struct Generated {
 }
 
 impl Generated {
+    /// Clears every object's `delivered` flag and latency stamp, so the same events can run
+    /// through another engine (in one process, engines run one after the other on one
+    /// `Generated`). Call before the clock starts.
+    pub fn reset_delivery(&self) {
+        for op in &self.ops {
+            let pods: &[Arc<Pod>] = match op {
+                Op::Add(pod) | Op::Update(pod) | Op::Delete(pod) => std::slice::from_ref(pod),
+                Op::Replace(relist) => &relist.objects,
+                Op::Resync => &[],
+            };
+            for pod in pods {
+                pod.delivered.store(false, Ordering::Relaxed);
+                pod.enqueued_ns.store(0, Ordering::Relaxed);
+            }
+        }
+    }
+
     /// How many objects the producer hands the queue: one per add/update/delete, plus every
     /// object of every relist. (Resyncs are not counted: what they queue depends on timing.)
     pub fn event_count(&self) -> u64 {

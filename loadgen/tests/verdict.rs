@@ -244,6 +244,11 @@ fn lost_duplicated_or_regressing_deltas_fail_the_verdict() {
         .failures()
         .iter()
         .any(|f| f.starts_with("Added deltas")));
+    let twice = corrupt(|c| c.duplicated = 1);
+    assert!(twice
+        .failures()
+        .iter()
+        .any(|f| f.starts_with("event objects delivered twice")));
     let regressed = corrupt(|c| c.version_regressions = 1);
     assert!(regressed
         .failures()
