@@ -34,24 +34,12 @@ fn engine_color(engine: &str) -> RGBColor {
 
 /// Workloads in the order they first appear.
 fn workloads(results: &[RunResult]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for r in results {
-        if !out.contains(&r.workload.as_str()) {
-            out.push(&r.workload);
-        }
-    }
-    out
+    crate::report::first_seen(results, |r| &r.workload)
 }
 
 /// Engines in the order they first appear.
 fn engines(results: &[RunResult]) -> Vec<&str> {
-    let mut out: Vec<&str> = Vec::new();
-    for r in results {
-        if !out.contains(&r.engine.as_str()) {
-            out.push(&r.engine);
-        }
-    }
-    out
+    crate::report::first_seen(results, |r| &r.engine)
 }
 
 fn find<'a>(results: &'a [RunResult], workload: &str, engine: &str) -> Option<&'a RunResult> {

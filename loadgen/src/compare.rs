@@ -247,12 +247,7 @@ pub fn side_by_side(results: &[RunResult]) -> Vec<Vec<String>> {
     ]
     .map(String::from)
     .to_vec()];
-    let mut loads: Vec<&str> = Vec::new();
-    for r in results {
-        if !loads.contains(&r.workload.as_str()) {
-            loads.push(&r.workload);
-        }
-    }
+    let loads = crate::report::first_seen(results, |r| &r.workload);
     for w in loads {
         let get = |engine: EngineKind| {
             results

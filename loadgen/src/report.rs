@@ -251,3 +251,19 @@ pub fn table(results: &[RunResult]) -> String {
     }
     aligned(&rows)
 }
+
+/// The distinct values of `field` over `results`, in the order they first appear (tables and
+/// charts list workloads and engines in run order).
+pub fn first_seen<'a>(
+    results: &'a [RunResult],
+    field: impl Fn(&'a RunResult) -> &'a String,
+) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for r in results {
+        let value = field(r).as_str();
+        if !out.contains(&value) {
+            out.push(value);
+        }
+    }
+    out
+}
