@@ -77,22 +77,9 @@ pub fn apply_deltas_coalesced<T, S, H>(
     S: Store<T> + ?Sized,
     H: EventHandler<T> + ?Sized,
 {
-    if let [only] = deltas.as_slice() {
-        // The common case: one delta, one write, no bookkeeping.
-        let key = deltas.key();
-        match (only.kind, &only.object) {
-            (DeltaType::Deleted, payload) => {
-                store.remove_by_key(key);
-                handler.on_delete(payload);
-            }
-            (_, DeltaObject::Object(obj)) => {
-                match store.insert_by_key(key.clone(), Arc::clone(obj)) {
-                    Some(old) => handler.on_update(&old, obj),
-                    None => handler.on_add(obj, is_in_initial_list),
-                }
-            }
-            (_, DeltaObject::Tombstone(_)) => {}
-        }
+    if deltas.len() == 1 {
+        // The common case: one delta is already one write; nothing to coalesce.
+        process_deltas(store, handler, deltas, is_in_initial_list);
         return;
     }
 
@@ -137,4 +124,96 @@ enum Event<'a, T> {
     Add(&'a Arc<T>),
     Update(Arc<T>, &'a Arc<T>),
     Delete(&'a DeltaObject<T>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delta::{Delta, Tombstone};
+    use crate::key::{Key, KeyError};
+    use crate::reference::Indexer;
+    use crate::store::KnownObjects;
+
+    /// Records every handler call as text.
+    #[derive(Default)]
+    struct Recorder(Vec<String>);
+
+    impl EventHandler<u32> for Recorder {
+        fn on_add(&mut self, obj: &Arc<u32>, initial: bool) {
+            self.0.push(format!("add {obj} {initial}"));
+        }
+        fn on_update(&mut self, old: &Arc<u32>, new: &Arc<u32>) {
+            self.0.push(format!("update {old}->{new}"));
+        }
+        fn on_delete(&mut self, obj: &DeltaObject<u32>) {
+            let last = obj.last_known().map(|o| **o);
+            self.0
+                .push(format!("delete {last:?} tombstone={}", obj.is_tombstone()));
+        }
+    }
+
+    fn store(initial: Option<u32>) -> Indexer<u32> {
+        let key_fn: crate::KeyFn<u32> =
+            Arc::new(|_: &u32| -> Result<Key, KeyError> { Ok(Key::new("k")) });
+        let store = Indexer::new(key_fn, Vec::new());
+        if let Some(v) = initial {
+            store.insert_by_key(Key::new("k"), Arc::new(v));
+        }
+        store
+    }
+
+    /// Delta `i` of a sequence, carrying version `v`.
+    fn delta(i: usize, v: u32) -> Delta<u32> {
+        match i {
+            0 => Delta::new(DeltaType::Added, Arc::new(v)),
+            1 => Delta::new(DeltaType::Updated, Arc::new(v)),
+            2 => Delta::new(DeltaType::Deleted, Arc::new(v)),
+            3 => Delta::tombstone(Tombstone {
+                key: Key::new("k"),
+                last_known: Some(Arc::new(v)),
+            }),
+            4 => Delta::new(DeltaType::Sync, Arc::new(v)),
+            _ => Delta::new(DeltaType::Replaced, Arc::new(v)),
+        }
+    }
+
+    #[test]
+    fn coalesced_apply_makes_the_same_calls_and_leaves_the_same_store_as_process_deltas() {
+        let mut sequences: Vec<Vec<usize>> = vec![vec![]];
+        for _ in 0..3 {
+            let longer: Vec<Vec<usize>> = sequences
+                .iter()
+                .filter(|s| s.len() == sequences.last().map_or(0, Vec::len))
+                .flat_map(|s| (0..6).map(move |d| [s.clone(), vec![d]].concat()))
+                .collect();
+            sequences.extend(longer);
+        }
+        let mut checked = 0;
+        for seq in sequences.iter().filter(|s| !s.is_empty()) {
+            for initial_state in [None, Some(100)] {
+                for initial_list in [false, true] {
+                    let deltas = Deltas::from_vec(
+                        Key::new("k"),
+                        seq.iter()
+                            .enumerate()
+                            .map(|(n, &d)| delta(d, n as u32 + 1))
+                            .collect(),
+                    );
+                    let (one, coalesced) = (store(initial_state), store(initial_state));
+                    let (mut a, mut b) = (Recorder::default(), Recorder::default());
+                    process_deltas(&one, &mut a, &deltas, initial_list);
+                    apply_deltas_coalesced(&coalesced, &mut b, &deltas, initial_list);
+                    assert_eq!(a.0, b.0, "handler calls for {seq:?} from {initial_state:?}");
+                    let key = Key::new("k");
+                    assert_eq!(
+                        one.get_by_key(&key).map(|o| *o),
+                        coalesced.get_by_key(&key).map(|o| *o),
+                        "final store for {seq:?} from {initial_state:?}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, (6 + 36 + 216) * 4, "every sequence up to length 3");
+    }
 }

@@ -115,6 +115,19 @@ impl Observed {
     }
 }
 
+/// Runs `producers` threads of `produce` to completion.
+fn produce_all(q: &Arc<DeltaFifo<Obj>>, producers: usize, per_producer: usize) {
+    let threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let q = Arc::clone(q);
+            thread::spawn(move || produce(&q, p, per_producer))
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
 fn produce(q: &DeltaFifo<Obj>, producer: usize, count: usize) {
     let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (producer as u64 + 1);
     for seq in 0..count {
@@ -147,15 +160,7 @@ fn every_delta_once_in_order_and_keys_exclusive() {
                     })
                 })
                 .collect();
-            let producer_threads: Vec<_> = (0..producers)
-                .map(|p| {
-                    let q = Arc::clone(&q);
-                    thread::spawn(move || produce(&q, p, per_producer))
-                })
-                .collect();
-            for t in producer_threads {
-                t.join().unwrap();
-            }
+            produce_all(&q, producers, per_producer);
             q.close();
             for t in consumer_threads {
                 t.join().unwrap();
@@ -220,15 +225,7 @@ fn resync_replace_and_close_under_load_lose_nothing() {
                     }
                 })
             };
-            let producer_threads: Vec<_> = (0..producers)
-                .map(|p| {
-                    let q = Arc::clone(&q);
-                    thread::spawn(move || produce(&q, p, per_producer))
-                })
-                .collect();
-            for t in producer_threads {
-                t.join().unwrap();
-            }
+            produce_all(&q, producers, per_producer);
             done.store(true, Ordering::Relaxed);
             relister.join().unwrap();
             q.close();
