@@ -48,6 +48,20 @@ fn find<'a>(results: &'a [RunResult], workload: &str, engine: &str) -> Option<&'
         .find(|r| r.workload == workload && r.engine == engine)
 }
 
+/// The x-axis label at slot `x` of a chart with `slots` slots per workload: the workload's
+/// name under the middle of its group of bars (bars fill slots `0..slots - 1`, the last slot
+/// is the gap), nothing elsewhere.
+fn group_label(loads: &[&str], slots: i32, x: i32) -> String {
+    if x.rem_euclid(slots) == (slots - 1) / 2 {
+        loads
+            .get((x / slots) as usize)
+            .map(|w| w.to_uppercase())
+            .unwrap_or_default()
+    } else {
+        String::new()
+    }
+}
+
 fn err(path: &Path, e: impl std::fmt::Display) -> ChartError {
     ChartError {
         path: path.to_path_buf(),
@@ -78,16 +92,7 @@ pub fn throughput_svg(results: &[RunResult], path: &Path) -> Result<(), ChartErr
         .y_label_area_size(70)
         .build_cartesian_2d(0..slots * loads.len() as i32, 0f64..top)
         .map_err(|e| err(path, e))?;
-    let label = |x: &i32| {
-        let slot = x.rem_euclid(slots);
-        // Engines fill slots 0..n; the label sits at their middle.
-        if slot == (slots - 1) / 2 {
-            let i = (x / slots) as usize;
-            loads.get(i).map(|w| w.to_uppercase()).unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
+    let label = |x: &i32| group_label(&loads, slots, *x);
     chart
         .configure_mesh()
         .disable_x_mesh()
@@ -193,16 +198,7 @@ pub fn latency_svg(results: &[RunResult], path: &Path) -> Result<(), ChartError>
         .y_label_area_size(80)
         .build_cartesian_2d(0..slots * loads.len().max(1) as i32, (lo..hi).log_scale())
         .map_err(|e| err(path, e))?;
-    let label = |x: &i32| {
-        if x.rem_euclid(slots) == (slots - 1) / 2 {
-            loads
-                .get((x / slots) as usize)
-                .map(|w| w.to_uppercase())
-                .unwrap_or_default()
-        } else {
-            String::new()
-        }
-    };
+    let label = |x: &i32| group_label(&loads, slots, *x);
     chart
         .configure_mesh()
         .disable_x_mesh()

@@ -168,7 +168,7 @@ impl fmt::Debug for Finished {
 /// An engine could not run the workload.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum EngineError {
-    /// The workload's keys do not fit the dense per-key counters (more than `u32::MAX`).
+    /// The workload has more keys than a pod's `u32` id can number (more than `u32::MAX`).
     #[error("too many keys ({0}); at most {max} are supported", max = u32::MAX)]
     TooManyKeys(usize),
 }
@@ -627,4 +627,66 @@ fn read_until_done<S: Indexer<Pod>>(
     }
     std::hint::black_box(found);
     reads
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kcache::{Delta, Key};
+
+    fn pod(version: u64) -> Arc<Pod> {
+        Arc::new(Pod::new(0, Key::new("ns/a"), Key::new("ns"), None, version))
+    }
+
+    fn deltas(list: Vec<Delta<Pod>>) -> Deltas<Pod> {
+        Deltas::from_vec(Key::new("ns/a"), list)
+    }
+
+    // The verdict tests corrupt the counters by hand; these check that the consumer itself
+    // fills them in, since its checks live on the objects rather than in a per-key table.
+    #[test]
+    fn an_event_object_delivered_twice_counts_as_duplicated() {
+        let mut c = Consumer::new(Instant::now(), Duration::ZERO);
+        let p = pod(1);
+        c.observe(&deltas(vec![Delta::new(DeltaType::Added, Arc::clone(&p))]));
+        assert_eq!(c.counters.duplicated, 0);
+        c.observe(&deltas(vec![Delta::new(DeltaType::Added, p)]));
+        assert_eq!(c.counters.duplicated, 1);
+        assert_eq!((c.counters.pops, c.counters.added), (2, 2));
+    }
+
+    #[test]
+    fn replaced_and_sync_deltas_never_count_as_duplicated() {
+        let mut c = Consumer::new(Instant::now(), Duration::ZERO);
+        let p = pod(1);
+        for kind in [DeltaType::Replaced, DeltaType::Sync, DeltaType::Sync] {
+            c.observe(&deltas(vec![Delta::new(kind, Arc::clone(&p))]));
+        }
+        assert_eq!(c.counters.duplicated, 0);
+        assert_eq!((c.counters.replaced, c.counters.synced), (1, 2));
+    }
+
+    #[test]
+    fn a_stamped_event_records_one_latency_sample() {
+        let start = Instant::now();
+        let mut c = Consumer::new(start, Duration::ZERO);
+        let p = pod(1);
+        stamp(&Op::Update(Arc::clone(&p)), start);
+        c.observe(&deltas(vec![
+            Delta::new(DeltaType::Updated, p),
+            Delta::new(DeltaType::Updated, pod(2)),
+        ]));
+        assert_eq!(c.latency.len(), 1);
+    }
+
+    #[test]
+    fn an_update_to_an_older_version_counts_as_a_regression() {
+        let mut c = Consumer::new(Instant::now(), Duration::ZERO);
+        c.on_update(&pod(1), &pod(2));
+        c.on_update(&pod(2), &pod(2));
+        assert_eq!(c.counters.version_regressions, 0);
+        c.on_update(&pod(3), &pod(2));
+        assert_eq!(c.counters.version_regressions, 1);
+        assert_eq!(c.counters.on_update, 3);
+    }
 }

@@ -63,8 +63,8 @@ impl SplitMix64 {
 
 /// The object every workload moves: a pod reduced to what the queue and the indexes need.
 ///
-/// `id` is the dense number of its key in the [`Universe`], so per-key bookkeeping is an array
-/// access, not a hash-map probe.
+/// `id` is the dense number of its key in the [`Universe`]: a compact name for the key (see
+/// [`Op::summary`]) that needs no string comparison.
 #[derive(Debug)]
 pub struct Pod {
     /// Dense key number in the universe the pod was made in.

@@ -2,8 +2,9 @@
 //! the line on stderr, after flushing what came before; a refused operation is reported and
 //! the replay goes on with exit code 0.
 
-use std::io::Write;
-use std::process::{Command, Output, Stdio};
+mod common;
+
+use std::process::Output;
 
 use loadgen::ops::{replay, EngineChoice, OpsError};
 
@@ -11,20 +12,7 @@ const ADD_A: &str = r#"{"op":"add","obj":{"key":"ns/a","v":1}}"#;
 const POP_A: &str = r#"{"pop":"ns/a","initial":false,"deltas":[{"type":"Added","v":1}]}"#;
 
 fn ops(stdin: &[u8]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(["ops", "--engine", "reference"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the loadgen binary starts");
-    let mut pipe = child.stdin.take().expect("stdin is piped");
-    let input = stdin.to_vec();
-    let writer = std::thread::spawn(move || pipe.write_all(&input));
-    let output = child.wait_with_output().expect("loadgen runs");
-    // The replay stops reading at a malformed line, so the rest may hit a closed pipe.
-    let _ = writer.join();
-    output
+    common::run_loadgen(&["ops", "--engine", "reference"], stdin)
 }
 
 fn text(bytes: &[u8]) -> String {

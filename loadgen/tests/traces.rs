@@ -8,11 +8,11 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+
+mod common;
 
 const TRACES_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/traces");
 
@@ -208,7 +208,7 @@ fn group_pops_by_key(lines: &[Value]) -> Vec<Segment> {
 /// Runs one trace through one configuration and compares; the error says where and how the
 /// output differs.
 fn check(config: &EngineConfig, trace: &Trace) -> Result<(), String> {
-    let output = run_loadgen(config.args, &trace.input);
+    let output = common::run_loadgen(config.args, trace.input.as_bytes());
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         return Err(format!("exited with {}; stderr:\n{stderr}", output.status));
@@ -325,22 +325,4 @@ fn load_traces() -> Vec<Trace> {
             }
         })
         .collect()
-}
-
-fn run_loadgen(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the loadgen binary starts");
-    let mut pipe = child.stdin.take().expect("stdin is piped");
-    let input = stdin.to_owned();
-    // Written from another thread so a large output can never deadlock against the input.
-    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
-    let output = child.wait_with_output().expect("loadgen runs");
-    // The child may stop reading early (a malformed line); a broken pipe is then expected.
-    let _ = writer.join();
-    output
 }
