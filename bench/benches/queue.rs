@@ -63,35 +63,116 @@ fn sharded_1shard(known: Known) -> kcache::sharded::DeltaFifo<Pod> {
     bench::sharded_queue(known, 1)
 }
 
-fn filled<Q: DeltaQueue<Pod>>(queue: Q, objs: &[Arc<Pod>]) -> Q {
-    for obj in objs {
-        queue.add(Arc::clone(obj)).expect("pods always have keys");
-    }
-    queue
+/// The operations the groups time, so each timed loop is written once for every competitor:
+/// the engines through [`DeltaQueue`], the floor (which is not one) through [`Floor`].
+trait Competitor {
+    fn add(&mut self, obj: Arc<Pod>);
+    fn update(&mut self, obj: Arc<Pod>);
+    /// Pops one key, which must be queued.
+    fn pop_one(&mut self);
+    /// Pops up to [`BATCH`] keys; returns how many.
+    fn pop_batch(&mut self) -> usize;
+    fn replace(&mut self, list: Vec<Arc<Pod>>);
+    fn resync(&mut self);
 }
 
-fn floor_filled(objs: &[Arc<Pod>]) -> FloorQueue<Pod> {
-    let mut queue = FloorQueue::new(bench::pod_key_fn());
+impl<Q: DeltaQueue<Pod>> Competitor for Q {
+    fn add(&mut self, obj: Arc<Pod>) {
+        DeltaQueue::add(self, obj).expect("pods always have keys");
+    }
+
+    fn update(&mut self, obj: Arc<Pod>) {
+        DeltaQueue::update(self, obj).expect("pods always have keys");
+    }
+
+    fn pop_one(&mut self) {
+        let popped = self.pop(|deltas, initial| black_box((deltas.len(), initial)));
+        black_box(popped.expect("the queue holds every key"));
+    }
+
+    fn pop_batch(&mut self) -> usize {
+        DeltaQueue::pop_batch(self, BATCH, |deltas, initial| {
+            black_box((deltas.len(), initial));
+        })
+        .expect("the queue holds every key")
+    }
+
+    fn replace(&mut self, list: Vec<Arc<Pod>>) {
+        DeltaQueue::replace(self, list, "bench").expect("pods always have keys");
+    }
+
+    fn resync(&mut self) {
+        DeltaQueue::resync(self).expect("pods always have keys");
+    }
+}
+
+/// The floor queue with the known store its `replace` and `resync` read (the engines hold
+/// theirs from construction).
+struct Floor<'a> {
+    queue: FloorQueue<Pod>,
+    known: Option<&'a FloorIndexer<Pod>>,
+}
+
+fn floor(known: Option<&FloorIndexer<Pod>>) -> Floor<'_> {
+    Floor {
+        queue: FloorQueue::new(bench::pod_key_fn()),
+        known,
+    }
+}
+
+impl Competitor for Floor<'_> {
+    fn add(&mut self, obj: Arc<Pod>) {
+        self.queue.add(obj).expect("pods always have keys");
+    }
+
+    fn update(&mut self, obj: Arc<Pod>) {
+        self.queue.update(obj).expect("pods always have keys");
+    }
+
+    fn pop_one(&mut self) {
+        let popped = self
+            .queue
+            .pop(|deltas, initial| black_box((deltas.len(), initial)));
+        black_box(popped.expect("the queue holds every key"));
+    }
+
+    fn pop_batch(&mut self) -> usize {
+        self.queue.pop_batch(BATCH, |deltas, initial| {
+            black_box((deltas.len(), initial));
+        })
+    }
+
+    fn replace(&mut self, list: Vec<Arc<Pod>>) {
+        self.queue
+            .replace(list, self.known)
+            .expect("pods always have keys");
+    }
+
+    fn resync(&mut self) {
+        let known = self
+            .known
+            .expect("resync's floor is built with its known store");
+        self.queue.resync(known).expect("pods always have keys");
+    }
+}
+
+fn filled<Q: Competitor>(mut queue: Q, objs: &[Arc<Pod>]) -> Q {
     for obj in objs {
-        queue.add(Arc::clone(obj)).expect("pods always have keys");
+        queue.add(Arc::clone(obj));
     }
     queue
 }
 
 // ---- enqueue_new ---------------------------------------------------------------------------
 
-fn enqueue_new_on<Q: DeltaQueue<Pod>>(
-    b: &mut Bencher<'_>,
-    make: fn(Known) -> Q,
-    objs: &[Arc<Pod>],
-) {
+fn enqueue_new_on<Q: Competitor>(b: &mut Bencher<'_>, make: impl Fn() -> Q, objs: &[Arc<Pod>]) {
     b.iter_custom(|iters| {
         time_with_setup(
             iters,
-            || (make(None), objs.to_vec()),
-            |(queue, batch)| {
+            || (make(), objs.to_vec()),
+            |(mut queue, batch)| {
                 for obj in batch {
-                    queue.add(obj).expect("pods always have keys");
+                    queue.add(obj);
                 }
                 queue
             },
@@ -105,43 +186,32 @@ fn enqueue_new(c: &mut Criterion) {
     let mut g = c.benchmark_group("enqueue_new");
     g.throughput(Throughput::Elements(KEYS as u64));
     g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("reference", |b| enqueue_new_on(b, reference, &adds));
-    g.bench_function("sharded", |b| enqueue_new_on(b, sharded, &adds));
+    g.bench_function("reference", |b| {
+        enqueue_new_on(b, || reference(None), &adds)
+    });
+    g.bench_function("sharded", |b| enqueue_new_on(b, || sharded(None), &adds));
     g.bench_function("sharded_1shard", |b| {
-        enqueue_new_on(b, sharded_1shard, &adds)
+        enqueue_new_on(b, || sharded_1shard(None), &adds);
     });
-    g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || (FloorQueue::new(bench::pod_key_fn()), adds.to_vec()),
-                |(mut queue, batch)| {
-                    for obj in batch {
-                        queue.add(obj).expect("pods always have keys");
-                    }
-                    queue
-                },
-            )
-        });
-    });
+    g.bench_function("floor", |b| enqueue_new_on(b, || floor(None), &adds));
     g.finish();
 }
 
 // ---- enqueue_queued ------------------------------------------------------------------------
 
-fn enqueue_queued_on<Q: DeltaQueue<Pod>>(
+fn enqueue_queued_on<Q: Competitor>(
     b: &mut Bencher<'_>,
-    make: fn(Known) -> Q,
+    make: impl Fn() -> Q,
     adds: &[Arc<Pod>],
     updates: &[Arc<Pod>],
 ) {
     b.iter_custom(|iters| {
         time_with_setup(
             iters,
-            || (filled(make(None), adds), updates.to_vec()),
-            |(queue, batch)| {
+            || (filled(make(), adds), updates.to_vec()),
+            |(mut queue, batch)| {
                 for obj in batch {
-                    queue.update(obj).expect("pods always have keys");
+                    queue.update(obj);
                 }
                 queue
             },
@@ -157,42 +227,30 @@ fn enqueue_queued(c: &mut Criterion) {
     g.throughput(Throughput::Elements(KEYS as u64));
     g.sampling_mode(SamplingMode::Flat);
     g.bench_function("reference", |b| {
-        enqueue_queued_on(b, reference, &adds, &updates)
+        enqueue_queued_on(b, || reference(None), &adds, &updates);
     });
     g.bench_function("sharded", |b| {
-        enqueue_queued_on(b, sharded, &adds, &updates)
+        enqueue_queued_on(b, || sharded(None), &adds, &updates);
     });
     g.bench_function("sharded_1shard", |b| {
-        enqueue_queued_on(b, sharded_1shard, &adds, &updates);
+        enqueue_queued_on(b, || sharded_1shard(None), &adds, &updates);
     });
     g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || (floor_filled(&adds), updates.to_vec()),
-                |(mut queue, batch)| {
-                    for obj in batch {
-                        queue.update(obj).expect("pods always have keys");
-                    }
-                    queue
-                },
-            )
-        });
+        enqueue_queued_on(b, || floor(None), &adds, &updates);
     });
     g.finish();
 }
 
 // ---- pop -----------------------------------------------------------------------------------
 
-fn pop_on<Q: DeltaQueue<Pod>>(b: &mut Bencher<'_>, make: fn(Known) -> Q, adds: &[Arc<Pod>]) {
+fn pop_on<Q: Competitor>(b: &mut Bencher<'_>, make: impl Fn() -> Q, adds: &[Arc<Pod>]) {
     b.iter_custom(|iters| {
         time_with_setup(
             iters,
-            || filled(make(None), adds),
-            |queue| {
+            || filled(make(), adds),
+            |mut queue| {
                 for _ in 0..adds.len() {
-                    let popped = queue.pop(|deltas, initial| black_box((deltas.len(), initial)));
-                    black_box(popped.expect("the queue holds every key"));
+                    queue.pop_one();
                 }
                 queue
             },
@@ -206,43 +264,26 @@ fn pop(c: &mut Criterion) {
     let mut g = c.benchmark_group("pop");
     g.throughput(Throughput::Elements(KEYS as u64));
     g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("reference", |b| pop_on(b, reference, &adds));
-    g.bench_function("sharded", |b| pop_on(b, sharded, &adds));
-    g.bench_function("sharded_1shard", |b| pop_on(b, sharded_1shard, &adds));
-    g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || floor_filled(&adds),
-                |mut queue| {
-                    for _ in 0..adds.len() {
-                        let popped =
-                            queue.pop(|deltas, initial| black_box((deltas.len(), initial)));
-                        black_box(popped.expect("the queue holds every key"));
-                    }
-                    queue
-                },
-            )
-        });
+    g.bench_function("reference", |b| pop_on(b, || reference(None), &adds));
+    g.bench_function("sharded", |b| pop_on(b, || sharded(None), &adds));
+    g.bench_function("sharded_1shard", |b| {
+        pop_on(b, || sharded_1shard(None), &adds)
     });
+    g.bench_function("floor", |b| pop_on(b, || floor(None), &adds));
     g.finish();
 }
 
 // ---- pop_batch -----------------------------------------------------------------------------
 
-fn pop_batch_on<Q: DeltaQueue<Pod>>(b: &mut Bencher<'_>, make: fn(Known) -> Q, adds: &[Arc<Pod>]) {
+fn pop_batch_on<Q: Competitor>(b: &mut Bencher<'_>, make: impl Fn() -> Q, adds: &[Arc<Pod>]) {
     b.iter_custom(|iters| {
         time_with_setup(
             iters,
-            || filled(make(None), adds),
-            |queue| {
+            || filled(make(), adds),
+            |mut queue| {
                 let mut popped = 0;
                 while popped < adds.len() {
-                    popped += queue
-                        .pop_batch(BATCH, |deltas, initial| {
-                            black_box((deltas.len(), initial));
-                        })
-                        .expect("the queue holds every key");
+                    popped += queue.pop_batch();
                 }
                 queue
             },
@@ -256,26 +297,12 @@ fn pop_batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("pop_batch");
     g.throughput(Throughput::Elements(KEYS as u64));
     g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("reference", |b| pop_batch_on(b, reference, &adds));
-    g.bench_function("sharded", |b| pop_batch_on(b, sharded, &adds));
-    g.bench_function("sharded_1shard", |b| pop_batch_on(b, sharded_1shard, &adds));
-    g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || floor_filled(&adds),
-                |mut queue| {
-                    let mut popped = 0;
-                    while popped < adds.len() {
-                        popped += queue.pop_batch(BATCH, |deltas, initial| {
-                            black_box((deltas.len(), initial));
-                        });
-                    }
-                    queue
-                },
-            )
-        });
+    g.bench_function("reference", |b| pop_batch_on(b, || reference(None), &adds));
+    g.bench_function("sharded", |b| pop_batch_on(b, || sharded(None), &adds));
+    g.bench_function("sharded_1shard", |b| {
+        pop_batch_on(b, || sharded_1shard(None), &adds);
     });
+    g.bench_function("floor", |b| pop_batch_on(b, || floor(None), &adds));
     g.finish();
 }
 
@@ -318,18 +345,13 @@ impl KnownStores {
     }
 }
 
-fn replace_on<Q: DeltaQueue<Pod>>(
-    b: &mut Bencher<'_>,
-    make: fn(Known) -> Q,
-    known: Known,
-    list: &[Arc<Pod>],
-) {
+fn replace_on<Q: Competitor>(b: &mut Bencher<'_>, make: impl Fn() -> Q, list: &[Arc<Pod>]) {
     b.iter_custom(|iters| {
         time_with_setup(
             iters,
-            || (make(known.clone()), list.to_vec()),
-            |(queue, list)| {
-                queue.replace(list, "bench").expect("pods always have keys");
+            || (make(), list.to_vec()),
+            |(mut queue, list)| {
+                queue.replace(list);
                 queue
             },
         )
@@ -345,41 +367,26 @@ fn replace(c: &mut Criterion) {
     g.throughput(Throughput::Elements(RELIST as u64));
     g.sampling_mode(SamplingMode::Flat);
     g.bench_function("reference", |b| {
-        replace_on(b, reference, known.reference(), &list)
+        replace_on(b, || reference(known.reference()), &list);
     });
     g.bench_function("sharded", |b| {
-        replace_on(b, sharded, known.sharded(), &list)
+        replace_on(b, || sharded(known.sharded()), &list);
     });
     g.bench_function("sharded_1shard", |b| {
-        replace_on(b, sharded_1shard, known.sharded(), &list);
+        replace_on(b, || sharded_1shard(known.sharded()), &list);
     });
     g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || (FloorQueue::new(bench::pod_key_fn()), list.to_vec()),
-                |(mut queue, list)| {
-                    queue
-                        .replace(list, Some(&known.floor))
-                        .expect("pods always have keys");
-                    queue
-                },
-            )
-        });
+        replace_on(b, || floor(Some(&known.floor)), &list);
     });
     g.finish();
 }
 
-fn resync_on<Q: DeltaQueue<Pod>>(b: &mut Bencher<'_>, make: fn(Known) -> Q, known: Known) {
+fn resync_on<Q: Competitor>(b: &mut Bencher<'_>, make: impl Fn() -> Q) {
     b.iter_custom(|iters| {
-        time_with_setup(
-            iters,
-            || make(known.clone()),
-            |queue| {
-                queue.resync().expect("pods always have keys");
-                queue
-            },
-        )
+        time_with_setup(iters, &make, |mut queue| {
+            queue.resync();
+            queue
+        })
     });
 }
 
@@ -389,23 +396,14 @@ fn resync(c: &mut Criterion) {
     let mut g = c.benchmark_group("resync");
     g.throughput(Throughput::Elements(RELIST as u64));
     g.sampling_mode(SamplingMode::Flat);
-    g.bench_function("reference", |b| resync_on(b, reference, known.reference()));
-    g.bench_function("sharded", |b| resync_on(b, sharded, known.sharded()));
+    g.bench_function("reference", |b| {
+        resync_on(b, || reference(known.reference()))
+    });
+    g.bench_function("sharded", |b| resync_on(b, || sharded(known.sharded())));
     g.bench_function("sharded_1shard", |b| {
-        resync_on(b, sharded_1shard, known.sharded())
+        resync_on(b, || sharded_1shard(known.sharded()));
     });
-    g.bench_function("floor", |b| {
-        b.iter_custom(|iters| {
-            time_with_setup(
-                iters,
-                || FloorQueue::new(bench::pod_key_fn()),
-                |mut queue| {
-                    queue.resync(&known.floor).expect("pods always have keys");
-                    queue
-                },
-            )
-        });
-    });
+    g.bench_function("floor", |b| resync_on(b, || floor(Some(&known.floor))));
     g.finish();
 }
 

@@ -44,7 +44,7 @@ use crate::{Pod, BATCH};
 pub enum Engine {
     /// `kcache::reference`.
     Reference,
-    /// `kcache::sharded` with the given shard count.
+    /// `kcache::sharded`, with the shard count passed to [`measure`].
     Sharded,
 }
 
