@@ -36,7 +36,7 @@ use kcache::{Indexer, Key, Store};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Pods in every store (SPEC §5's W1 key count).
+/// Pods in every store (the W1 key count of docs/workloads.md).
 const KEYS: usize = 100_000;
 /// `get_by_key` calls per timed iteration.
 const GETS: usize = 1_000;
@@ -52,8 +52,8 @@ fn config() -> Criterion {
 
 /// The three stores, filled with the same pods.
 struct Stores {
-    reference: kcache::reference::Indexer<Pod>,
-    sharded: kcache::sharded::Indexer<Pod>,
+    reference: kcache::reference::IndexedStore<Pod>,
+    sharded: kcache::sharded::IndexedStore<Pod>,
     floor: FloorIndexer<Pod>,
 }
 

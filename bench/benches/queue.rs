@@ -35,9 +35,9 @@ use kcache::{DeltaQueue, KnownObjects, Store};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Keys queued by the per-key operations (SPEC §5's W1 key count).
+/// Keys queued by the per-key operations (the W1 key count of docs/workloads.md).
 const KEYS: usize = 100_000;
-/// Objects listed by `replace`, and known objects `resync` walks (SPEC §5's W3 key count).
+/// Objects listed by `replace`, and known objects `resync` walks (the W3 key count of docs/workloads.md).
 const RELIST: usize = 150_000;
 /// Known keys that `replace`'s list leaves out: 1% of the list, as in W3.
 const MISSED: usize = RELIST / 100;
@@ -310,8 +310,8 @@ fn pop_batch(c: &mut Criterion) {
 
 /// Known stores of each kind holding `objs`: what `replace` and `resync` consult.
 struct KnownStores {
-    reference: Arc<kcache::reference::Indexer<Pod>>,
-    sharded: Arc<kcache::sharded::Indexer<Pod>>,
+    reference: Arc<kcache::reference::IndexedStore<Pod>>,
+    sharded: Arc<kcache::sharded::IndexedStore<Pod>>,
     floor: FloorIndexer<Pod>,
 }
 

@@ -2,7 +2,7 @@
 //! with no lock, no atomic, no condition variable and no scheduler.
 //!
 //! It is what the benchmarks call `floor`: **the lower bound** for an operation. An engine can
-//! approach it but not beat it, because the floor does only what SPEC §2 requires and nothing
+//! approach it but not beat it, because the floor does only what docs/semantics.md requires and nothing
 //! that sharing between threads costs. The distance between an engine and the floor is the
 //! price of its concurrency.
 //!
@@ -127,7 +127,7 @@ impl<T> FloorQueue<T> {
         Ok(())
     }
 
-    /// Queues a `Deleted` delta unless the key is neither queued nor in `known` (SPEC §2;
+    /// Queues a `Deleted` delta unless the key is neither queued nor in `known` (docs/semantics.md;
     /// without known objects, unless it is not queued).
     pub fn delete(&mut self, obj: Arc<T>, known: Option<&FloorIndexer<T>>) -> Result<(), KeyError> {
         let key = (self.key_fn)(&obj)?;
@@ -140,7 +140,7 @@ impl<T> FloorQueue<T> {
         Ok(())
     }
 
-    /// A relist (SPEC §2): `Sync` (or `Replaced`) for every listed object, a tombstone for
+    /// A relist (docs/semantics.md): `Sync` (or `Replaced`) for every listed object, a tombstone for
     /// every queued key missing from `list` and for every key of `known` missing from `list`
     /// with nothing queued; on the first call, the initial population count.
     pub fn replace(

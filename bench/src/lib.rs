@@ -17,7 +17,7 @@
 //!
 //! # Objects
 //!
-//! The objects are loadgen's [`Pod`]s (SPEC §5: `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`),
+//! The objects are loadgen's [`Pod`]s (docs/workloads.md: `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`),
 //! with every [`Key`] interned once in a [`Universe`]. Everything a timed loop touches is built
 //! before the clock starts: the loop formats nothing and hashes nothing.
 //!
@@ -45,7 +45,7 @@ pub mod mem;
 /// How many keys a sharded consumer takes per `pop_batch` (the same as loadgen's).
 pub const BATCH: usize = 256;
 
-/// SPEC §5's objects `0..keys`, every key made once.
+/// The workloads' objects `0..keys` (docs/workloads.md), every key made once.
 ///
 /// ```
 /// let universe = bench::universe(3);
@@ -72,7 +72,7 @@ pub fn pod(universe: &Universe, id: usize, version: u64, node_shift: usize) -> A
     ))
 }
 
-/// Every object of `universe` at `version`, on its SPEC §5 node.
+/// Every object of `universe` at `version`, on its docs/workloads.md node.
 ///
 /// ```
 /// let u = bench::universe(4);
@@ -100,7 +100,7 @@ pub fn pods_moving(universe: &Universe, version: u64, every: usize) -> Vec<Arc<P
         .collect()
 }
 
-/// `count` indices below `n`, drawn with SPEC §5's splitmix64 from `seed`: the keys a reader
+/// `count` indices below `n`, drawn with the workloads' splitmix64 (docs/workloads.md) from `seed`: the keys a reader
 /// looks up, precomputed so the timed loop only indexes an array.
 ///
 /// ```
@@ -139,13 +139,13 @@ pub fn sharded_queue(
 }
 
 /// The reference indexer with the `namespace` and `node` indexes.
-pub fn reference_indexer() -> kcache::reference::Indexer<Pod> {
-    kcache::reference::Indexer::new(pod_key_fn(), pod_indexers())
+pub fn reference_indexer() -> kcache::reference::IndexedStore<Pod> {
+    kcache::reference::IndexedStore::new(pod_key_fn(), pod_indexers())
 }
 
 /// The sharded indexer with the `namespace` and `node` indexes.
-pub fn sharded_indexer() -> kcache::sharded::Indexer<Pod> {
-    kcache::sharded::Indexer::new(pod_key_fn(), pod_indexers())
+pub fn sharded_indexer() -> kcache::sharded::IndexedStore<Pod> {
+    kcache::sharded::IndexedStore::new(pod_key_fn(), pod_indexers())
 }
 
 /// The floor indexer with the `namespace` and `node` indexes.

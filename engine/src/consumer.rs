@@ -131,7 +131,7 @@ mod tests {
     use super::*;
     use crate::delta::{Delta, Tombstone};
     use crate::key::{Key, KeyError};
-    use crate::reference::Indexer;
+    use crate::reference::IndexedStore;
     use crate::store::KnownObjects;
 
     /// Records every handler call as text.
@@ -152,10 +152,10 @@ mod tests {
         }
     }
 
-    fn store(initial: Option<u32>) -> Indexer<u32> {
+    fn store(initial: Option<u32>) -> IndexedStore<u32> {
         let key_fn: crate::KeyFn<u32> =
             Arc::new(|_: &u32| -> Result<Key, KeyError> { Ok(Key::new("k")) });
-        let store = Indexer::new(key_fn, Vec::new());
+        let store = IndexedStore::new(key_fn, Vec::new());
         if let Some(v) = initial {
             store.insert_by_key(Key::new("k"), Arc::new(v));
         }

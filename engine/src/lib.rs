@@ -30,7 +30,7 @@
 //!
 //! let key_fn: KeyFn<Pod> = Arc::new(|p: &Pod| Ok(p.key.clone()));
 //! let by_node: IndexFunc<Pod> = Arc::new(|p: &Pod| [p.node.clone()].into_iter().collect());
-//! let store = Arc::new(sharded::Indexer::new(key_fn.clone(), vec![("node".into(), by_node)]));
+//! let store = Arc::new(sharded::IndexedStore::new(key_fn.clone(), vec![("node".into(), by_node)]));
 //! let queue = Arc::new(sharded::DeltaFifo::new(
 //!     QueueOptions::new(key_fn).known_objects(store.clone() as Arc<dyn KnownObjects<Pod>>),
 //!     16,
@@ -86,7 +86,7 @@
 //!   more shards, keys within a shard pop in arrival order and consumers visit shards
 //!   round-robin; the fairness bound is stated on [`sharded::DeltaFifo`].
 //!
-//! The store ([`sharded::Indexer`]): `get_by_key` reflects every completed write; objects that
+//! The store ([`sharded::IndexedStore`]): `get_by_key` reflects every completed write; objects that
 //! `by_index(name, v)` returns had `v` among their index values at some moment during the call;
 //! no index keeps an empty set; once writers stop, items and indices agree exactly. Details on
 //! the type.

@@ -120,7 +120,7 @@ impl<T> fmt::Debug for QueueOptions<T> {
     }
 }
 
-/// The DeltaFIFO operations of SPEC §2, implemented by [`reference::DeltaFifo`] (the faithful
+/// The DeltaFIFO operations of docs/semantics.md, implemented by [`reference::DeltaFifo`] (the faithful
 /// port) and [`sharded::DeltaFifo`] (the fast engine), so callers are written once.
 ///
 /// Every mutating operation either succeeds or returns an error and changes nothing.
@@ -134,7 +134,7 @@ pub trait DeltaQueue<T>: Send + Sync {
     /// Queues an `Updated` delta; marks the queue populated.
     fn update(&self, obj: Arc<T>) -> Result<(), QueueError>;
 
-    /// Queues a `Deleted` delta, unless the key is neither queued nor known (SPEC §2); marks
+    /// Queues a `Deleted` delta, unless the key is neither queued nor known (docs/semantics.md); marks
     /// the queue populated.
     fn delete(&self, obj: Arc<T>) -> Result<(), QueueError>;
 

@@ -1,9 +1,9 @@
 //! Differential property tests: the sharded engine against the reference port, driven by the
-//! same random sequences of every SPEC §4 operation.
+//! same random sequences of every docs/traces.md operation.
 //!
-//! - One shard: every output line must be identical, pop order included (SPEC §3.4).
+//! - One shard: every output line must be identical, pop order included (docs/sharded.md).
 //! - 2 and 64 shards, sequences whose pops are all `drain`s: identical once pop lines are
-//!   grouped by key (SPEC §4, the drain suite).
+//!   grouped by key (docs/traces.md, the drain suite).
 //!
 //! A failure shrinks to a short, readable list of operations.
 
@@ -96,7 +96,7 @@ fn config() -> impl Strategy<Value = Config> {
     })
 }
 
-/// One output line, as SPEC §4 writes it (kept structured; the trace tests cover the JSON).
+/// One output line, as docs/traces.md writes it (kept structured; the trace tests cover the JSON).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Line {
     Pop {

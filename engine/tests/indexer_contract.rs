@@ -1,4 +1,4 @@
-//! The indexer contract (client-go's `threadSafeMap` and `storeIndex`, SPEC §2 and §4), checked
+//! The indexer contract (client-go's `threadSafeMap` and `storeIndex`, docs/semantics.md), checked
 //! through the public `Store`/`Indexer`/`KnownObjects` API on both engines.
 //!
 //! Every rule is one generic function over `I: Indexer<Pod>` that builds its indexer with the
@@ -21,7 +21,7 @@ struct Pod {
     nodes: &'static [&'static str],
 }
 
-/// An engine's constructor: `reference::Indexer::new` or `sharded::Indexer::new`.
+/// An engine's constructor: `reference::IndexedStore::new` or `sharded::IndexedStore::new`.
 type New<I> = fn(KeyFn<Pod>, Indexers<Pod>) -> I;
 
 fn pod(ns: &'static str, name: &'static str, nodes: &'static [&'static str]) -> Arc<Pod> {
@@ -91,7 +91,7 @@ macro_rules! for_both_engines {
             $(
                 #[test]
                 fn $rule() {
-                    super::$rule(kcache::reference::Indexer::new);
+                    super::$rule(kcache::reference::IndexedStore::new);
                 }
             )+
         }
@@ -100,7 +100,7 @@ macro_rules! for_both_engines {
             $(
                 #[test]
                 fn $rule() {
-                    super::$rule(kcache::sharded::Indexer::new);
+                    super::$rule(kcache::sharded::IndexedStore::new);
                 }
             )+
         }

@@ -267,8 +267,8 @@ proptest! {
         ops in prop::collection::vec(op(), 1..40),
         probes in prop::collection::vec(obj(), 2),
     ) {
-        let reference = reference::Indexer::new(key_fn(), indexers(&initial));
-        let sharded = sharded::Indexer::new(key_fn(), indexers(&initial));
+        let reference = reference::IndexedStore::new(key_fn(), indexers(&initial));
+        let sharded = sharded::IndexedStore::new(key_fn(), indexers(&initial));
         let mut names: BTreeSet<&str> = initial.iter().copied().collect();
         for (step, op) in ops.iter().enumerate() {
             let outcome_ref = apply(&reference, op);

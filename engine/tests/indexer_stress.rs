@@ -342,7 +342,7 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool) {
 #[test]
 fn sharded_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
     run(
-        Arc::new(sharded::Indexer::new(key_fn(), base_indexers())),
+        Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
         false,
     );
 }
@@ -350,7 +350,7 @@ fn sharded_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
 #[test]
 fn sharded_writers_readers_and_relists_keep_items_and_indices_agreeing() {
     run(
-        Arc::new(sharded::Indexer::new(key_fn(), base_indexers())),
+        Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
         true,
     );
 }
@@ -358,7 +358,7 @@ fn sharded_writers_readers_and_relists_keep_items_and_indices_agreeing() {
 #[test]
 fn reference_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
     run(
-        Arc::new(reference::Indexer::new(key_fn(), base_indexers())),
+        Arc::new(reference::IndexedStore::new(key_fn(), base_indexers())),
         false,
     );
 }
@@ -366,7 +366,7 @@ fn reference_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
 #[test]
 fn reference_writers_readers_and_relists_keep_items_and_indices_agreeing() {
     run(
-        Arc::new(reference::Indexer::new(key_fn(), base_indexers())),
+        Arc::new(reference::IndexedStore::new(key_fn(), base_indexers())),
         true,
     );
 }

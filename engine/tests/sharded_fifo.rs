@@ -1,4 +1,4 @@
-//! The sharded engine's own promises (SPEC §3) beyond client-go's per-key semantics, which the
+//! The sharded engine's own promises (docs/sharded.md) beyond client-go's per-key semantics, which the
 //! differential tests cover: exclusivity, parking, the known-objects race, initial flags across
 //! shards, fairness, and completion on panic.
 

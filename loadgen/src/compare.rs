@@ -3,7 +3,7 @@
 //! `latency.svg` into the output directory.
 //!
 //! The default sizes finish in about two minutes on the project's 2-core machine (release
-//! build): W1–W3 at SPEC §5's full sizes, W4 and W5 trimmed (see [`plan`]). Every engine run
+//! build): W1–W3 at their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run
 //! is a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory
 //! that an earlier one freed; `--in-process` runs everything in this process instead. `--quick` runs tiny sizes for tests and scripts.
 
@@ -52,7 +52,7 @@ pub struct CompareArgs {
 
 /// The workload sizes of a comparison, in order.
 ///
-/// Full: W1, W2 and W3 at SPEC §5's sizes (100,000 keys × 5,000,000 events; 1,000,000 ×
+/// Full: W1, W2 and W3 at their sizes in docs/workloads.md (100,000 keys × 5,000,000 events; 1,000,000 ×
 /// 5,000,000; 150,000 × 10 rounds of 100,000); W4 at 100,000 keys × 3,000,000 events (its
 /// readers share the two cores with the writer, so full size would take half a minute per
 /// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta). About a

@@ -197,7 +197,7 @@ pub fn execute(
     gen.reset_delivery();
     Ok(match (engine, mode) {
         (EngineKind::Reference, Mode::Queue) => {
-            let store = Arc::new(kcache::reference::Indexer::new(
+            let store = Arc::new(kcache::reference::IndexedStore::new(
                 pod_key_fn(),
                 pod_indexers(),
             ));
@@ -205,7 +205,7 @@ pub fn execute(
             drive_queue(&queue, store, PopStyle::One, 1, gen, cfg, progress)
         }
         (EngineKind::Reference, Mode::Direct) => {
-            let store = Arc::new(kcache::reference::Indexer::new(
+            let store = Arc::new(kcache::reference::IndexedStore::new(
                 pod_key_fn(),
                 pod_indexers(),
             ));
@@ -223,7 +223,10 @@ fn run_sharded(
     cfg: &EngineConfig,
     progress: &dyn Progress,
 ) -> Finished {
-    let store = Arc::new(kcache::sharded::Indexer::new(pod_key_fn(), pod_indexers()));
+    let store = Arc::new(kcache::sharded::IndexedStore::new(
+        pod_key_fn(),
+        pod_indexers(),
+    ));
     match mode {
         Mode::Queue => {
             let queue = kcache::sharded::DeltaFifo::new(queue_options(&store), cfg.shards);

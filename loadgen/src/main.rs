@@ -1,6 +1,6 @@
 //! `loadgen`: replays ops traces and synthetic watch events through kcache's engines.
 //!
-//! - `loadgen ops --engine reference|sharded [--shards N]`: SPEC §4 trace replay, stdin → stdout.
+//! - `loadgen ops --engine reference|sharded [--shards N]`: docs/traces.md trace replay, stdin → stdout.
 //! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
@@ -26,9 +26,9 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Replay an ops trace (SPEC §4) from stdin; one JSON line per output on stdout.
+    /// Replay an ops trace (docs/traces.md) from stdin; one JSON line per output on stdout.
     Ops(loadgen::ops::OpsArgs),
-    /// Run one workload (SPEC §5) through one engine or all, and report.
+    /// Run one workload (docs/workloads.md) through one engine or all, and report.
     Run(loadgen::run::RunArgs),
     /// Run W1–W5 through both engines side by side; write results/latest.{json,md} and charts.
     Compare(loadgen::compare::CompareArgs),

@@ -1,4 +1,4 @@
-//! `loadgen ops`: replays an ops trace (SPEC §4) through one engine.
+//! `loadgen ops`: replays an ops trace (docs/traces.md) through one engine.
 //!
 //! The trace is JSON Lines on stdin, one op per line; every op that produces output writes one
 //! compact JSON line on stdout, and nothing else is written there. The same replay is offered
@@ -64,9 +64,9 @@ pub enum EngineArg {
 /// Which engine a replay runs, with its parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineChoice {
-    /// `kcache::reference::DeltaFifo` with a `kcache::reference::Indexer` as known store.
+    /// `kcache::reference::DeltaFifo` with a `kcache::reference::IndexedStore` as known store.
     Reference,
-    /// `kcache::sharded::DeltaFifo` with `shards` shards and a `kcache::sharded::Indexer`.
+    /// `kcache::sharded::DeltaFifo` with `shards` shards and a `kcache::sharded::IndexedStore`.
     Sharded {
         /// How many shards.
         shards: usize,
@@ -195,14 +195,14 @@ pub fn replay_logged(
             &mut output,
             log,
             kcache::reference::DeltaFifo::new,
-            kcache::reference::Indexer::new,
+            kcache::reference::IndexedStore::new,
         ),
         EngineChoice::Sharded { shards } => replayer::run(
             input,
             &mut output,
             log,
             |opts| kcache::sharded::DeltaFifo::new(opts, shards),
-            kcache::sharded::Indexer::new,
+            kcache::sharded::IndexedStore::new,
         ),
     }
 }

@@ -1,4 +1,4 @@
-//! `loadgen run`: one workload (SPEC §5) through one engine or both, on the same events.
+//! `loadgen run`: one workload (docs/workloads.md) through one engine or both, on the same events.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -44,10 +44,10 @@ pub struct RunArgs {
     /// Which engine(s).
     #[arg(long, value_enum, default_value = "all")]
     pub engine: EngineChoice,
-    /// Churn events after the initial population (W3: over all 10 rounds). Default: SPEC §5's.
+    /// Churn events after the initial population (W3: over all 10 rounds). Default: the workload's own (docs/workloads.md).
     #[arg(long)]
     pub events: Option<usize>,
-    /// Keys. Default: SPEC §5's (W2 1,000,000, W3 150,000, others 100,000).
+    /// Keys. Default: the workload's own (W2 1,000,000, W3 150,000, others 100,000).
     #[arg(long)]
     pub keys: Option<usize>,
     /// Shards of the sharded engine.

@@ -143,7 +143,7 @@ impl Failures {
     }
 }
 
-/// Judges a finished run (SPEC §5's verdict).
+/// Judges a finished run (the verdict of docs/workloads.md).
 ///
 /// The store must hold exactly the model's alive keys, each at the model's version with the
 /// model's namespace and node; both indexes must list exactly the model's values and, under

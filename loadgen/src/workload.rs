@@ -1,4 +1,4 @@
-//! The synthetic workloads of SPEC §5, generated up front from one seed.
+//! The synthetic workloads of docs/workloads.md, generated up front from one seed.
 //!
 //! Everything an engine run touches is made here, before the clock starts: one `Arc<Pod>` per
 //! event (the producer stamps a sample of them, so an `Arc` is never enqueued twice in one
@@ -27,7 +27,7 @@ pub const NAMESPACE_INDEX: &str = "namespace";
 /// The name of the node index.
 pub const NODE_INDEX: &str = "node";
 
-/// SPEC §5's random source: splitmix64, wrapping arithmetic.
+/// The workloads' random source (docs/workloads.md): splitmix64, wrapping arithmetic.
 ///
 /// ```
 /// use loadgen::workload::SplitMix64;
@@ -55,7 +55,7 @@ impl SplitMix64 {
         z ^ (z >> 31)
     }
 
-    /// `next() % n`, as SPEC §5 writes it (the modulo bias is part of the definition).
+    /// `next() % n`, as docs/workloads.md writes it (the modulo bias is part of the definition).
     pub fn below(&mut self, n: usize) -> usize {
         (self.next_u64() % n as u64) as usize
     }
@@ -149,7 +149,7 @@ pub struct Universe {
 }
 
 impl Universe {
-    /// SPEC §5's objects `0..keys`: `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`.
+    /// The workloads' objects `0..keys` (docs/workloads.md): `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`.
     pub fn synthetic(keys: usize) -> Self {
         let namespaces: Vec<Key> = (0..NAMESPACES.min(keys.max(1)))
             .map(|i| Key::new(&format!("ns-{i}")))
@@ -260,7 +260,7 @@ impl Model {
     }
 }
 
-/// The workloads of SPEC §5.
+/// The workloads of docs/workloads.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Workload {
     /// Steady churn: adds, updates (95%) and deletes (5%) over K keys.
@@ -308,7 +308,7 @@ impl Workload {
         }
     }
 
-    /// SPEC §5's key count.
+    /// The workload's key count (docs/workloads.md).
     pub fn default_keys(self) -> usize {
         match self {
             Workload::W2 => 1_000_000,
@@ -317,7 +317,7 @@ impl Workload {
         }
     }
 
-    /// SPEC §5's churn event count (for W3: over all rounds).
+    /// The workload's churn event count (docs/workloads.md) (for W3: over all rounds).
     pub fn default_events(self) -> usize {
         match self {
             Workload::W3 => W3_ROUNDS * 100_000,
@@ -366,7 +366,7 @@ pub struct WorkloadSpec {
 }
 
 impl WorkloadSpec {
-    /// SPEC §5's sizes and the default seed.
+    /// The sizes of docs/workloads.md and the default seed.
     pub fn new(workload: Workload) -> Self {
         Self {
             workload,

@@ -1,6 +1,6 @@
-//! The hand-written trace suite (`tests/traces/`, SPEC §4) through the `loadgen ops` binary.
+//! The hand-written trace suite (`tests/traces/`, docs/traces.md) through the `loadgen ops` binary.
 //!
-//! Each `<name>.jsonl` has its expected output `<name>.out`, worked out by hand from SPEC §2.
+//! Each `<name>.jsonl` has its expected output `<name>.out`, worked out by hand from docs/semantics.md.
 //! Traces named `drain_*` pop only through `drain` (the drain suite); the others are the exact
 //! suite. Every engine configuration below runs the suites it is listed for; lines are compared
 //! as parsed JSON values, either line by line or, where several shards may pop keys in another

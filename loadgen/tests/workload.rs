@@ -1,4 +1,4 @@
-//! The generator: determinism, SPEC §5's rules, and the model it keeps.
+//! The generator: determinism, the rules of docs/workloads.md, and the model it keeps.
 
 use std::collections::HashMap;
 

@@ -1,4 +1,4 @@
-//! `membench`: how much memory each engine adds while it carries W1 and W3 (SPEC §5).
+//! `membench`: how much memory each engine adds while it carries W1 and W3 (docs/workloads.md).
 //!
 //! For each engine (reference, sharded), runs W1 at 100,000 keys and W3 at 150,000 keys through
 //! queue + indexer with one producer and one consumer, and reports the peak bytes above the

@@ -4,7 +4,7 @@
 //! the key function and the transformer run under the lock, every enqueue wakes every popper,
 //! and `process` runs under the lock.
 //!
-//! # Algorithm (SPEC §2)
+//! # Algorithm (docs/semantics.md)
 //!
 //! `items` maps a key to its deltas (oldest first); `queue` holds the keys in arrival order. A
 //! key is in `queue` iff it is in `items`, and at most once, so all changes to one object
@@ -13,7 +13,7 @@
 //!
 //! # Deviations from client-go, and why
 //!
-//! - **A refused operation changes nothing** (SPEC §1). client-go's `Add` marks the queue
+//! - **A refused operation changes nothing** (docs/semantics.md). client-go's `Add` marks the queue
 //!   populated before the key function can fail, and its `Replace`/`Resync` can fail halfway,
 //!   leaving part of the list enqueued. Here every key and every transform is computed first;
 //!   only then is anything changed.
@@ -276,7 +276,7 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
     fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
         let mut st = self.lock();
 
-        // Validation pass: every key and every transform, before anything changes (SPEC §1;
+        // Validation pass: every key and every transform, before anything changes (docs/semantics.md;
         // client-go would have enqueued the objects before the failing one). The internal type
         // is Replaced whatever is emitted, so the transformer applies; it runs once, here.
         let mut listed = Vec::with_capacity(list.len());

@@ -30,7 +30,7 @@ use crate::sync::{read, write, RwLock};
 /// A thread-safe, indexed key → object store, ported from client-go (`cache.NewIndexer`).
 ///
 /// One `RwLock` guards everything: readers run in parallel, a writer excludes everyone. See
-/// [`sharded::Indexer`](crate::sharded::Indexer) for the concurrent version with the same
+/// [`sharded::IndexedStore`](crate::sharded::IndexedStore) for the concurrent version with the same
 /// contract.
 ///
 /// ```
@@ -40,7 +40,7 @@ use crate::sync::{read, write, RwLock};
 /// struct Pod { key: &'static str, node: &'static str }
 /// let key_fn: KeyFn<Pod> = Arc::new(|p: &Pod| Ok(Key::new(p.key)));
 /// let by_node: IndexFunc<Pod> = Arc::new(|p: &Pod| [Key::new(p.node)].into_iter().collect());
-/// let pods = reference::Indexer::new(key_fn, vec![("node".to_string(), by_node)]);
+/// let pods = reference::IndexedStore::new(key_fn, vec![("node".to_string(), by_node)]);
 ///
 /// pods.add(Arc::new(Pod { key: "ns/a", node: "n1" })).unwrap();
 /// pods.add(Arc::new(Pod { key: "ns/b", node: "n2" })).unwrap();
@@ -52,7 +52,7 @@ use crate::sync::{read, write, RwLock};
 /// assert!(pods.index_keys("node", "n2").unwrap().is_empty());
 /// assert!(pods.by_index("zone", "z1").is_err()); // unknown index: an error, not a panic
 /// ```
-pub struct Indexer<T> {
+pub struct IndexedStore<T> {
     key_fn: KeyFn<T>,
     inner: RwLock<Inner<T>>,
 }
@@ -148,7 +148,7 @@ impl<T> Inner<T> {
     }
 }
 
-impl<T> Indexer<T> {
+impl<T> IndexedStore<T> {
     /// An empty indexer that keys objects with `key_fn` and maintains the `indexers`.
     ///
     /// Names are unique: when `indexers` names an index twice, the later function wins, as if
@@ -171,7 +171,7 @@ impl<T> Indexer<T> {
     }
 }
 
-impl<T: Send + Sync> KnownObjects<T> for Indexer<T> {
+impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
     fn list_keys(&self) -> Vec<Key> {
         read(&self.inner).items.keys().cloned().collect()
     }
@@ -181,7 +181,7 @@ impl<T: Send + Sync> KnownObjects<T> for Indexer<T> {
     }
 }
 
-impl<T: Send + Sync> Store<T> for Indexer<T> {
+impl<T: Send + Sync> Store<T> for IndexedStore<T> {
     fn key_of(&self, obj: &T) -> Result<Key, KeyError> {
         (self.key_fn)(obj)
     }
@@ -242,7 +242,7 @@ impl<T: Send + Sync> Store<T> for Indexer<T> {
     }
 }
 
-impl<T: Send + Sync> store::Indexer<T> for Indexer<T> {
+impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
     /// client-go's `threadSafeMap.Index`: the objects that share any of `obj`'s values.
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError> {
         let inner = read(&self.inner);
@@ -307,11 +307,11 @@ impl<T: Send + Sync> store::Indexer<T> for Indexer<T> {
     }
 }
 
-impl<T> fmt::Debug for Indexer<T> {
+impl<T> fmt::Debug for IndexedStore<T> {
     /// Counts only: the objects are user data and may be huge.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = read(&self.inner);
-        f.debug_struct("reference::Indexer")
+        f.debug_struct("reference::IndexedStore")
             .field("items", &inner.items.len())
             .field("indexes", &inner.indexes.len())
             .finish_non_exhaustive()
@@ -331,7 +331,7 @@ mod tests {
     /// still hold memory.
     #[test]
     fn emptied_index_sets_are_removed() {
-        let idx = Indexer::new(key_fn(), vec![("v".into(), by_v())]);
+        let idx = IndexedStore::new(key_fn(), vec![("v".into(), by_v())]);
         idx.add(obj("p1", 1)).unwrap();
         idx.add(obj("p2", 1)).unwrap();
         idx.update(obj("p1", 2)).unwrap();

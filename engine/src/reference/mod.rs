@@ -3,7 +3,7 @@
 //! checked against.
 
 mod indexer;
-pub use indexer::Indexer;
+pub use indexer::IndexedStore;
 
 mod delta_fifo;
 mod fifo;

@@ -151,7 +151,7 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// The sharded DeltaFIFO: client-go's semantics per key, sharded by key hash, with any number
 /// of concurrent producers and consumers.
 ///
-/// # Guarantees (SPEC §3)
+/// # Guarantees (docs/sharded.md)
 ///
 /// - **Per-key order and dedup** are client-go's: a key's deltas accumulate, deduplicated, until
 ///   the key is popped, and come out oldest first.
@@ -280,7 +280,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         Ok(())
     }
 
-    /// The delete path (SPEC §2): ignored when the key is neither queued nor known.
+    /// The delete path (docs/semantics.md): ignored when the key is neither queued nor known.
     fn enqueue_delete(&self, key: Key, payload: DeltaObject<T>) -> Result<(), QueueError> {
         // Transform outside the lock; its error only counts if the delete is not ignored
         // (client-go decides to ignore before it transforms).

@@ -94,7 +94,7 @@ struct State<T> {
 /// struct Pod { key: &'static str, node: &'static str }
 /// let key_fn: KeyFn<Pod> = Arc::new(|p: &Pod| Ok(Key::new(p.key)));
 /// let by_node: IndexFunc<Pod> = Arc::new(|p: &Pod| [Key::new(p.node)].into_iter().collect());
-/// let pods = Arc::new(sharded::Indexer::new(key_fn, vec![("node".to_string(), by_node)]));
+/// let pods = Arc::new(sharded::IndexedStore::new(key_fn, vec![("node".to_string(), by_node)]));
 ///
 /// let writer = {
 ///     let pods = Arc::clone(&pods);
@@ -111,7 +111,7 @@ struct State<T> {
 /// assert_eq!(pods.index_keys("node", "n2").unwrap(), [Key::new("ns/a")]);
 /// assert!(pods.index_keys("node", "n1").unwrap().is_empty());
 /// ```
-pub struct Indexer<T> {
+pub struct IndexedStore<T> {
     key_fn: KeyFn<T>,
     state: ArcSwap<State<T>>,
     /// Writers hold it shared for the whole write; `replace` and `add_indexers` hold it
@@ -261,7 +261,7 @@ impl<T> State<T> {
     }
 }
 
-impl<T> Indexer<T> {
+impl<T> IndexedStore<T> {
     /// An empty indexer that keys objects with `key_fn` and maintains the `indexers`.
     ///
     /// Names are unique: when `indexers` names an index twice, the later function wins, as if
@@ -286,7 +286,7 @@ impl<T> Indexer<T> {
     }
 }
 
-impl<T: Send + Sync> KnownObjects<T> for Indexer<T> {
+impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
     fn list_keys(&self) -> Vec<Key> {
         let state = self.state.load();
         let mut keys = Vec::with_capacity(state.items.len());
@@ -301,7 +301,7 @@ impl<T: Send + Sync> KnownObjects<T> for Indexer<T> {
     }
 }
 
-impl<T: Send + Sync> Store<T> for Indexer<T> {
+impl<T: Send + Sync> Store<T> for IndexedStore<T> {
     fn key_of(&self, obj: &T) -> Result<Key, KeyError> {
         (self.key_fn)(obj)
     }
@@ -380,7 +380,7 @@ fn same_index_functions<T>(a: &State<T>, b: &State<T>) -> bool {
             .all(|(x, y)| x.name == y.name && Arc::ptr_eq(&x.func, &y.func))
 }
 
-impl<T: Send + Sync> store::Indexer<T> for Indexer<T> {
+impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
     /// The objects that share any of `obj`'s `name` values, each checked against its current
     /// values like [`by_index`](store::Indexer::by_index).
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError> {
@@ -461,11 +461,11 @@ impl<T: Send + Sync> store::Indexer<T> for Indexer<T> {
     }
 }
 
-impl<T> fmt::Debug for Indexer<T> {
+impl<T> fmt::Debug for IndexedStore<T> {
     /// Counts only: the objects are user data and may be huge.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.state.load();
-        f.debug_struct("sharded::Indexer")
+        f.debug_struct("sharded::IndexedStore")
             .field("items", &state.items.len())
             .field("indexes", &state.indexes.len())
             .finish_non_exhaustive()
@@ -481,12 +481,12 @@ mod tests {
     use crate::reference::test_support::{by_v, key_fn, obj, sorted_key_texts, Obj};
     use crate::store::Indexer as _;
 
-    fn indexer() -> Indexer<Obj> {
-        Indexer::new(key_fn(), vec![("v".into(), by_v())])
+    fn indexer() -> IndexedStore<Obj> {
+        IndexedStore::new(key_fn(), vec![("v".into(), by_v())])
     }
 
     /// No index of the current state holds an empty set.
-    fn assert_no_empty_sets(idx: &Indexer<Obj>) {
+    fn assert_no_empty_sets(idx: &IndexedStore<Obj>) {
         for index in &idx.state.load().indexes {
             for entry in index.map.iter() {
                 assert!(
@@ -505,7 +505,7 @@ mod tests {
     #[test]
     fn emptied_index_sets_are_removed_by_every_write() {
         // No index at first, so the sets below are the ones add_indexers built.
-        let idx = Indexer::new(key_fn(), Vec::new());
+        let idx = IndexedStore::new(key_fn(), Vec::new());
         idx.add(obj("p1", 1)).unwrap();
         idx.add(obj("p2", 2)).unwrap();
         idx.add(obj("p3", 3)).unwrap();

@@ -1,4 +1,4 @@
-//! The output lines of an ops trace (SPEC §4), serialized as compact JSON with the fields in
+//! The output lines of an ops trace (docs/traces.md), serialized as compact JSON with the fields in
 //! the order the spec shows them (serde writes struct fields in declaration order).
 
 use std::io::{self, Write};

@@ -1,4 +1,4 @@
-//! Parsing one line of an ops trace (SPEC §4) into an [`Op`].
+//! Parsing one line of an ops trace (docs/traces.md) into an [`Op`].
 //!
 //! Parsing is hand-written over `serde_json::Value` rather than derived, so that every
 //! complaint names the op and the field and shows what a correct line looks like: a trace is
@@ -309,7 +309,7 @@ impl Fields<'_> {
     }
 }
 
-/// Parses `{"key":K,"v":N,...}`; fields other than `key` and `v` are ignored (SPEC §4).
+/// Parses `{"key":K,"v":N,...}`; fields other than `key` and `v` are ignored (docs/traces.md).
 fn parse_object(value: &Value) -> Result<Arc<TraceObject>, String> {
     let Value::Object(map) = value else {
         return Err(format!(
