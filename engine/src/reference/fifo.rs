@@ -1,4 +1,4 @@
-//! client-go's plain `FIFO` (seed `001_*`): a queue of objects, not of deltas. It keeps only
+//! client-go's plain `FIFO`: a queue of objects, not of deltas. It keeps only
 //! the newest object per key, queues a key once, and forgets deletions: `delete` drops the
 //! object, and `pop` skips a queued key whose object is gone.
 //!
