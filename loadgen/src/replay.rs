@@ -10,7 +10,8 @@
 //! A bad document (broken JSON, a missing name, an unknown type, a version older than one
 //! already seen for its key) is counted and reported with its position, then skipped: the
 //! parser resumes at the next `{` that starts a line, which is where kubectl starts every
-//! document in both formats. Everything is parsed before the clock starts.
+//! document in both formats. Everything is parsed before the clock starts. A trace without a
+//! single valid object event is refused (exit code 2): there would be nothing to measure.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -520,6 +521,19 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     let trace = parse_trace(&bytes);
     phase.finish(&format!("{} events", trace.events.len()));
     print!("{}", summary(&trace, &args.trace));
+    if trace.events.is_empty() {
+        // Replaying nothing would measure nothing, and an all-ok verdict on it would hide a
+        // wrong file or a wrong format.
+        eprintln!(
+            "loadgen replay: nothing to replay: {} holds no valid ADDED, MODIFIED or DELETED \
+             document ({} documents, {} bad; the bad ones are listed above). Expected the \
+             output of `kubectl get pods -A --watch --output-watch-events -o json`.",
+            args.trace.display(),
+            trace.documents,
+            trace.bad.len()
+        );
+        return ExitCode::from(2);
+    }
     let gen = to_workload(&trace, &args.trace.display().to_string());
     let cfg = EngineConfig {
         shards: args.shards.max(1),
