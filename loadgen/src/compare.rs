@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::chart::{latency_svg, throughput_svg};
-use crate::engines::{EngineConfig, EngineKind, Mode};
+use crate::driver::{EngineConfig, EngineKind, Mode};
 use crate::isolate::run_child;
 use crate::machine::Machine;
 use crate::report::{aligned, mib, si, write_file, RunResult};

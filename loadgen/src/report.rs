@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::engines::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
+use crate::driver::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
 use crate::verdict::{check, Counters};

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::engines::{EngineConfig, EngineKind, Mode};
+use crate::driver::{EngineConfig, EngineKind, Mode};
 use crate::report::{measure, table, write_json, RunResult};
 use crate::ui::Ui;
 use crate::workload::{generate, Generated, Workload, WorkloadSpec, DEFAULT_SEED};
@@ -128,7 +128,7 @@ pub enum RunError {
     Invalid(String),
     /// An engine refused the workload.
     #[error(transparent)]
-    Engine(#[from] crate::engines::EngineError),
+    Engine(#[from] crate::driver::EngineError),
     /// A child process for one engine failed.
     #[error(transparent)]
     Isolate(#[from] crate::isolate::IsolateError),

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use kcache::{IndexError, Indexer, Indexers, Key, KeyError, KnownObjects, Store};
-use loadgen::engines::{execute, EngineConfig, EngineKind, Finished, Mode, NoProgress};
+use loadgen::driver::{execute, EngineConfig, EngineKind, Finished, Mode, NoProgress};
 use loadgen::verdict::{check, Counters};
 use loadgen::workload::{generate, Generated, Pod, Workload, WorkloadSpec};
 

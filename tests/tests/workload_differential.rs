@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use kcache::Indexer;
-use loadgen::engines::{execute, EngineConfig, EngineKind, Mode, NoProgress};
+use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
 use loadgen::workload::{generate, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
 
 fn scale() -> usize {

@@ -4,9 +4,9 @@ mod common;
 
 use std::path::PathBuf;
 
-use loadgen::engines::{execute, EngineConfig, EngineKind, Mode, NoProgress};
-use loadgen::replay::{parse_trace, to_workload, ParsedTrace, WatchType};
+use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
 use loadgen::verdict::check;
+use loadgen::watch_stream::{parse_trace, to_workload, ParsedTrace, WatchType};
 
 fn testdata_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -176,7 +176,7 @@ pub enum EngineError {
 /// Runs `gen` through `engine`, and returns the drained store with what was measured.
 ///
 /// ```
-/// use loadgen::engines::{execute, EngineConfig, EngineKind, Mode, NoProgress};
+/// use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
 /// use loadgen::workload::{generate, Workload, WorkloadSpec};
 /// let gen = generate(&WorkloadSpec::new(Workload::W1).keys(50).events(500));
 /// let done = execute(EngineKind::Reference, &gen, Mode::Queue, &EngineConfig::default(), &NoProgress).unwrap();

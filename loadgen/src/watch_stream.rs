@@ -23,7 +23,7 @@ use kcache::Key;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engines::{EngineConfig, Mode};
+use crate::driver::{EngineConfig, Mode};
 use crate::report::{table, write_file, RunResult};
 use crate::run::{run_engines, EngineChoice, RunError};
 use crate::ui::Ui;
@@ -209,7 +209,7 @@ fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
 /// {"type":"ADDED","object":
 /// {"type":"DELETED","object":{"metadata":{"namespace":"ns","name":"a","resourceVersion":"6"}}}
 /// "#;
-/// let trace = loadgen::replay::parse_trace(text);
+/// let trace = loadgen::watch_stream::parse_trace(text);
 /// assert_eq!(trace.events.len(), 2);
 /// assert_eq!(trace.bad.len(), 1);
 /// assert_eq!(trace.bad[0].start.line, 2);
