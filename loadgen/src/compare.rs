@@ -34,8 +34,8 @@ pub struct CompareArgs {
     /// Tiny sizes (seconds, not minutes): for tests and regression scripts.
     #[arg(long)]
     pub quick: bool,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: per workload, see `loadgen run --help`.
@@ -125,7 +125,7 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             0
         };
         let cfg = EngineConfig {
-            shards: args.shards.max(1),
+            shards: args.shards,
             consumers: args
                 .consumers
                 .unwrap_or(crate::run::default_consumers(spec.workload))

@@ -50,8 +50,8 @@ pub struct RunArgs {
     /// Keys. Default: the workload's own (W2 1,000,000, W3 150,000, others 100,000).
     #[arg(long)]
     pub keys: Option<usize>,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
@@ -108,7 +108,7 @@ impl RunArgs {
             0
         });
         EngineConfig {
-            shards: self.shards.max(1),
+            shards: self.shards,
             consumers: self
                 .consumers
                 .unwrap_or(default_consumers(self.workload))

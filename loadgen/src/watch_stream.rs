@@ -38,8 +38,8 @@ pub struct ReplayArgs {
     /// Which engine(s).
     #[arg(long, value_enum, default_value = "all")]
     pub engine: EngineChoice,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     #[arg(long, default_value_t = 2)]
@@ -536,7 +536,7 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     }
     let gen = to_workload(&trace, &args.trace.display().to_string());
     let cfg = EngineConfig {
-        shards: args.shards.max(1),
+        shards: args.shards,
         consumers: args.consumers.max(1),
         ..EngineConfig::default()
     };
