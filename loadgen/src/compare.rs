@@ -10,18 +10,14 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::chart::{latency_svg, throughput_svg};
-use crate::driver::{EngineConfig, EngineKind, Mode};
-use crate::isolate::run_child;
+use crate::driver::{EngineConfig, EngineKind};
 use crate::machine::Machine;
-use crate::report::{aligned, mib, si, write_file, RunResult};
-use crate::run::{
-    child_args, generate_with_progress, run_engines, RunError, DEFAULT_W5_HANDLER_US,
-};
+use crate::report::{aligned, finish, mib, refuse, si, write_file, write_json, RunResult};
+use crate::run::{run_spec, RunError};
 use crate::ui::Ui;
 use crate::workload::{Workload, WorkloadSpec, DEFAULT_SEED};
 
@@ -119,35 +115,14 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
         .map(|spec| (spec, None))
         .chain([(paced, Some(paced_label))]);
     for (spec, label) in runs {
-        let handler_us = if spec.workload == Workload::W5 {
-            DEFAULT_W5_HANDLER_US
-        } else {
-            0
-        };
+        let own = EngineConfig::for_workload(spec.workload);
         let cfg = EngineConfig {
             shards: args.shards,
-            consumers: args
-                .consumers
-                .unwrap_or(crate::run::default_consumers(spec.workload))
-                .max(1),
-            readers: 2,
-            handler_cost: Duration::from_micros(handler_us),
+            consumers: args.consumers.unwrap_or(own.consumers).max(1),
             rate: label.as_ref().map(|_| PACED_RATE),
+            ..own
         };
-        let mode = if spec.workload.uses_queue() {
-            Mode::Queue
-        } else {
-            Mode::Direct
-        };
-        let mut rows = Vec::new();
-        if args.in_process {
-            let gen = generate_with_progress(&spec, ui)?;
-            rows = run_engines(&gen, spec.workload.name(), mode, &EngineKind::ALL, &cfg, ui)?;
-        } else {
-            for engine in EngineKind::ALL {
-                rows.extend(run_child(&child_args(&spec, engine, &cfg))?);
-            }
-        }
+        let mut rows = run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?;
         if let Some(label) = &label {
             for row in &mut rows {
                 row.workload.clone_from(label);
@@ -359,9 +334,7 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     let md_path = out.join("latest.md");
     let throughput = out.join("throughput.svg");
     let latency = out.join("latency.svg");
-    let mut json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    json.push('\n');
-    write_file(&json_path, json.as_bytes()).map_err(|e| e.to_string())?;
+    write_json(&json_path, report).map_err(|e| e.to_string())?;
     write_file(&md_path, markdown(report).as_bytes()).map_err(|e| e.to_string())?;
     throughput_svg(&report.results, &throughput).map_err(|e| e.to_string())?;
     latency_svg(&report.results, &latency).map_err(|e| e.to_string())?;
@@ -380,40 +353,20 @@ pub fn main(args: CompareArgs) -> ExitCode {
     let ui = Ui::detect();
     let results = match compare(&args, ui) {
         Ok(results) => results,
-        Err(e) => {
-            eprintln!("loadgen compare: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refuse("compare", e),
     };
-    print!("{}", aligned(&side_by_side(&results)));
     let report = CompareReport {
         machine: Machine::detect(),
         command: command_line(),
         results,
     };
-    match write_outputs(&args.out, &report) {
-        Ok(paths) => {
-            for p in paths {
-                ui.note(&format!("wrote {}", p.display()));
-            }
+    let shown = aligned(&side_by_side(&report.results));
+    finish("compare", &shown, &report.results, || {
+        for path in write_outputs(&args.out, &report)? {
+            ui.note(&format!("wrote {}", path.display()));
         }
-        Err(e) => {
-            eprintln!("loadgen compare: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let failed: Vec<_> = report.results.iter().filter(|r| !r.is_ok()).collect();
-    for r in &failed {
-        eprintln!("{} {}: verdict failed:", r.engine, r.workload);
-        for failure in &r.failures {
-            eprintln!("  {failure}");
-        }
-    }
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

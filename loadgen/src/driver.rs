@@ -28,7 +28,7 @@ use kcache::{
 
 use crate::latency::{new_histogram, SAMPLE_EVERY};
 use crate::verdict::Counters;
-use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, NODE_INDEX};
+use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, Workload, NODE_INDEX};
 
 /// How many keys a sharded consumer takes per `pop_batch`.
 pub const SHARDED_BATCH: usize = 256;
@@ -123,12 +123,46 @@ pub struct EngineConfig {
     pub rate: Option<u64>,
 }
 
+/// Consumer threads of the sharded engine unless told otherwise (every command and
+/// [`EngineConfig::default`]): one. On the project's two cores the producer and one consumer
+/// each have a core, and a second consumer only competes with them; W5 is the exception
+/// ([`W5_CONSUMERS`]). The reference engine always runs exactly one, as client-go does.
+pub const DEFAULT_CONSUMERS: usize = 1;
+
+/// W5's consumer threads unless told otherwise: its slow handler is what extra consumers are
+/// for (docs/workloads.md).
+pub const W5_CONSUMERS: usize = 2;
+
+/// W5's handler cost unless told otherwise: CPU microseconds burnt per delta.
+pub const W5_HANDLER_US: u64 = 2;
+
+/// W4's reader threads unless told otherwise.
+pub const DEFAULT_READERS: usize = 2;
+
+impl EngineConfig {
+    /// The knobs `workload` runs with unless told otherwise: [`DEFAULT_SHARDS`] shards,
+    /// [`DEFAULT_CONSUMERS`] consumers ([`W5_CONSUMERS`] for W5), [`DEFAULT_READERS`] readers,
+    /// no handler cost ([`W5_HANDLER_US`] for W5), and no pacing.
+    ///
+    /// [`DEFAULT_SHARDS`]: kcache::sharded::DEFAULT_SHARDS
+    pub fn for_workload(workload: Workload) -> Self {
+        let w5 = workload == Workload::W5;
+        Self {
+            consumers: if w5 { W5_CONSUMERS } else { DEFAULT_CONSUMERS },
+            handler_cost: Duration::from_micros(if w5 { W5_HANDLER_US } else { 0 }),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for EngineConfig {
+    /// The knobs of a run without a slow handler (a replay, W1–W4): see
+    /// [`EngineConfig::for_workload`].
     fn default() -> Self {
         Self {
             shards: kcache::sharded::DEFAULT_SHARDS,
-            consumers: 2,
-            readers: 2,
+            consumers: DEFAULT_CONSUMERS,
+            readers: DEFAULT_READERS,
             handler_cost: Duration::ZERO,
             rate: None,
         }
@@ -142,6 +176,18 @@ pub enum Mode {
     Queue,
     /// One writer straight into the indexer while readers query it (W4).
     Direct,
+}
+
+impl Mode {
+    /// How `workload` reaches the engine: W4 writes straight into the indexer, the others go
+    /// through the queue.
+    pub fn of(workload: Workload) -> Self {
+        if workload.uses_queue() {
+            Mode::Queue
+        } else {
+            Mode::Direct
+        }
+    }
 }
 
 /// Reports the producer's progress (ops done); called every few thousand ops.

@@ -23,8 +23,8 @@ use kcache::Key;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::driver::{EngineConfig, Mode};
-use crate::report::{table, write_file, RunResult};
+use crate::driver::{EngineConfig, Mode, DEFAULT_CONSUMERS};
+use crate::report::{finish, refuse, table, write_json, RunResult};
 use crate::run::{run_engines, EngineChoice, RunError};
 use crate::ui::Ui;
 use crate::workload::{Generated, Model, Op, Pod, Universe};
@@ -42,7 +42,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = DEFAULT_CONSUMERS)]
     pub consumers: usize,
     /// Also write the results as JSON here.
     #[arg(long)]
@@ -480,27 +480,28 @@ fn replay_engines(
     cfg: &EngineConfig,
     ui: Ui,
 ) -> Result<Vec<RunResult>, RunError> {
-    let engines = args.engine.engines();
-    if engines.len() == 1 || args.in_process {
-        return run_engines(gen, "replay", Mode::Queue, &engines, cfg, ui);
-    }
-    let mut results = Vec::new();
-    for engine in engines {
-        let child = [
-            "replay".to_string(),
-            "--trace".to_string(),
-            args.trace.display().to_string(),
-            "--engine".to_string(),
-            engine.name().to_string(),
-            "--shards".to_string(),
-            cfg.shards.to_string(),
-            "--consumers".to_string(),
-            cfg.consumers.to_string(),
-            "--in-process".to_string(),
-        ];
-        results.extend(crate::isolate::run_child(&child)?);
-    }
-    Ok(results)
+    let child_args = |engine: crate::driver::EngineKind| {
+        [
+            "replay",
+            "--trace",
+            &args.trace.display().to_string(),
+            "--engine",
+            engine.name(),
+            "--shards",
+            &cfg.shards.to_string(),
+            "--consumers",
+            &cfg.consumers.to_string(),
+            "--in-process",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    crate::isolate::run_each(
+        &args.engine.engines(),
+        args.in_process,
+        child_args,
+        |engines| run_engines(gen, "replay", Mode::Queue, engines, cfg, ui),
+    )
 }
 
 /// Runs `loadgen replay`.
@@ -509,12 +510,14 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     let bytes = match std::fs::read(&args.trace) {
         Ok(bytes) => bytes,
         Err(e) => {
-            eprintln!(
-                "loadgen replay: cannot read {}: {e} (record one with `kubectl get pods -A \
-                 --watch --output-watch-events -o json > FILE`)",
-                args.trace.display()
-            );
-            return ExitCode::from(2);
+            return refuse(
+                "replay",
+                format!(
+                    "cannot read {}: {e} (record one with `kubectl get pods -A --watch \
+                     --output-watch-events -o json > FILE`)",
+                    args.trace.display()
+                ),
+            )
         }
     };
     let phase = ui.phase("replay parse", 0);
@@ -524,15 +527,17 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     if trace.events.is_empty() {
         // Replaying nothing would measure nothing, and an all-ok verdict on it would hide a
         // wrong file or a wrong format.
-        eprintln!(
-            "loadgen replay: nothing to replay: {} holds no valid ADDED, MODIFIED or DELETED \
-             document ({} documents, {} bad; the bad ones are listed above). Expected the \
-             output of `kubectl get pods -A --watch --output-watch-events -o json`.",
-            args.trace.display(),
-            trace.documents,
-            trace.bad.len()
+        return refuse(
+            "replay",
+            format!(
+                "nothing to replay: {} holds no valid ADDED, MODIFIED or DELETED document ({} \
+                 documents, {} bad; the bad ones are listed above). Expected the output of \
+                 `kubectl get pods -A --watch --output-watch-events -o json`.",
+                args.trace.display(),
+                trace.documents,
+                trace.bad.len()
+            ),
         );
-        return ExitCode::from(2);
     }
     let gen = to_workload(&trace, &args.trace.display().to_string());
     let cfg = EngineConfig {
@@ -542,41 +547,21 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     };
     let results = match replay_engines(&args, &gen, &cfg, ui) {
         Ok(results) => results,
-        Err(e) => {
-            eprintln!("loadgen replay: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refuse("replay", e),
     };
-    print!("{}", table(&results));
-    for r in results.iter().filter(|r| !r.is_ok()) {
-        eprintln!("{} replay: verdict failed:", r.engine);
-        for failure in &r.failures {
-            eprintln!("  {failure}");
+    finish("replay", &table(&results), &results, || match &args.json {
+        Some(path) => {
+            let report = ReplayReport {
+                trace: args.trace.display().to_string(),
+                documents: trace.documents,
+                events: trace.events.len(),
+                bookmarks: trace.bookmarks,
+                errors: &trace.errors,
+                bad_documents: &trace.bad,
+                results: &results,
+            };
+            write_json(path, &report).map_err(|e| e.to_string())
         }
-    }
-    if let Some(path) = &args.json {
-        let report = ReplayReport {
-            trace: args.trace.display().to_string(),
-            documents: trace.documents,
-            events: trace.events.len(),
-            bookmarks: trace.bookmarks,
-            errors: &trace.errors,
-            bad_documents: &trace.bad,
-            results: &results,
-        };
-        let written = serde_json::to_string_pretty(&report)
-            .map_err(|e| e.to_string())
-            .and_then(|text| {
-                write_file(path, format!("{text}\n").as_bytes()).map_err(|e| e.to_string())
-            });
-        if let Err(e) = written {
-            eprintln!("loadgen replay: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    if results.iter().all(RunResult::is_ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        None => Ok(()),
+    })
 }

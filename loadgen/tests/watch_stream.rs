@@ -237,14 +237,12 @@ fn replaying_the_sample_traces_through_both_engines_passes_the_verdict() {
     ] {
         let gen = to_workload(&parse_trace(&bytes), "test");
         for engine in EngineKind::ALL {
-            let done = execute(
-                engine,
-                &gen,
-                Mode::Queue,
-                &EngineConfig::default(),
-                &NoProgress,
-            )
-            .expect("tiny trace");
+            // Two consumers: the sharded engine's concurrent path, not only its one-consumer one.
+            let cfg = EngineConfig {
+                consumers: 2,
+                ..EngineConfig::default()
+            };
+            let done = execute(engine, &gen, Mode::Queue, &cfg, &NoProgress).expect("tiny trace");
             let verdict = check(&gen.model, &*done.store, &done.counters);
             assert!(verdict.is_ok(), "{engine}: {:?}", verdict.failures());
         }
