@@ -1,5 +1,7 @@
 //! The watch-stream parser and the replay of a trace through the engines.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::path::PathBuf;
