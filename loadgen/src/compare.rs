@@ -2,10 +2,12 @@
 //! sharded/reference of every figure; writes `latest.json`, `latest.md`, `throughput.svg` and
 //! `latency.svg` into the output directory.
 //!
-//! The default sizes finish in about two minutes on the project's 2-core machine (release
-//! build): W1–W3 at their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run
-//! is a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory
-//! that an earlier one freed; `--in-process` runs everything in this process instead. `--quick` runs tiny sizes for tests and scripts.
+//! The default sizes finish in about a minute and a half on the project's 2-core machine
+//! (release build; the committed `results/latest.json` measured 75 s of engine time): W1–W3 at
+//! their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run is
+//! a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory that
+//! an earlier one freed; `--in-process` runs everything in this process instead. `--quick`
+//! runs tiny sizes, for tests and smoke checks.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -27,7 +29,7 @@ pub struct CompareArgs {
     /// Where to write latest.json, latest.md, throughput.svg and latency.svg.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Tiny sizes (seconds, not minutes): for tests and regression scripts.
+    /// Tiny sizes (seconds, not minutes): for tests and smoke checks.
     #[arg(long)]
     pub quick: bool,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
@@ -35,7 +37,7 @@ pub struct CompareArgs {
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: per workload, see `loadgen run --help`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::driver::parse_consumers)]
     pub consumers: Option<usize>,
     /// The splitmix64 seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
@@ -52,7 +54,7 @@ pub struct CompareArgs {
 /// 5,000,000; 150,000 × 10 rounds of 100,000); W4 at 100,000 keys × 3,000,000 events (its
 /// readers share the two cores with the writer, so full size would take half a minute per
 /// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta). About a
-/// minute and a quarter on an idle 2-core machine, with room for a busy one.
+/// minute and a half on the 2-core machine, child processes and generation included.
 pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
     let sizes: [(Workload, usize, usize); 5] = if quick {
         [
@@ -118,7 +120,7 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
         let own = EngineConfig::for_workload(spec.workload);
         let cfg = EngineConfig {
             shards: args.shards,
-            consumers: args.consumers.unwrap_or(own.consumers).max(1),
+            consumers: args.consumers.unwrap_or(own.consumers),
             rate: label.as_ref().map(|_| PACED_RATE),
             ..own
         };

@@ -106,6 +106,23 @@ pub fn parse_shards(s: &str) -> Result<usize, String> {
     }
 }
 
+/// Parses a `--consumers` argument: at least one (zero consumers would never drain the queue,
+/// and quietly running one instead would report a run that was not the one asked for).
+///
+/// ```
+/// use loadgen::driver::parse_consumers;
+/// assert_eq!(parse_consumers("3"), Ok(3));
+/// assert!(parse_consumers("0").is_err());
+/// ```
+pub fn parse_consumers(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "--consumers must be a whole number of at least 1 (got {s:?})"
+        )),
+    }
+}
+
 /// The knobs of one engine run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {

@@ -53,7 +53,7 @@ pub struct RunArgs {
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
     /// producer and one consumer on two cores; a second consumer only competes for a core).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::driver::parse_consumers)]
     pub consumers: Option<usize>,
     /// W4's reader threads.
     #[arg(long, default_value_t = DEFAULT_READERS)]
@@ -103,7 +103,7 @@ impl RunArgs {
         let own = EngineConfig::for_workload(self.workload);
         EngineConfig {
             shards: self.shards,
-            consumers: self.consumers.unwrap_or(own.consumers).max(1),
+            consumers: self.consumers.unwrap_or(own.consumers),
             readers: self.readers,
             handler_cost: self
                 .handler_us

@@ -42,7 +42,7 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = DEFAULT_CONSUMERS)]
+    #[arg(long, default_value_t = DEFAULT_CONSUMERS, value_parser = crate::driver::parse_consumers)]
     pub consumers: usize,
     /// Also write the results as JSON here.
     #[arg(long)]
@@ -542,7 +542,7 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     let gen = to_workload(&trace, &args.trace.display().to_string());
     let cfg = EngineConfig {
         shards: args.shards,
-        consumers: args.consumers.max(1),
+        consumers: args.consumers,
         ..EngineConfig::default()
     };
     let results = match replay_engines(&args, &gen, &cfg, ui) {

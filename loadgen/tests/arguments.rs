@@ -1,6 +1,9 @@
+//! Command-line arguments that would make a run other than the one asked for.
+//!
 //! `--shards` takes a power of two from 1 to 65536 in every command, and refuses anything else
 //! with a usage error (exit code 2) before any work starts: the engine would otherwise round
-//! the count quietly and report a run that was not the one asked for.
+//! the count quietly and report a run that was not the one asked for. `--consumers 0` is
+//! refused the same way.
 
 #![forbid(unsafe_code)]
 
@@ -48,5 +51,23 @@ fn the_bounds_themselves_are_accepted() {
             String::from_utf8_lossy(&output.stderr)
         );
         assert_eq!(output.stdout.iter().filter(|&&b| b == b'\n').count(), 1);
+    }
+}
+
+#[test]
+fn zero_consumers_are_refused_everywhere() {
+    for command in &COMMANDS[1..] {
+        let args: Vec<&str> = command
+            .iter()
+            .copied()
+            .chain(["--consumers", "0"])
+            .collect();
+        let output = common::run_loadgen(&args, b"");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("--consumers must be a whole number of at least 1"),
+            "{args:?}: {stderr}"
+        );
     }
 }
