@@ -2,26 +2,24 @@
 //! sharded/reference of every figure; writes `latest.json`, `latest.md`, `throughput.svg` and
 //! `latency.svg` into the output directory.
 //!
-//! The default sizes finish in about two minutes on the project's 2-core machine (release
-//! build): W1–W3 at their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run
-//! is a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory
-//! that an earlier one freed; `--in-process` runs everything in this process instead. `--quick` runs tiny sizes for tests and scripts.
+//! The default sizes finish in about a minute and a half on the project's 2-core machine
+//! (release build; the committed `results/latest.json` measured 75 s of engine time): W1–W3 at
+//! their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run is
+//! a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory that
+//! an earlier one freed; `--in-process` runs everything in this process instead. `--quick`
+//! runs tiny sizes, for tests and smoke checks.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use serde::Serialize;
 
 use crate::chart::{latency_svg, throughput_svg};
-use crate::engines::{EngineConfig, EngineKind, Mode};
-use crate::isolate::run_child;
+use crate::driver::{EngineConfig, EngineKind};
 use crate::machine::Machine;
-use crate::report::{aligned, mib, si, write_file, RunResult};
-use crate::run::{
-    child_args, generate_with_progress, run_engines, RunError, DEFAULT_W5_HANDLER_US,
-};
+use crate::report::{aligned, finish, mib, refuse, si, write_file, write_json, RunResult};
+use crate::run::{run_spec, RunError};
 use crate::ui::Ui;
 use crate::workload::{Workload, WorkloadSpec, DEFAULT_SEED};
 
@@ -31,15 +29,15 @@ pub struct CompareArgs {
     /// Where to write latest.json, latest.md, throughput.svg and latency.svg.
     #[arg(long, default_value = "results")]
     pub out: PathBuf,
-    /// Tiny sizes (seconds, not minutes): for tests and regression scripts.
+    /// Tiny sizes (seconds, not minutes): for tests and smoke checks.
     #[arg(long)]
     pub quick: bool,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: per workload, see `loadgen run --help`.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::driver::parse_consumers)]
     pub consumers: Option<usize>,
     /// The splitmix64 seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
@@ -56,7 +54,7 @@ pub struct CompareArgs {
 /// 5,000,000; 150,000 × 10 rounds of 100,000); W4 at 100,000 keys × 3,000,000 events (its
 /// readers share the two cores with the writer, so full size would take half a minute per
 /// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta). About a
-/// minute and a quarter on an idle 2-core machine, with room for a busy one.
+/// minute and a half on the 2-core machine, child processes and generation included.
 pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
     let sizes: [(Workload, usize, usize); 5] = if quick {
         [
@@ -119,35 +117,14 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
         .map(|spec| (spec, None))
         .chain([(paced, Some(paced_label))]);
     for (spec, label) in runs {
-        let handler_us = if spec.workload == Workload::W5 {
-            DEFAULT_W5_HANDLER_US
-        } else {
-            0
-        };
+        let own = EngineConfig::for_workload(spec.workload);
         let cfg = EngineConfig {
-            shards: args.shards.max(1),
-            consumers: args
-                .consumers
-                .unwrap_or(crate::run::default_consumers(spec.workload))
-                .max(1),
-            readers: 2,
-            handler_cost: Duration::from_micros(handler_us),
+            shards: args.shards,
+            consumers: args.consumers.unwrap_or(own.consumers),
             rate: label.as_ref().map(|_| PACED_RATE),
+            ..own
         };
-        let mode = if spec.workload.uses_queue() {
-            Mode::Queue
-        } else {
-            Mode::Direct
-        };
-        let mut rows = Vec::new();
-        if args.in_process {
-            let gen = generate_with_progress(&spec, ui)?;
-            rows = run_engines(&gen, spec.workload.name(), mode, &EngineKind::ALL, &cfg, ui)?;
-        } else {
-            for engine in EngineKind::ALL {
-                rows.extend(run_child(&child_args(&spec, engine, &cfg))?);
-            }
-        }
+        let mut rows = run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?;
         if let Some(label) = &label {
             for row in &mut rows {
                 row.workload.clone_from(label);
@@ -359,9 +336,7 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     let md_path = out.join("latest.md");
     let throughput = out.join("throughput.svg");
     let latency = out.join("latency.svg");
-    let mut json = serde_json::to_string_pretty(report).map_err(|e| e.to_string())?;
-    json.push('\n');
-    write_file(&json_path, json.as_bytes()).map_err(|e| e.to_string())?;
+    write_json(&json_path, report).map_err(|e| e.to_string())?;
     write_file(&md_path, markdown(report).as_bytes()).map_err(|e| e.to_string())?;
     throughput_svg(&report.results, &throughput).map_err(|e| e.to_string())?;
     latency_svg(&report.results, &latency).map_err(|e| e.to_string())?;
@@ -380,40 +355,20 @@ pub fn main(args: CompareArgs) -> ExitCode {
     let ui = Ui::detect();
     let results = match compare(&args, ui) {
         Ok(results) => results,
-        Err(e) => {
-            eprintln!("loadgen compare: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refuse("compare", e),
     };
-    print!("{}", aligned(&side_by_side(&results)));
     let report = CompareReport {
         machine: Machine::detect(),
         command: command_line(),
         results,
     };
-    match write_outputs(&args.out, &report) {
-        Ok(paths) => {
-            for p in paths {
-                ui.note(&format!("wrote {}", p.display()));
-            }
+    let shown = aligned(&side_by_side(&report.results));
+    finish("compare", &shown, &report.results, || {
+        for path in write_outputs(&args.out, &report)? {
+            ui.note(&format!("wrote {}", path.display()));
         }
-        Err(e) => {
-            eprintln!("loadgen compare: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    let failed: Vec<_> = report.results.iter().filter(|r| !r.is_ok()).collect();
-    for r in &failed {
-        eprintln!("{} {}: verdict failed:", r.engine, r.workload);
-        for failure in &r.failures {
-            eprintln!("  {failure}");
-        }
-    }
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

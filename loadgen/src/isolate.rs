@@ -6,6 +6,9 @@
 //! process per engine starts clean. It regenerates the workload from the same seed, so every
 //! engine still sees exactly the same events; the child writes its results as JSON to a
 //! temporary file, which the parent reads back.
+//!
+//! [`run_each`] is the one place that decides, for `run`, `compare` and `replay` alike, whether
+//! the engines run here or in children.
 
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
@@ -13,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
+use crate::driver::EngineKind;
 use crate::report::RunResult;
 
 /// A child run could not be started or did not report.
@@ -93,4 +97,24 @@ pub fn run_child(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
             message,
         })?;
     Ok(report.results)
+}
+
+/// Runs `engines` for one command and returns their results in order: here, through `here`,
+/// when there is only one engine or `in_process` is set; otherwise each engine in a child
+/// process of its own, started with `child_args(engine)` (a command line that runs that one
+/// engine with `--in-process`, so the child does not spawn children of its own).
+pub fn run_each<E: From<IsolateError>>(
+    engines: &[EngineKind],
+    in_process: bool,
+    child_args: impl Fn(EngineKind) -> Vec<String>,
+    here: impl FnOnce(&[EngineKind]) -> Result<Vec<RunResult>, E>,
+) -> Result<Vec<RunResult>, E> {
+    if engines.len() <= 1 || in_process {
+        return here(engines);
+    }
+    let mut results = Vec::with_capacity(engines.len());
+    for &engine in engines {
+        results.extend(run_child(&child_args(engine))?);
+    }
+    Ok(results)
 }

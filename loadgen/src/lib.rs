@@ -1,17 +1,36 @@
-//! The load generator's library: trace replay, workloads and reports, shared by the `loadgen`
-//! binary, the cross-crate tests and the benchmarks.
+//! The load generator's library, shared by the `loadgen` binary, its tests and the benchmarks.
+//!
+//! One module per job:
+//!
+//! | module | what it does |
+//! |---|---|
+//! | [`ops`] (+ `ops/`) | `loadgen ops`: replays an ops trace (docs/traces.md) through one engine |
+//! | [`workload`] | generates the synthetic workloads W1–W5 (docs/workloads.md) and their model |
+//! | [`driver`] | runs a generated workload through an engine: producer, consumers, timing |
+//! | [`verdict`] | judges a finished run against the workload's model |
+//! | [`latency`], [`rss`] | enqueue-to-pop latency sampling; peak resident memory |
+//! | [`report`] | one run's measured result; the table, the JSON report, the exit code |
+//! | [`isolate`] | runs each engine in a child process of its own |
+//! | [`run`] | `loadgen run`: one workload through one engine or both |
+//! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
+//! | [`chart`] | the SVG charts of `compare` |
+//! | [`machine`] | what machine a comparison ran on |
+//! | [`watch_stream`] | `loadgen replay`: reads a recorded kubectl watch stream and replays it |
+//! | [`ui`] | progress bars and notes on stderr |
+
+#![forbid(unsafe_code)]
 
 pub mod chart;
 pub mod compare;
-pub mod engines;
+pub mod driver;
 pub mod isolate;
 pub mod latency;
 pub mod machine;
 pub mod ops;
-pub mod replay;
 pub mod report;
 pub mod rss;
 pub mod run;
 pub mod ui;
 pub mod verdict;
+pub mod watch_stream;
 pub mod workload;

@@ -5,6 +5,8 @@
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -33,7 +35,7 @@ enum Command {
     /// Run W1–W5 through both engines side by side; write results/latest.{json,md} and charts.
     Compare(loadgen::compare::CompareArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
-    Replay(loadgen::replay::ReplayArgs),
+    Replay(loadgen::watch_stream::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -42,6 +44,6 @@ fn main() -> ExitCode {
         Command::Ops(args) => loadgen::ops::main(args),
         Command::Run(args) => loadgen::run::main(args),
         Command::Compare(args) => loadgen::compare::main(args),
-        Command::Replay(args) => loadgen::replay::main(args),
+        Command::Replay(args) => loadgen::watch_stream::main(args),
     }
 }

@@ -47,9 +47,9 @@ pub struct OpsArgs {
     /// The engine to replay the trace through.
     #[arg(long, value_enum)]
     pub engine: EngineArg,
-    /// Shards of the sharded engine (it rounds up to a power of two); ignored by `reference`.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65536))]
-    pub shards: u32,
+    /// Shards of the sharded engine, a power of two from 1 to 65536; ignored by `reference`.
+    #[arg(long, default_value_t = 1, value_parser = crate::driver::parse_shards)]
+    pub shards: usize,
 }
 
 /// The `--engine` choices of `loadgen ops`.
@@ -78,8 +78,7 @@ impl From<&OpsArgs> for EngineChoice {
         match args.engine {
             EngineArg::Reference => EngineChoice::Reference,
             EngineArg::Sharded => EngineChoice::Sharded {
-                // Bounded to 65536 by the argument parser: always fits.
-                shards: usize::try_from(args.shards).unwrap_or(usize::MAX),
+                shards: args.shards,
             },
         }
     }

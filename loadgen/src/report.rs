@@ -4,10 +4,11 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engines::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
+use crate::driver::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
 use crate::verdict::{check, Counters};
@@ -124,7 +125,8 @@ pub fn measure(
     })
 }
 
-/// The JSON document `run --json` and `replay --json` write.
+/// The JSON document `run --json` writes (`replay --json` adds its parse summary around the
+/// same `results`; a child process reports through either).
 #[derive(Debug, Clone, Serialize)]
 pub struct Report<'a> {
     /// Every row.
@@ -154,14 +156,49 @@ pub fn write_file(path: &Path, contents: &[u8]) -> Result<(), WriteError> {
     fs::write(path, contents).map_err(wrap)
 }
 
-/// Writes `{"results":[...]}` to `path`.
-pub fn write_json(path: &Path, results: &[RunResult]) -> Result<(), WriteError> {
-    let mut text = serde_json::to_string_pretty(&Report { results }).map_err(|e| WriteError {
+/// Writes `value` to `path` as pretty-printed JSON: `run --json`'s [`Report`],
+/// `replay --json`'s report, `compare`'s `latest.json`.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), WriteError> {
+    let mut text = serde_json::to_string_pretty(value).map_err(|e| WriteError {
         path: path.to_path_buf(),
         source: io::Error::other(e),
     })?;
     text.push('\n');
     write_file(path, text.as_bytes())
+}
+
+/// How `run`, `replay` and `compare` end once their engines have run: prints `shown` (the
+/// command's table) on stdout and every failed verdict on stderr, then writes the command's
+/// files with `write`. The exit code is 0 when every verdict is ok, 1 when one failed, 2
+/// when the files could not be written.
+pub fn finish(
+    command: &str,
+    shown: &str,
+    results: &[RunResult],
+    write: impl FnOnce() -> Result<(), String>,
+) -> ExitCode {
+    print!("{shown}");
+    for r in results.iter().filter(|r| !r.is_ok()) {
+        eprintln!("{} {}: verdict failed:", r.engine, r.workload);
+        for failure in &r.failures {
+            eprintln!("  {failure}");
+        }
+    }
+    if let Err(e) = write() {
+        return refuse(command, e);
+    }
+    if results.iter().all(RunResult::is_ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// How a command ends when it cannot do its job (bad input, a child that failed, a file it
+/// could not write): `loadgen COMMAND: why` on stderr, exit code 2.
+pub fn refuse(command: &str, why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("loadgen {command}: {why}");
+    ExitCode::from(2)
 }
 
 /// `1234567` → `1.23M`, for the table.
@@ -266,4 +303,58 @@ pub fn first_seen<'a>(
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(failures: &[&str]) -> RunResult {
+        RunResult {
+            engine: "sharded".into(),
+            workload: "w1".into(),
+            keys: 1,
+            events: 1,
+            wall_s: 1.0,
+            events_per_s: 1.0,
+            pops: 1,
+            deltas_per_pop: Some(1.0),
+            latency_us: LatencyUs::default(),
+            peak_rss_bytes: None,
+            peak_rss_source: None,
+            reads_per_s: None,
+            threads: 1,
+            shards: Some(1),
+            deltas: 1,
+            verdict: if failures.is_empty() {
+                "ok".into()
+            } else {
+                format!("FAIL: {}", failures[0])
+            },
+            failures: failures.iter().map(|f| f.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn the_exit_code_is_0_when_all_ok_1_on_a_failed_verdict_2_when_files_fail() {
+        let ok = [row(&[]), row(&[])];
+        assert_eq!(finish("run", "", &ok, || Ok(())), ExitCode::SUCCESS);
+        let failed = [row(&[]), row(&["missing key x"])];
+        assert_eq!(finish("run", "", &failed, || Ok(())), ExitCode::FAILURE);
+        let unwritable = || Err("cannot write /x".to_string());
+        assert_eq!(finish("run", "", &ok, unwritable), ExitCode::from(2));
+        assert_eq!(finish("run", "", &failed, unwritable), ExitCode::from(2));
+    }
+
+    #[test]
+    fn the_json_report_is_written_with_its_directory() {
+        let dir = std::env::temp_dir().join(format!("loadgen-report-{}", std::process::id()));
+        let path = dir.join("nested").join("r.json");
+        let results = [row(&["missing key x"])];
+        write_json(&path, &Report { results: &results }).expect("written");
+        let back: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(&path).expect("read back")).expect("JSON");
+        assert_eq!(back["results"][0]["failures"][0], "missing key x");
+        fs::remove_dir_all(&dir).ok();
+    }
 }

@@ -4,13 +4,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::engines::{EngineConfig, EngineKind, Mode};
-use crate::report::{measure, table, write_json, RunResult};
+use crate::driver::{EngineConfig, EngineKind, Mode, DEFAULT_READERS};
+use crate::report::{finish, measure, refuse, table, write_json, Report, RunResult};
 use crate::ui::Ui;
 use crate::workload::{generate, Generated, Workload, WorkloadSpec, DEFAULT_SEED};
-
-/// W5's handler cost when `--handler-us` is not given.
-pub const DEFAULT_W5_HANDLER_US: u64 = 2;
 
 /// `reference`, `sharded` or `all`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -50,16 +47,16 @@ pub struct RunArgs {
     /// Keys. Default: the workload's own (W2 1,000,000, W3 150,000, others 100,000).
     #[arg(long)]
     pub keys: Option<usize>,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
     /// producer and one consumer on two cores; a second consumer only competes for a core).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::driver::parse_consumers)]
     pub consumers: Option<usize>,
     /// W4's reader threads.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = DEFAULT_READERS)]
     pub readers: usize,
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
@@ -100,21 +97,17 @@ impl RunArgs {
         spec
     }
 
-    /// The engine knobs these arguments ask for.
+    /// The engine knobs these arguments ask for: the workload's own
+    /// ([`EngineConfig::for_workload`]) where an argument is not given.
     pub fn config(&self) -> EngineConfig {
-        let handler_us = self.handler_us.unwrap_or(if self.workload == Workload::W5 {
-            DEFAULT_W5_HANDLER_US
-        } else {
-            0
-        });
+        let own = EngineConfig::for_workload(self.workload);
         EngineConfig {
-            shards: self.shards.max(1),
-            consumers: self
-                .consumers
-                .unwrap_or(default_consumers(self.workload))
-                .max(1),
+            shards: self.shards,
+            consumers: self.consumers.unwrap_or(own.consumers),
             readers: self.readers,
-            handler_cost: Duration::from_micros(handler_us),
+            handler_cost: self
+                .handler_us
+                .map_or(own.handler_cost, Duration::from_micros),
             rate: self.rate,
         }
     }
@@ -128,7 +121,7 @@ pub enum RunError {
     Invalid(String),
     /// An engine refused the workload.
     #[error(transparent)]
-    Engine(#[from] crate::engines::EngineError),
+    Engine(#[from] crate::driver::EngineError),
     /// A child process for one engine failed.
     #[error(transparent)]
     Isolate(#[from] crate::isolate::IsolateError),
@@ -166,11 +159,17 @@ pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -
     args
 }
 
-/// Generates `spec` (before any clock starts), with progress.
-pub fn generate_with_progress(spec: &WorkloadSpec, ui: Ui) -> Result<Generated, RunError> {
+/// Refuses a spec that makes no workload.
+fn check_spec(spec: &WorkloadSpec) -> Result<(), RunError> {
     if spec.keys == 0 {
         return Err(RunError::Invalid("--keys must be at least 1".to_string()));
     }
+    Ok(())
+}
+
+/// Generates `spec` (before any clock starts), with progress.
+pub fn generate_with_progress(spec: &WorkloadSpec, ui: Ui) -> Result<Generated, RunError> {
+    check_spec(spec)?;
     let phase = ui.phase(format!("{} generate", spec.workload), 0);
     let gen = generate(spec);
     phase.finish(&format!(
@@ -204,79 +203,51 @@ pub fn run_engines(
     Ok(results)
 }
 
-/// Generates the workload of `args` and runs the chosen engines on it: in this process for
-/// one engine or with `--in-process`, else each engine in a child process of its own
-/// (see [`isolate`](crate::isolate)).
+/// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
-    let engines = args.engine.engines();
-    if engines.len() > 1 && !args.in_process {
-        let (spec, cfg) = (args.spec(), args.config());
-        if spec.keys == 0 {
-            return Err(RunError::Invalid("--keys must be at least 1".to_string()));
-        }
-        let mut results = Vec::new();
-        for engine in engines {
-            results.extend(crate::isolate::run_child(&child_args(&spec, engine, &cfg))?);
-        }
-        return Ok(results);
-    }
-    let gen = generate_with_progress(&args.spec(), ui)?;
-    let mode = if args.workload.uses_queue() {
-        Mode::Queue
-    } else {
-        Mode::Direct
-    };
-    run_engines(
-        &gen,
-        args.workload.name(),
-        mode,
-        &engines,
+    run_spec(
+        &args.spec(),
+        &args.engine.engines(),
         &args.config(),
+        args.in_process,
         ui,
     )
 }
 
-/// Prints the table, writes the JSON if asked, and turns the verdicts into an exit code:
-/// 0 when every verdict is ok, 1 otherwise, 2 when the report could not be written.
-pub fn finish(results: &[RunResult], json: Option<&std::path::Path>) -> ExitCode {
-    print!("{}", table(results));
-    for r in results.iter().filter(|r| !r.is_ok()) {
-        eprintln!("{} {}: verdict failed:", r.engine, r.workload);
-        for failure in &r.failures {
-            eprintln!("  {failure}");
-        }
-    }
-    if let Some(path) = json {
-        if let Err(e) = write_json(path, results) {
-            eprintln!("loadgen: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    if results.iter().all(RunResult::is_ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+/// Runs `engines` on the workload of `spec` with `cfg`: generated and run in this process for
+/// one engine or with `in_process`, else each engine in a child process of its own that
+/// generates the same events from the same seed (see [`isolate`](crate::isolate)). `run` and
+/// `compare` both come through here.
+pub fn run_spec(
+    spec: &WorkloadSpec,
+    engines: &[EngineKind],
+    cfg: &EngineConfig,
+    in_process: bool,
+    ui: Ui,
+) -> Result<Vec<RunResult>, RunError> {
+    check_spec(spec)?;
+    crate::isolate::run_each(
+        engines,
+        in_process,
+        |engine| child_args(spec, engine, cfg),
+        |engines| {
+            let gen = generate_with_progress(spec, ui)?;
+            let workload = spec.workload;
+            run_engines(&gen, workload.name(), Mode::of(workload), engines, cfg, ui)
+        },
+    )
 }
 
 /// Runs `loadgen run`.
 pub fn main(args: RunArgs) -> ExitCode {
     match run(&args, Ui::detect()) {
-        Ok(results) => finish(&results, args.json.as_deref()),
-        Err(e) => {
-            eprintln!("loadgen run: {e}");
-            ExitCode::from(2)
-        }
-    }
-}
-
-/// The sharded engine's consumer threads when none are asked for: two for W5's slow handler,
-/// one otherwise.
-pub fn default_consumers(workload: Workload) -> usize {
-    if workload == Workload::W5 {
-        2
-    } else {
-        1
+        Ok(results) => finish("run", &table(&results), &results, || match &args.json {
+            Some(path) => {
+                write_json(path, &Report { results: &results }).map_err(|e| e.to_string())
+            }
+            None => Ok(()),
+        }),
+        Err(e) => refuse("run", e),
     }
 }
 
@@ -336,18 +307,34 @@ mod tests {
     }
 
     #[test]
-    fn a_failed_verdict_makes_the_command_exit_non_zero() {
-        let args = parse(&["--workload", "w1", "--keys", "50", "--events", "300"]);
-        let mut results = run(
-            &RunArgs {
-                engine: EngineChoice::Reference,
-                ..args
-            },
-            Ui::Quiet,
-        )
-        .expect("tiny run");
-        assert_eq!(finish(&results, None), ExitCode::SUCCESS);
-        results[0].failures.push("missing key x".into());
-        assert_eq!(finish(&results, None), ExitCode::FAILURE);
+    fn consumers_default_to_one_and_two_for_w5_unless_told_otherwise() {
+        assert_eq!(parse(&["--workload", "w1"]).config().consumers, 1);
+        assert_eq!(parse(&["--workload", "w5"]).config().consumers, 2);
+        let w1 = parse(&["--workload", "w1", "--consumers", "3"]);
+        assert_eq!(w1.config().consumers, 3);
+    }
+
+    #[test]
+    fn one_engine_runs_in_this_process_and_reports_one_row() {
+        let args = parse(&[
+            "--workload",
+            "w1",
+            "--engine",
+            "reference",
+            "--keys",
+            "50",
+            "--events",
+            "300",
+        ]);
+        let results = run(&args, Ui::Quiet).expect("tiny run");
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].engine, "reference");
+        assert!(results[0].is_ok(), "{:?}", results[0].failures);
+    }
+
+    #[test]
+    fn zero_keys_are_refused_before_any_engine_runs() {
+        let args = parse(&["--workload", "w1", "--keys", "0"]);
+        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 }

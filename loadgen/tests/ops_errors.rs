@@ -2,6 +2,8 @@
 //! the line on stderr, after flushing what came before; a refused operation is reported and
 //! the replay goes on with exit code 0.
 
+#![forbid(unsafe_code)]
+
 mod common;
 
 use std::process::Output;

@@ -6,6 +6,8 @@
 //! as parsed JSON values, either line by line or, where several shards may pop keys in another
 //! order, after grouping each run of pop lines by key.
 
+#![forbid(unsafe_code)]
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,22 +1,16 @@
 //! The verdict: correct runs pass; a corrupted store or corrupted counters fail.
 
+#![forbid(unsafe_code)]
+
 use std::sync::Arc;
 
 use kcache::{IndexError, Indexer, Indexers, Key, KeyError, KnownObjects, Store};
-use loadgen::engines::{execute, EngineConfig, EngineKind, Finished, Mode, NoProgress};
+use loadgen::driver::{execute, EngineConfig, EngineKind, Finished, Mode, NoProgress};
 use loadgen::verdict::{check, Counters};
 use loadgen::workload::{generate, Generated, Pod, Workload, WorkloadSpec};
 
 fn spec(w: Workload) -> WorkloadSpec {
     WorkloadSpec::new(w).keys(400).events(6_000)
-}
-
-fn mode(w: Workload) -> Mode {
-    if w.uses_queue() {
-        Mode::Queue
-    } else {
-        Mode::Direct
-    }
 }
 
 fn run(engine: EngineKind, w: Workload) -> (Generated, Finished) {
@@ -32,7 +26,7 @@ fn run(engine: EngineKind, w: Workload) -> (Generated, Finished) {
         },
         rate: None,
     };
-    let done = execute(engine, &gen, mode(w), &cfg, &NoProgress).expect("workload fits");
+    let done = execute(engine, &gen, Mode::of(w), &cfg, &NoProgress).expect("workload fits");
     (gen, done)
 }
 

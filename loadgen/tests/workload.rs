@@ -1,5 +1,7 @@
 //! The generator: determinism, the rules of docs/workloads.md, and the model it keeps.
 
+#![forbid(unsafe_code)]
+
 use std::collections::HashMap;
 
 use loadgen::workload::{

@@ -34,8 +34,8 @@ struct Args {
     /// Keys of W3.
     #[arg(long, default_value_t = 150_000)]
     w3_keys: usize,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = loadgen::driver::parse_shards)]
     shards: usize,
     /// The workload generator's seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]

@@ -1,16 +1,34 @@
 //! The watch-stream parser and the replay of a trace through the engines.
 
+#![forbid(unsafe_code)]
+
+mod common;
+
 use std::path::PathBuf;
 
-use loadgen::engines::{execute, EngineConfig, EngineKind, Mode, NoProgress};
-use loadgen::replay::{parse_trace, to_workload, ParsedTrace, WatchType};
+use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
 use loadgen::verdict::check;
+use loadgen::watch_stream::{parse_trace, to_workload, ParsedTrace, WatchType};
+
+fn testdata_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("testdata")
+        .join(name)
+}
 
 fn testdata(name: &str) -> Vec<u8> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("testdata")
-        .join(name);
+    let path = testdata_path(name);
     std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// Runs `loadgen replay --trace PATH` with `extra` arguments.
+fn replay_command(path: &std::path::Path, extra: &[&str]) -> std::process::Output {
+    let trace = path.to_str().expect("a UTF-8 test path");
+    let args: Vec<&str> = ["replay", "--trace", trace]
+        .into_iter()
+        .chain(extra.iter().copied())
+        .collect();
+    common::run_loadgen(&args, b"")
 }
 
 /// Events without positions: what two formats of one stream must agree on.
@@ -221,16 +239,67 @@ fn replaying_the_sample_traces_through_both_engines_passes_the_verdict() {
     ] {
         let gen = to_workload(&parse_trace(&bytes), "test");
         for engine in EngineKind::ALL {
-            let done = execute(
-                engine,
-                &gen,
-                Mode::Queue,
-                &EngineConfig::default(),
-                &NoProgress,
-            )
-            .expect("tiny trace");
+            // Two consumers: the sharded engine's concurrent path, not only its one-consumer one.
+            let cfg = EngineConfig {
+                consumers: 2,
+                ..EngineConfig::default()
+            };
+            let done = execute(engine, &gen, Mode::Queue, &cfg, &NoProgress).expect("tiny trace");
             let verdict = check(&gen.model, &*done.store, &done.counters);
             assert!(verdict.is_ok(), "{engine}: {:?}", verdict.failures());
         }
     }
+}
+
+#[test]
+fn a_trace_with_no_valid_event_fails_with_exit_code_2() {
+    let all_bad = testdata_path("watch-all-bad.json");
+    // "not json at all" is skipped with the truncated document before it (no `{` starts it).
+    assert_eq!(parse_trace(&testdata("watch-all-bad.json")).bad.len(), 4);
+    let empty = std::env::temp_dir().join(format!("loadgen-empty-{}.json", std::process::id()));
+    std::fs::write(&empty, b"").expect("temp file");
+    for (path, bad) in [(&all_bad, 4), (&empty, 0)] {
+        let output = replay_command(path, &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{}: {stderr}",
+            path.display()
+        );
+        assert!(
+            stderr.contains("nothing to replay")
+                && stderr.contains(&path.display().to_string())
+                && stderr.contains(&format!("{bad} bad")),
+            "stderr names the file, says why and counts the bad documents: {stderr}"
+        );
+        assert!(
+            !String::from_utf8_lossy(&output.stdout).contains("verdict"),
+            "no engine ran, so no results table"
+        );
+    }
+    std::fs::remove_file(&empty).ok();
+}
+
+#[test]
+fn replaying_the_sample_trace_exits_0_with_one_row_per_engine() {
+    let json = std::env::temp_dir().join(format!("loadgen-replay-{}.json", std::process::id()));
+    let output = replay_command(
+        &testdata_path("watch-pods.json"),
+        &["--json", json.to_str().expect("a UTF-8 temp path")],
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
+            .expect("report is JSON");
+    std::fs::remove_file(&json).ok();
+    assert_eq!(report["events"], 8);
+    let engines: Vec<&str> = report["results"]
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["engine"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(engines, ["reference", "sharded"]);
 }

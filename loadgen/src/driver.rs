@@ -28,7 +28,7 @@ use kcache::{
 
 use crate::latency::{new_histogram, SAMPLE_EVERY};
 use crate::verdict::Counters;
-use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, NODE_INDEX};
+use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, Workload, NODE_INDEX};
 
 /// How many keys a sharded consumer takes per `pop_batch`.
 pub const SHARDED_BATCH: usize = 256;
@@ -79,10 +79,55 @@ impl FromStr for EngineKind {
     }
 }
 
+/// The most shards the sharded engine takes: `kcache::sharded::DeltaFifo::new` clamps any
+/// larger count to 2^16.
+pub const MAX_SHARDS: usize = 1 << 16;
+
+/// Parses a `--shards` argument: a power of two from 1 to [`MAX_SHARDS`]. The engine would
+/// quietly round any other count (0 to 1, 3 to 4, 2^17 down to 2^16), and the run reported
+/// would then not be the one asked for.
+///
+/// ```
+/// use loadgen::driver::parse_shards;
+/// assert_eq!(parse_shards("64"), Ok(64));
+/// assert!(parse_shards("0").is_err());
+/// assert!(parse_shards("12").is_err());
+/// ```
+pub fn parse_shards(s: &str) -> Result<usize, String> {
+    let wrong = || format!("--shards must be a power of two between 1 and {MAX_SHARDS}");
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{} (got {s:?}, not a number)", wrong()))?;
+    if n.is_power_of_two() && n <= MAX_SHARDS {
+        Ok(n)
+    } else {
+        Err(wrong())
+    }
+}
+
+/// Parses a `--consumers` argument: at least one (zero consumers would never drain the queue,
+/// and quietly running one instead would report a run that was not the one asked for).
+///
+/// ```
+/// use loadgen::driver::parse_consumers;
+/// assert_eq!(parse_consumers("3"), Ok(3));
+/// assert!(parse_consumers("0").is_err());
+/// ```
+pub fn parse_consumers(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "--consumers must be a whole number of at least 1 (got {s:?})"
+        )),
+    }
+}
+
 /// The knobs of one engine run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// Shards of the sharded engine.
+    /// Shards of the sharded engine: a power of two up to [`MAX_SHARDS`] (see
+    /// [`parse_shards`]).
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always has exactly one).
     pub consumers: usize,
@@ -95,12 +140,46 @@ pub struct EngineConfig {
     pub rate: Option<u64>,
 }
 
+/// Consumer threads of the sharded engine unless told otherwise (every command and
+/// [`EngineConfig::default`]): one. On the project's two cores the producer and one consumer
+/// each have a core, and a second consumer only competes with them; W5 is the exception
+/// ([`W5_CONSUMERS`]). The reference engine always runs exactly one, as client-go does.
+pub const DEFAULT_CONSUMERS: usize = 1;
+
+/// W5's consumer threads unless told otherwise: its slow handler is what extra consumers are
+/// for (docs/workloads.md).
+pub const W5_CONSUMERS: usize = 2;
+
+/// W5's handler cost unless told otherwise: CPU microseconds burnt per delta.
+pub const W5_HANDLER_US: u64 = 2;
+
+/// W4's reader threads unless told otherwise.
+pub const DEFAULT_READERS: usize = 2;
+
+impl EngineConfig {
+    /// The knobs `workload` runs with unless told otherwise: [`DEFAULT_SHARDS`] shards,
+    /// [`DEFAULT_CONSUMERS`] consumers ([`W5_CONSUMERS`] for W5), [`DEFAULT_READERS`] readers,
+    /// no handler cost ([`W5_HANDLER_US`] for W5), and no pacing.
+    ///
+    /// [`DEFAULT_SHARDS`]: kcache::sharded::DEFAULT_SHARDS
+    pub fn for_workload(workload: Workload) -> Self {
+        let w5 = workload == Workload::W5;
+        Self {
+            consumers: if w5 { W5_CONSUMERS } else { DEFAULT_CONSUMERS },
+            handler_cost: Duration::from_micros(if w5 { W5_HANDLER_US } else { 0 }),
+            ..Self::default()
+        }
+    }
+}
+
 impl Default for EngineConfig {
+    /// The knobs of a run without a slow handler (a replay, W1–W4): see
+    /// [`EngineConfig::for_workload`].
     fn default() -> Self {
         Self {
             shards: kcache::sharded::DEFAULT_SHARDS,
-            consumers: 2,
-            readers: 2,
+            consumers: DEFAULT_CONSUMERS,
+            readers: DEFAULT_READERS,
             handler_cost: Duration::ZERO,
             rate: None,
         }
@@ -114,6 +193,18 @@ pub enum Mode {
     Queue,
     /// One writer straight into the indexer while readers query it (W4).
     Direct,
+}
+
+impl Mode {
+    /// How `workload` reaches the engine: W4 writes straight into the indexer, the others go
+    /// through the queue.
+    pub fn of(workload: Workload) -> Self {
+        if workload.uses_queue() {
+            Mode::Queue
+        } else {
+            Mode::Direct
+        }
+    }
 }
 
 /// Reports the producer's progress (ops done); called every few thousand ops.
@@ -176,7 +267,7 @@ pub enum EngineError {
 /// Runs `gen` through `engine`, and returns the drained store with what was measured.
 ///
 /// ```
-/// use loadgen::engines::{execute, EngineConfig, EngineKind, Mode, NoProgress};
+/// use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
 /// use loadgen::workload::{generate, Workload, WorkloadSpec};
 /// let gen = generate(&WorkloadSpec::new(Workload::W1).keys(50).events(500));
 /// let done = execute(EngineKind::Reference, &gen, Mode::Queue, &EngineConfig::default(), &NoProgress).unwrap();

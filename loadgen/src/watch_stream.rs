@@ -10,7 +10,8 @@
 //! A bad document (broken JSON, a missing name, an unknown type, a version older than one
 //! already seen for its key) is counted and reported with its position, then skipped: the
 //! parser resumes at the next `{` that starts a line, which is where kubectl starts every
-//! document in both formats. Everything is parsed before the clock starts.
+//! document in both formats. Everything is parsed before the clock starts. A trace without a
+//! single valid object event is refused (exit code 2): there would be nothing to measure.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -22,8 +23,8 @@ use kcache::Key;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::engines::{EngineConfig, Mode};
-use crate::report::{table, write_file, RunResult};
+use crate::driver::{EngineConfig, Mode, DEFAULT_CONSUMERS};
+use crate::report::{finish, refuse, table, write_json, RunResult};
 use crate::run::{run_engines, EngineChoice, RunError};
 use crate::ui::Ui;
 use crate::workload::{Generated, Model, Op, Pod, Universe};
@@ -37,11 +38,11 @@ pub struct ReplayArgs {
     /// Which engine(s).
     #[arg(long, value_enum, default_value = "all")]
     pub engine: EngineChoice,
-    /// Shards of the sharded engine.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS)]
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = DEFAULT_CONSUMERS, value_parser = crate::driver::parse_consumers)]
     pub consumers: usize,
     /// Also write the results as JSON here.
     #[arg(long)]
@@ -208,7 +209,7 @@ fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
 /// {"type":"ADDED","object":
 /// {"type":"DELETED","object":{"metadata":{"namespace":"ns","name":"a","resourceVersion":"6"}}}
 /// "#;
-/// let trace = loadgen::replay::parse_trace(text);
+/// let trace = loadgen::watch_stream::parse_trace(text);
 /// assert_eq!(trace.events.len(), 2);
 /// assert_eq!(trace.bad.len(), 1);
 /// assert_eq!(trace.bad[0].start.line, 2);
@@ -479,27 +480,28 @@ fn replay_engines(
     cfg: &EngineConfig,
     ui: Ui,
 ) -> Result<Vec<RunResult>, RunError> {
-    let engines = args.engine.engines();
-    if engines.len() == 1 || args.in_process {
-        return run_engines(gen, "replay", Mode::Queue, &engines, cfg, ui);
-    }
-    let mut results = Vec::new();
-    for engine in engines {
-        let child = [
-            "replay".to_string(),
-            "--trace".to_string(),
-            args.trace.display().to_string(),
-            "--engine".to_string(),
-            engine.name().to_string(),
-            "--shards".to_string(),
-            cfg.shards.to_string(),
-            "--consumers".to_string(),
-            cfg.consumers.to_string(),
-            "--in-process".to_string(),
-        ];
-        results.extend(crate::isolate::run_child(&child)?);
-    }
-    Ok(results)
+    let child_args = |engine: crate::driver::EngineKind| {
+        [
+            "replay",
+            "--trace",
+            &args.trace.display().to_string(),
+            "--engine",
+            engine.name(),
+            "--shards",
+            &cfg.shards.to_string(),
+            "--consumers",
+            &cfg.consumers.to_string(),
+            "--in-process",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    crate::isolate::run_each(
+        &args.engine.engines(),
+        args.in_process,
+        child_args,
+        |engines| run_engines(gen, "replay", Mode::Queue, engines, cfg, ui),
+    )
 }
 
 /// Runs `loadgen replay`.
@@ -508,61 +510,58 @@ pub fn main(args: ReplayArgs) -> ExitCode {
     let bytes = match std::fs::read(&args.trace) {
         Ok(bytes) => bytes,
         Err(e) => {
-            eprintln!(
-                "loadgen replay: cannot read {}: {e} (record one with `kubectl get pods -A \
-                 --watch --output-watch-events -o json > FILE`)",
-                args.trace.display()
-            );
-            return ExitCode::from(2);
+            return refuse(
+                "replay",
+                format!(
+                    "cannot read {}: {e} (record one with `kubectl get pods -A --watch \
+                     --output-watch-events -o json > FILE`)",
+                    args.trace.display()
+                ),
+            )
         }
     };
     let phase = ui.phase("replay parse", 0);
     let trace = parse_trace(&bytes);
     phase.finish(&format!("{} events", trace.events.len()));
     print!("{}", summary(&trace, &args.trace));
+    if trace.events.is_empty() {
+        // Replaying nothing would measure nothing, and an all-ok verdict on it would hide a
+        // wrong file or a wrong format.
+        return refuse(
+            "replay",
+            format!(
+                "nothing to replay: {} holds no valid ADDED, MODIFIED or DELETED document ({} \
+                 documents, {} bad; the bad ones are listed above). Expected the output of \
+                 `kubectl get pods -A --watch --output-watch-events -o json`.",
+                args.trace.display(),
+                trace.documents,
+                trace.bad.len()
+            ),
+        );
+    }
     let gen = to_workload(&trace, &args.trace.display().to_string());
     let cfg = EngineConfig {
-        shards: args.shards.max(1),
-        consumers: args.consumers.max(1),
+        shards: args.shards,
+        consumers: args.consumers,
         ..EngineConfig::default()
     };
     let results = match replay_engines(&args, &gen, &cfg, ui) {
         Ok(results) => results,
-        Err(e) => {
-            eprintln!("loadgen replay: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return refuse("replay", e),
     };
-    print!("{}", table(&results));
-    for r in results.iter().filter(|r| !r.is_ok()) {
-        eprintln!("{} replay: verdict failed:", r.engine);
-        for failure in &r.failures {
-            eprintln!("  {failure}");
+    finish("replay", &table(&results), &results, || match &args.json {
+        Some(path) => {
+            let report = ReplayReport {
+                trace: args.trace.display().to_string(),
+                documents: trace.documents,
+                events: trace.events.len(),
+                bookmarks: trace.bookmarks,
+                errors: &trace.errors,
+                bad_documents: &trace.bad,
+                results: &results,
+            };
+            write_json(path, &report).map_err(|e| e.to_string())
         }
-    }
-    if let Some(path) = &args.json {
-        let report = ReplayReport {
-            trace: args.trace.display().to_string(),
-            documents: trace.documents,
-            events: trace.events.len(),
-            bookmarks: trace.bookmarks,
-            errors: &trace.errors,
-            bad_documents: &trace.bad,
-            results: &results,
-        };
-        let written = serde_json::to_string_pretty(&report)
-            .map_err(|e| e.to_string())
-            .and_then(|text| {
-                write_file(path, format!("{text}\n").as_bytes()).map_err(|e| e.to_string())
-            });
-        if let Err(e) = written {
-            eprintln!("loadgen replay: {e}");
-            return ExitCode::from(2);
-        }
-    }
-    if results.iter().all(RunResult::is_ok) {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+        None => Ok(()),
+    })
 }
