@@ -294,15 +294,35 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
         } else {
             DeltaType::Sync
         };
-        let mut keys = KeySet::with_capacity_and_hasher(listed.len(), Default::default());
+        let keys: KeySet = listed.iter().map(|(key, _)| key.clone()).collect();
+
+        // Deletions missed while the watch was down, part 2 (queued below, after part 1): known
+        // keys absent from the list with nothing queued get a tombstone with the store's state.
+        // client-go asks the store after queueing the list; we ask first, so a panicking store
+        // changes nothing either (listed keys are excluded, so "nothing queued" is the same
+        // question before and after). Sorted, and each key once: client-go walks a Go map here,
+        // and this order decides where the new keys land in the queue.
+        let mut known_gone = Vec::new();
+        if let Some(known) = &self.known_objects {
+            let mut known_keys = known.list_keys();
+            known_keys.sort_unstable();
+            known_keys.dedup();
+            for key in known_keys {
+                if keys.contains(&key) || st.items.get(&key).is_some_and(|d| !d.is_empty()) {
+                    continue;
+                }
+                let last_known = known.get_by_key(&key);
+                known_gone.push((key, last_known));
+            }
+        }
+
         for (key, obj) in listed {
-            keys.insert(key.clone());
             self.enqueue_locked(&mut st, key, Delta::new(kind, obj));
         }
 
-        // Deletions missed while the watch was down, part 1: queued keys absent from the list
-        // get a tombstone with the newest state we queued. These keys are already queued, so
-        // the walk order changes nothing observable; queue order keeps it deterministic anyway.
+        // Part 1: queued keys absent from the list get a tombstone with the newest state we
+        // queued. These keys are already queued, so the walk order changes nothing observable;
+        // queue order keeps it deterministic anyway.
         let missing: Vec<(Key, Option<Arc<T>>)> = st
             .queue
             .iter()
@@ -316,25 +336,14 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
                 (key.clone(), last_known)
             })
             .collect();
-        let mut queued_deletions = missing.len();
+        let queued_deletions = missing.len() + known_gone.len();
         for (key, last_known) in missing {
             self.enqueue_tombstone_locked(&mut st, key, last_known);
         }
-
-        // Part 2: known keys absent from the list with nothing queued get a tombstone with the
-        // store's state. Sorted: client-go walks a Go map here, and this order decides where the
-        // new keys land in the queue.
-        if let Some(known) = &self.known_objects {
-            let mut known_keys = known.list_keys();
-            known_keys.sort_unstable();
-            for key in known_keys {
-                if keys.contains(&key) || st.items.get(&key).is_some_and(|d| !d.is_empty()) {
-                    continue;
-                }
-                let last_known = known.get_by_key(&key);
-                queued_deletions += 1;
-                self.enqueue_tombstone_locked(&mut st, key, last_known);
-            }
+        // Part 2, under the store's key: a tombstone's key is its `key`, and client-go does not
+        // key the known object again here.
+        for (key, last_known) in known_gone {
+            self.enqueue_tombstone_locked(&mut st, key, last_known);
         }
 
         if !st.populated {

@@ -365,30 +365,70 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Completes keys taken from `shard`: they may be handed out again, and parked ones go back
-    /// to the head of the FIFO in their original order.
-    fn complete(
-        &self,
-        shard: usize,
-        keys: impl DoubleEndedIterator<Item = Key>,
-        initial_done: usize,
-    ) {
+    /// Completes keys taken from `shard`: `done` (handed to `process`, in batch order) may be
+    /// handed out again, parked ones go back to the head of the FIFO in their original order, and
+    /// `returned` (taken but never handed to `process`, because an earlier `process` of the batch
+    /// panicked) are queued again at the head as if they had never been taken.
+    fn complete(&self, shard: usize, done: &[Key], initial_done: usize, returned: Batch<T>) {
         let mut state = self.lock_shard(shard);
         let mut requeued = false;
         let ShardState {
+            pending,
             in_flight,
             fifo,
             parked,
             ..
         } = &mut *state;
-        for key in keys.rev() {
-            let Some(flight) = in_flight.remove(&key) else {
+        // Returned keys first (they come after the done ones in the batch), back to front, so
+        // that both groups end up at the head in batch order.
+        for popped in returned.into_iter().rev() {
+            let (key, deltas) = popped.deltas.into_list();
+            let was_parked = match in_flight.remove(&key) {
+                Some(flight) => flight.parked,
+                None => {
+                    debug_assert!(false, "a returned key is always in flight");
+                    false
+                }
+            };
+            if was_parked {
+                *parked -= 1;
+            }
+            match pending.entry(key) {
+                Entry::Occupied(mut entry) => {
+                    // Deltas queued while the key was out are newer: they go after.
+                    let entry_key = entry.key().clone();
+                    let pending = entry.get_mut();
+                    let newer = std::mem::replace(&mut pending.deltas, deltas);
+                    for delta in newer {
+                        push_dedup(&mut pending.deltas, delta);
+                    }
+                    pending.initial |= popped.initial;
+                    if !was_parked {
+                        // Queued again meanwhile, behind other keys: move it back to the head.
+                        if let Some(at) = fifo.iter().position(|k| *k == entry_key) {
+                            fifo.remove(at);
+                        }
+                    }
+                    fifo.push_front(entry_key);
+                }
+                Entry::Vacant(entry) => {
+                    fifo.push_front(entry.key().clone());
+                    entry.insert(Pending {
+                        deltas,
+                        initial: popped.initial,
+                    });
+                }
+            }
+            requeued = true;
+        }
+        for key in done.iter().rev() {
+            let Some(flight) = in_flight.remove(key) else {
                 debug_assert!(false, "a completed key is always in flight");
                 continue;
             };
             if flight.parked {
                 *parked -= 1;
-                fifo.push_front(key);
+                fifo.push_front(key.clone());
                 requeued = true;
             }
         }
@@ -409,7 +449,10 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Pops from one scheduled shard and processes, completing even if `process` panics.
+    /// Pops from one scheduled shard and processes. If `process` panics, the key it was given is
+    /// done with (as the reference, which took it off its queue before calling `process`) and
+    /// the keys of the batch not yet given to it are queued again: nothing stays in flight,
+    /// nothing else is lost.
     fn serve<F: FnMut(Deltas<T>, bool)>(&self, shard: usize, max: usize, mut process: F) -> usize {
         let mut batch = Batch::new();
         self.take_batch(shard, max, &mut batch);
@@ -417,18 +460,19 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         if count == 0 {
             return 0;
         }
-        let keys: BatchKeys = batch.iter().map(|p| p.deltas.key().clone()).collect();
-        let initial = batch.iter().filter(|p| p.initial).count();
-        let guard = CompleteOnDrop {
+        let mut serving = Serving {
             fifo: self,
             shard,
-            keys,
-            initial,
+            keys: batch.iter().map(|p| p.deltas.key().clone()).collect(),
+            initial_done: 0,
+            rest: batch.into_iter(),
         };
-        for popped in batch {
+        for popped in serving.rest.by_ref() {
+            // Counted before the call: a key whose `process` panics is done with too.
+            serving.initial_done += usize::from(popped.initial);
             process(popped.deltas, popped.initial);
         }
-        drop(guard);
+        drop(serving);
         count
     }
 
@@ -439,11 +483,11 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         states: &mut [MutexGuard<'_, ShardState<T>>],
         key: Key,
         delta: Delta<T>,
-        wake: &mut Vec<usize>,
+        wake: &mut Wake<'_>,
     ) {
         let shard = self.shard_of(&key);
         if states[shard].push(key, delta) {
-            wake.push(shard);
+            wake.shards.push(shard);
         }
     }
 
@@ -508,19 +552,51 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     }
 }
 
-/// Completes a served batch when dropped, so a panicking `process` cannot leave keys in flight.
-struct CompleteOnDrop<'a, T: Send + Sync + 'static> {
+/// A batch being processed; completes it when dropped, so a panicking `process` can leave no
+/// key in flight and lose no key it was not given (see [`DeltaFifo::serve`]).
+struct Serving<'a, T: Send + Sync + 'static> {
     fifo: &'a DeltaFifo<T>,
     shard: usize,
+    /// Every key of the batch, in pop order.
     keys: BatchKeys,
-    initial: usize,
+    /// Initial keys handed to `process` so far.
+    initial_done: usize,
+    /// Keys not yet handed to `process`: empty unless `process` panicked.
+    rest: smallvec::IntoIter<[Popped<T>; 4]>,
 }
 
-impl<T: Send + Sync + 'static> Drop for CompleteOnDrop<'_, T> {
+impl<T: Send + Sync + 'static> Drop for Serving<'_, T> {
     fn drop(&mut self) {
-        let keys = std::mem::take(&mut self.keys);
+        let returned: Batch<T> = self.rest.by_ref().collect();
+        let done = &self.keys[..self.keys.len() - returned.len()];
         self.fifo
-            .complete(self.shard, keys.into_iter(), self.initial);
+            .complete(self.shard, done, self.initial_done, returned);
+    }
+}
+
+/// Shards that were marked scheduled and need a token; hands the tokens out when dropped, also
+/// when a panic unwinds through `replace` or `resync`, so a shard can never stay marked
+/// scheduled without a token (which would hide its keys from every consumer). Declare it before
+/// the shard guards: it then drops after them, and consumers it wakes find the shards unlocked.
+struct Wake<'a> {
+    scheduler: &'a Scheduler,
+    shards: Vec<usize>,
+}
+
+impl<'a> Wake<'a> {
+    fn new(scheduler: &'a Scheduler) -> Self {
+        Self {
+            scheduler,
+            shards: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Wake<'_> {
+    fn drop(&mut self) {
+        for shard in self.shards.drain(..) {
+            self.scheduler.schedule(shard);
+        }
     }
 }
 
@@ -544,7 +620,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     }
 
     fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
-        // Validate everything first: a key or transform error changes nothing.
+        // Every call into user code comes before the first change, so an error or a panic in any
+        // of them changes nothing. Keys and transforms first, outside any lock.
         let mut listed = Vec::with_capacity(list.len());
         for obj in list {
             let key = (self.key_fn)(&obj)?;
@@ -555,11 +632,19 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         } else {
             DeltaType::Sync
         };
+        let listed_keys: KeySet = listed.iter().map(|(key, _)| key.clone()).collect();
+        // Declared before the shard guards, so it drops (and wakes consumers) after them.
+        let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
-        let mut wake = Vec::new();
-        let mut listed_keys = KeySet::with_capacity_and_hasher(listed.len(), Default::default());
+
+        // Known keys with nothing queued that the list no longer has: their deletion was missed.
+        // Asked of the known store (user code) before anything changes. Listed keys will have
+        // something queued and are excluded anyway, so "nothing queued" can be judged now.
+        let gone = self.known_view(&states, |key, state| {
+            !listed_keys.contains(key) && !state.has_pending(key)
+        });
+
         for (key, obj) in listed {
-            listed_keys.insert(key.clone());
             self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
         }
 
@@ -590,10 +675,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
         }
 
-        // Known keys with nothing queued that the list no longer has.
-        let gone = self.known_view(&states, |key, state| {
-            !listed_keys.contains(key) && !state.has_pending(key)
-        });
+        // Tombstones for the known keys: under the store's key, as client-go does (a tombstone's
+        // key is its `key`; the known object is not keyed again).
         for (key, last_known) in gone {
             tombstones += 1;
             let tombstone = Tombstone {
@@ -610,9 +693,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             self.populated.store(true, Ordering::Release);
         }
         drop(states);
-        for shard in wake {
-            self.scheduler.schedule(shard);
-        }
+        drop(wake);
         self.fire_if_synced();
         Ok(())
     }
@@ -621,20 +702,30 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         if self.known.is_none() {
             return Ok(());
         }
+        let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
-        let mut wake = Vec::new();
-        for (key, obj) in self.known_view(&states, |key, state| !state.has_pending(key)) {
+        // Every known object, and its key computed again by the key function (client-go's
+        // `syncKeyLocked` calls `KeyOf` on the known object and returns its error), all before
+        // anything changes: a key error or a panic in user code changes nothing. Sorted by the
+        // store's key, as the reference walks them.
+        let mut synced = Vec::new();
+        for (_, obj) in self.known_view(&states, |_, _| true) {
+            // Listed but no longer found: skipped, as client-go does.
             let Some(obj) = obj else { continue };
+            synced.push(((self.key_fn)(&obj)?, obj));
+        }
+        for (key, obj) in synced {
+            // A key with queued deltas is skipped: its queued state is newer than the store's.
+            // Judged at push time, so a second known object with the same key is skipped too.
+            if states[self.shard_of(&key)].has_pending(&key) {
+                continue;
+            }
             self.push_locked(
                 &mut states,
                 key,
                 Delta::new(DeltaType::Sync, obj),
                 &mut wake,
             );
-        }
-        drop(states);
-        for shard in wake {
-            self.scheduler.schedule(shard);
         }
         Ok(())
     }
