@@ -1,26 +1,5 @@
-//! client-go's `DeltaFIFO` (Kubernetes 1.36), ported line for line: one mutex over the whole
-//! state, one condition variable, nothing clever. It is the yardstick the sharded engine is
-//! measured and differentially tested against, so its costs are client-go's costs on purpose:
-//! the key function and the transformer run under the lock, every enqueue wakes every popper,
-//! and `process` runs under the lock.
-//!
-//! # Algorithm (docs/semantics.md)
-//!
-//! `items` maps a key to its deltas (oldest first); `queue` holds the keys in arrival order. A
-//! key is in `queue` iff it is in `items`, and at most once, so all changes to one object
-//! accumulate in one place until that key is popped. `pop` takes the front key with all of its
-//! deltas.
-//!
-//! # Deviations from client-go, and why
-//!
-//! - **A refused operation changes nothing** (docs/semantics.md). client-go's `Add` marks the queue
-//!   populated before the key function can fail, and its `Replace`/`Resync` can fail halfway,
-//!   leaving part of the list enqueued. Here every key and every transform is computed first;
-//!   only then is anything changed.
-//! - **Deterministic iteration.** client-go walks Go maps (random order) where the order decides
-//!   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
-//!   sorted, so pop order is reproducible and traces can be compared line for line.
-//! - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
+//! client-go's `DeltaFIFO`, ported line for line. What it does, and where it deviates from
+//! client-go, is documented on [`DeltaFifo`] (rustdoc shows it there).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -36,7 +15,36 @@ use crate::queue::{
 use crate::store::KnownObjects;
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
-/// The faithful port of client-go's `DeltaFIFO`: see the module docs of `kcache::reference`.
+/// The faithful port of client-go's `DeltaFIFO` (Kubernetes 1.36): one mutex over the whole
+/// state, one condition variable, nothing clever.
+///
+/// It is the yardstick the sharded engine is measured and differentially tested against, so
+/// its costs are client-go's on purpose: the key function and the transformer run under the
+/// lock, every enqueue wakes every popper, and `process` runs under the lock (so it must not
+/// call back into this queue: the lock is not reentrant).
+///
+/// # Algorithm (docs/semantics.md)
+///
+/// `items` maps a key to its deltas (oldest first); `queue` holds the keys in arrival order. A
+/// key is in `queue` iff it is in `items`, and at most once, so all changes to one object
+/// accumulate in one place until that key is popped. `pop` takes the front key with all of its
+/// deltas. The consumer must apply every popped list to the known store: see
+/// [`DeltaQueue`]'s *consumer's obligation*.
+///
+/// # Deviations from client-go, and why
+///
+/// - **A refused operation changes nothing** (docs/semantics.md). client-go's `Add` marks the
+///   queue populated before the key function can fail, and its `Replace`/`Resync` can fail
+///   halfway, leaving part of the list enqueued. Here every key and every transform is computed
+///   first; only then is anything changed.
+/// - **A panic in user code changes nothing either.** client-go's `Replace` asks the known
+///   objects for their keys after it has queued the listed objects; here they are asked first,
+///   so a panicking `list_keys` or `get_by_key` leaves the queue as it was. (A panic in
+///   `process` loses the popped key, exactly as in client-go.)
+/// - **Deterministic iteration.** client-go walks Go maps (random order) where the order decides
+///   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
+///   sorted, so pop order is reproducible and traces can be compared line for line.
+/// - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
 ///
 /// ```
 /// use std::sync::Arc;

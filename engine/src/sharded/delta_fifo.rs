@@ -1,4 +1,5 @@
-//! The sharded DeltaFIFO.
+//! The sharded DeltaFIFO. What a user can rely on is documented on [`DeltaFifo`]; this is how it
+//! works inside.
 //!
 //! # Design
 //!
@@ -60,6 +61,13 @@ use super::scheduler::{Acquired, Scheduler};
 
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
 pub const DEFAULT_SHARDS: usize = 16;
+
+/// The most shards a [`DeltaFifo`] has; [`DeltaFifo::new`] caps larger requests to it.
+///
+/// A shard is picked by bits 32 and up of the key's 64-bit hash; 16 of them (up to bit 47)
+/// stay clear of the top 7 bits, which the shards' own hash maps use for their control bytes,
+/// so sharding does not make those maps' probes collide more.
+pub const MAX_SHARDS: usize = 1 << 16;
 
 /// A key with deltas waiting to be popped.
 struct Pending<T> {
@@ -151,12 +159,19 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// The sharded DeltaFIFO: client-go's semantics per key, sharded by key hash, with any number
 /// of concurrent producers and consumers.
 ///
+/// Keys are split into shards by a hash computed once per key ([`new`](Self::new) says how
+/// many). Producers lock only their key's shard; consumers take a batch of keys from one shard
+/// under one lock, process them with no lock held, and complete them under one more lock of
+/// that shard. `replace` and `resync` lock every shard (in index order), so they see, and
+/// change, the whole queue at one moment.
+///
 /// # Guarantees (docs/sharded.md)
 ///
 /// - **Per-key order and dedup** are client-go's: a key's deltas accumulate, deduplicated, until
 ///   the key is popped, and come out oldest first.
 /// - **Per-key exclusivity**: a key handed to one consumer is handed to no other until the first
-///   is done with it; deltas that arrive meanwhile come out afterwards.
+///   is done with it; deltas that arrive meanwhile come out afterwards. (Stronger than
+///   client-go, which lets two poppers race on one key.)
 /// - **Exactly once**: every delta queued (after dedup) is handed out once.
 /// - **One shard** behaves exactly like [`reference::DeltaFifo`](crate::reference::DeltaFifo),
 ///   pop order included, when consumers finish a key before popping the next.
@@ -165,6 +180,40 @@ type BatchKeys = SmallVec<[Key; 4]>;
 ///   shard is therefore popped within `ceil((p + 1) / max)` visits to its shard, and between two
 ///   visits every other shard is visited at most once: at most `ceil((p + 1) / max) · (N − 1) ·
 ///   max` keys queued after it can be popped before it.
+///
+/// # Known objects and the consumer's obligation
+///
+/// client-go processes a popped key under the queue's lock, so `delete`, `replace` and
+/// `resync` see the known store either before or after a key is applied. Here processing runs
+/// outside every lock, so while a key is in flight the engine answers "is this key known, and
+/// as what?" from the popped deltas: the newest popped object, or nothing if the newest delta
+/// is `Deleted`. That is exactly what client-go would see, **provided the consumer applies
+/// every popped list to the known store** (with [`process_deltas`](crate::process_deltas),
+/// [`apply_deltas_coalesced`](crate::apply_deltas_coalesced) or an equivalent) before it
+/// returns from `process`. See [`DeltaQueue`]'s *consumer's obligation*.
+///
+/// # Initial list
+///
+/// client-go counts pops until the first `replace`'s count reaches zero. Here that `replace`
+/// flags the keys its count covers; a pop hands the flag out as `is_in_initial_list`, and
+/// [`has_synced`](DeltaQueue::has_synced) turns true once the last flagged key has been
+/// *processed* (`process` returned), not merely popped. With one shard this is client-go's
+/// behaviour; across shards each key's flag stays right whatever order shards are visited in.
+///
+/// # Panics in user code
+///
+/// The key function and the transformer run outside every lock; the known objects run under
+/// the shard locks (in `resync`, the key function too), always before anything changes, so a
+/// panic there leaves the queue as it was. If `process` panics, the key it was given is done
+/// with, and the keys of its batch not yet given to it are queued again at the head of their
+/// shard. Nothing stays in flight, and [`len`](DeltaQueue::len) keeps counting exactly the
+/// keys that can be popped. Details on [`DeltaQueue`].
+///
+/// # Deviations from client-go
+///
+/// Those of [`reference::DeltaFifo`](crate::reference::DeltaFifo) (a refused or panicking
+/// operation changes nothing; known keys are walked sorted), plus the per-key exclusivity,
+/// the processing outside the lock and the *processed* meaning of `has_synced` above.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -178,8 +227,9 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// ```
 pub struct DeltaFifo<T> {
     shards: Box<[CachePadded<Mutex<ShardState<T>>>]>,
-    /// `hash >> shift & mask` picks a shard: bits 32.. of the hash, which neither the shard maps'
-    /// bucket index (low bits) nor their control bytes (top 7 bits) depend on.
+    /// `hash >> SHARD_BITS_OFFSET & mask` picks a shard: bits 32.. of the hash, which neither
+    /// the shard maps' bucket index (low bits) nor their control bytes (top 7 bits) depend on
+    /// (hence [`MAX_SHARDS`]).
     mask: usize,
     scheduler: Scheduler,
     key_fn: KeyFn<T>,
@@ -195,12 +245,25 @@ pub struct DeltaFifo<T> {
     synced: Latch,
 }
 
+/// The lowest hash bit that picks a shard (see [`DeltaFifo::mask`]).
 const SHARD_BITS_OFFSET: u32 = 32;
 
 impl<T: Send + Sync + 'static> DeltaFifo<T> {
-    /// A queue with `shards` shards (rounded up to a power of two, at least 1).
+    /// A queue with `shards` shards. The count is always a power of two between 1 and
+    /// [`MAX_SHARDS`] (65,536): 0 means 1, a count that is not a power of two is rounded up to
+    /// the next one, and a count above the cap is capped. [`shard_count`](Self::shard_count)
+    /// says what was chosen.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{sharded::{DeltaFifo, MAX_SHARDS}, Key, QueueOptions};
+    /// let opts = || QueueOptions::new(Arc::new(|s: &String| Ok(Key::new(s))));
+    /// assert_eq!(DeltaFifo::new(opts(), 0).shard_count(), 1);
+    /// assert_eq!(DeltaFifo::new(opts(), 48).shard_count(), 64);
+    /// assert_eq!(DeltaFifo::new(opts(), 1 << 20).shard_count(), MAX_SHARDS);
+    /// ```
     pub fn new(opts: QueueOptions<T>, shards: usize) -> Self {
-        let count = shards.max(1).next_power_of_two().min(1 << 16);
+        let count = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         Self {
             shards: (0..count)
                 .map(|_| CachePadded::new(Mutex::new(ShardState::new())))
@@ -257,7 +320,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Applies the transformer unless the payload is a tombstone or the internal type is Sync.
+    /// Applies the transformer, if any, to an object entering the queue from outside. Callers
+    /// never pass tombstones nor `resync`'s objects (they come from the known store and were
+    /// transformed on their way in); see [`TransformFn`].
     fn transform(&self, obj: Arc<T>) -> Result<Arc<T>, QueueError> {
         match &self.transformer {
             Some(transform) => Ok(transform(obj)?),
