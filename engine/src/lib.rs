@@ -3,14 +3,15 @@
 //! A fast reimplementation of the heart of Kubernetes' client-go informer (`tools/cache`): the
 //! DeltaFIFO event queue and the indexed local store, with client-go's per-key semantics.
 //!
-//! Two engines implement the same contracts ([`DeltaQueue`], [`Indexer`]):
+//! Two engines implement the same contracts ([`DeltaQueue`] for the queue; [`Store`] and
+//! [`Indexer`] for the store, implemented by each engine's `IndexedStore`):
 //!
 //! - [`reference`](mod@reference): a faithful port of client-go's design (one lock, one condition
 //!   variable), the yardstick every measurement and every differential test is checked against.
 //! - [`sharded`](mod@sharded): the fast engine. Keys are sharded by a hash computed once per
 //!   key; producers lock one shard; consumers take batches of keys from one shard at a time and
 //!   process them with no lock held; several consumers may run at once, each key exclusive to
-//!   one of them until it is done; the indexer's readers never wait on a global lock.
+//!   one of them until it is done; the store's readers never wait on a global lock.
 //!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`].

@@ -189,7 +189,8 @@ pub trait DeltaQueue<T>: Send + Sync {
     fn delete_tombstone(&self, tombstone: Tombstone<T>) -> Result<(), QueueError>;
 
     /// A relist: `Replaced` (or `Sync`) for every listed object, tombstones for queued and known
-    /// keys missing from `list`, and on the first call the initial population count.
+    /// keys missing from `list` (a known key's tombstone is queued under the store's key, as
+    /// client-go does), and on the first call the initial population count.
     fn replace(&self, list: Vec<Arc<T>>, resource_version: &str) -> Result<(), QueueError>;
 
     /// Queues `Sync(known object)` for every known object whose key has nothing queued. As
@@ -231,7 +232,8 @@ pub trait DeltaQueue<T>: Send + Sync {
     /// Whether [`close`](Self::close) was called.
     fn is_closed(&self) -> bool;
 
-    /// Populated, and every key of the initial list has been popped.
+    /// Populated, and every key of the initial list has been popped (by the sharded engine:
+    /// popped and processed).
     fn has_synced(&self) -> bool;
 
     /// Blocks until [`has_synced`](Self::has_synced) is true, or `timeout` passes. Returns
