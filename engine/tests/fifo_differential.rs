@@ -325,3 +325,74 @@ fn replace_tombstones_known_objects_under_the_store_key_on_both_engines() {
         assert!(reference.0.is_ok(), "a tombstone's key is the store's key");
     }
 }
+
+/// A queue with a transformer (version + 100) through add, a relist, a resync and deletes.
+fn transformed_run<Q: DeltaQueue<Obj>>(
+    make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
+    emit_replaced: bool,
+) -> Vec<Line> {
+    let store = Arc::new(MapStore::default());
+    let plus_100: kcache::TransformFn<Obj> =
+        Arc::new(|o: Arc<Obj>| Ok(obj(o.key.as_str(), o.v + 100)));
+    let q = make(
+        options()
+            .known_objects(store.clone())
+            .emit_replaced(emit_replaced)
+            .transformer(plus_100),
+    );
+    let mut lines = Vec::new();
+    let mut drain = |q: &Q| {
+        while let TryPop::Popped(line) = q.try_pop(|d, initial| {
+            process_deltas(&*store, &mut NoopHandler, &d, initial);
+            pop_line(&d, initial)
+        }) {
+            lines.push(line);
+        }
+    };
+    q.add(obj("a", 1)).unwrap();
+    q.replace(vec![obj("b", 2), obj("c", 3)], "1").unwrap();
+    drain(&q);
+    q.resync().unwrap();
+    q.delete(obj("b", 4)).unwrap();
+    q.delete_tombstone(Tombstone {
+        key: Key::new("c"),
+        last_known: Some(obj("c", 5)),
+    })
+    .unwrap();
+    drain(&q);
+    lines
+}
+
+#[test]
+fn transformer_applies_to_relisted_objects_but_not_to_resync_or_tombstones() {
+    for emit_replaced in [false, true] {
+        let reference = transformed_run(kcache::reference::DeltaFifo::new, emit_replaced);
+        let sharded = transformed_run(|o| kcache::sharded::DeltaFifo::new(o, 1), emit_replaced);
+        assert_eq!(sharded, reference, "emit_replaced {emit_replaced}");
+        let relist = if emit_replaced { "Replaced" } else { "Sync" };
+        let pop = |key: &str, initial, deltas: &[(&str, bool, u64)]| Line::Pop {
+            key: key.into(),
+            initial,
+            deltas: deltas
+                .iter()
+                .map(|&(t, tomb, v)| (t.into(), tomb, Some(v)))
+                .collect(),
+        };
+        assert_eq!(
+            reference,
+            [
+                // (The add populated the queue: no initial list.) The add's object and the
+                // relist's objects went through the transformer once, a relist's Sync included;
+                // the tombstone carries the queued object as it is.
+                pop("a", false, &[("Added", false, 101), ("Deleted", true, 101)]),
+                pop("b", false, &[(relist, false, 102)]),
+                pop("c", false, &[(relist, false, 103)]),
+                // Resync's objects come from the store: not transformed again. The delete's
+                // object is; the tombstone is not.
+                pop("b", false, &[("Sync", false, 102), ("Deleted", false, 104)]),
+                pop("c", false, &[("Sync", false, 103), ("Deleted", true, 5)]),
+            ],
+            "emit_replaced {emit_replaced}"
+        );
+    }
+}
