@@ -112,6 +112,10 @@
 //!   `Add` sets before its key function can fail; `replace` and `resync` never stop halfway.
 //! - **Deterministic order where client-go walks a Go map**: `replace` and `resync` visit known
 //!   keys sorted, so pop order is reproducible and traces compare line for line.
+//! - **A panic in user code changes nothing** either: client-go's `Replace` asks the known
+//!   store for its keys only after queueing the list; both engines ask first.
+//! - **`process` runs outside every lock** (sharded), so consumers of different keys run in
+//!   parallel; the consumer's obligation above keeps `delete`/`replace`/`resync` right.
 //! - **Per-key exclusivity** (sharded): a key is never handed to two consumers at once.
 //! - **`has_synced`** (sharded) turns true once the last key of the initial list has been
 //!   *processed*, not merely popped; `is_in_initial_list` travels with each key.

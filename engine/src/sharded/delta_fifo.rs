@@ -40,6 +40,16 @@
 //! out the flag as `is_in_initial_list`, and `has_synced` turns true when the last flagged key
 //! has been *processed*. With one shard and FIFO order this is the same as client-go's count;
 //! across shards it keeps each key's flag right whatever the interleaving of shards.
+//!
+//! # User code and panics
+//!
+//! User code (key function, transformer, known objects, `process`) may panic; the shard locks
+//! ignore poisoning, so the state must be consistent wherever user code runs. Three rules keep
+//! it so: every operation calls the key function, the transformer and the known objects before
+//! its first change; shards that `replace`/`resync` mark scheduled get their tokens from a drop
+//! guard ([`Wake`]), so a shard is never left marked scheduled without a token (its keys would
+//! be counted by `len` and popped by no one); and a served batch is completed by a drop guard
+//! ([`Serving`]), which also puts back the keys a panicking `process` never saw.
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
