@@ -34,6 +34,30 @@ impl<T> EventHandler<T> for NoopHandler {}
 /// `Deleted` removes the key and calls `on_delete`.
 ///
 /// Each delta is one store write, exactly as in client-go.
+///
+/// This is how a consumer meets its obligation to a queue with known objects (see
+/// [`DeltaQueue`](crate::DeltaQueue)): call it (or [`apply_deltas_coalesced`]) on **every**
+/// popped list, with the queue's known store as `store`, inside `process`. Skipping a list, or
+/// applying it to another store, leaves the queue wrong about what exists: later `delete`s are
+/// ignored, `replace` tombstones live objects, `resync` sends stale ones.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache::{process_deltas, reference, DeltaQueue, Key, KeyFn, KnownObjects, NoopHandler,
+///              QueueOptions, Store as _};
+///
+/// let key_fn: KeyFn<String> = Arc::new(|s: &String| Ok(Key::new(s)));
+/// let store = Arc::new(reference::IndexedStore::new(key_fn.clone(), vec![]));
+/// let queue = reference::DeltaFifo::new(
+///     QueueOptions::new(key_fn).known_objects(store.clone() as Arc<dyn KnownObjects<String>>),
+/// );
+/// queue.add(Arc::new("a".to_string())).unwrap();
+/// queue.pop(|deltas, initial| process_deltas(&*store, &mut NoopHandler, &deltas, initial)).unwrap();
+/// assert_eq!(store.len(), 1);
+/// // The queue now knows "a": a relist without it queues its deletion.
+/// queue.replace(vec![], "2").unwrap();
+/// assert_eq!(queue.list_keys(), [Key::new("a")]);
+/// ```
 pub fn process_deltas<T, S, H>(
     store: &S,
     handler: &mut H,

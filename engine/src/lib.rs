@@ -3,14 +3,15 @@
 //! A fast reimplementation of the heart of Kubernetes' client-go informer (`tools/cache`): the
 //! DeltaFIFO event queue and the indexed local store, with client-go's per-key semantics.
 //!
-//! Two engines implement the same contracts ([`DeltaQueue`], [`Indexer`]):
+//! Two engines implement the same contracts ([`DeltaQueue`] for the queue; [`Store`] and
+//! [`Indexer`] for the store, implemented by each engine's `IndexedStore`):
 //!
 //! - [`reference`](mod@reference): a faithful port of client-go's design (one lock, one condition
 //!   variable), the yardstick every measurement and every differential test is checked against.
 //! - [`sharded`](mod@sharded): the fast engine. Keys are sharded by a hash computed once per
 //!   key; producers lock one shard; consumers take batches of keys from one shard at a time and
 //!   process them with no lock held; several consumers may run at once, each key exclusive to
-//!   one of them until it is done; the indexer's readers never wait on a global lock.
+//!   one of them until it is done; the store's readers never wait on a global lock.
 //!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`].
@@ -85,11 +86,39 @@
 //!   reference's exactly, pop order included (checked by differential property tests). With
 //!   more shards, keys within a shard pop in arrival order and consumers visit shards
 //!   round-robin; the fairness bound is stated on [`sharded::DeltaFifo`].
+//! - A key error or a transform error is returned and changes nothing. A panic in user code
+//!   (key function, transformer, known objects) changes nothing either; a panic in `process`
+//!   loses only the key it was given. The queue never wedges: [`DeltaQueue::len`] always
+//!   counts exactly the keys that can be popped.
+//!
+//! **The consumer's obligation.** With known objects, the queue asks the known store what
+//! exists (`delete`, `replace`, `resync`), and the sharded engine answers for in-flight keys
+//! from what the store *will* hold. Both are right only if the consumer applies **every**
+//! popped list to the known store inside `process`, with [`process_deltas`],
+//! [`apply_deltas_coalesced`] or an equivalent. Details on [`DeltaQueue`].
 //!
 //! The store ([`sharded::IndexedStore`]): `get_by_key` reflects every completed write; objects that
 //! `by_index(name, v)` returns had `v` among their index values at some moment during the call;
 //! no index keeps an empty set; once writers stop, items and indices agree exactly. Details on
 //! the type.
+//!
+//! # Deviations from client-go
+//!
+//! Where client-go's behaviour is accidental (Go map order, half-done failures) or where the
+//! sharded engine must differ to run consumers outside a lock. The reference's are listed on
+//! [`reference::DeltaFifo`], the sharded engine's on [`sharded::DeltaFifo`]; in short:
+//!
+//! - **A refused operation changes nothing**, including the `populated` flag, which client-go's
+//!   `Add` sets before its key function can fail; `replace` and `resync` never stop halfway.
+//! - **Deterministic order where client-go walks a Go map**: `replace` and `resync` visit known
+//!   keys sorted, so pop order is reproducible and traces compare line for line.
+//! - **A panic in user code changes nothing** either: client-go's `Replace` asks the known
+//!   store for its keys only after queueing the list; both engines ask first.
+//! - **`process` runs outside every lock** (sharded), so consumers of different keys run in
+//!   parallel; the consumer's obligation above keeps `delete`/`replace`/`resync` right.
+//! - **Per-key exclusivity** (sharded): a key is never handed to two consumers at once.
+//! - **`has_synced`** (sharded) turns true once the last key of the initial list has been
+//!   *processed*, not merely popped; `is_in_initial_list` travels with each key.
 //!
 //! # Performance
 //!
@@ -102,6 +131,8 @@
 //! - Idle consumers spin briefly, then sleep; a producer wakes them with no system call while
 //!   they are busy.
 //! - Figures, and where the sharded engine loses, are in `results/BENCHMARKS.md`.
+
+#![forbid(unsafe_code)]
 
 mod consumer;
 mod delta;

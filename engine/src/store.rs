@@ -9,6 +9,12 @@ use thiserror::Error;
 use crate::key::{Key, KeyError};
 
 /// A read-only view of the consumer's store, as a queue sees it (client-go's `KeyListerGetter`).
+///
+/// Every [`Store`] is one. A queue calls these methods while holding its own locks (so it sees
+/// itself and the store at one moment, as client-go does): they must not call back into the
+/// queue. A panic in them propagates to the queue's caller and changes nothing in the queue.
+/// The queue is only right about what exists if the consumer applies every popped list to this
+/// store: see [`DeltaQueue`](crate::DeltaQueue)'s *consumer's obligation*.
 pub trait KnownObjects<T>: Send + Sync {
     /// Every key in the store.
     fn list_keys(&self) -> Vec<Key>;
@@ -93,7 +99,9 @@ pub trait Store<T>: KnownObjects<T> {
     }
 }
 
-/// A [`Store`] with named secondary indexes (client-go's `Indexer`).
+/// A [`Store`] with named secondary indexes (client-go's `Indexer`), implemented by
+/// [`reference::IndexedStore`](crate::reference::IndexedStore) and
+/// [`sharded::IndexedStore`](crate::sharded::IndexedStore).
 pub trait Indexer<T>: Store<T> {
     /// The objects that share at least one `name` index value with `obj`.
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError>;

@@ -9,6 +9,8 @@
 //! next to that state, in the engine's own `tests` module.
 
 use std::fmt::Debug;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use kcache::{IndexError, IndexFunc, Indexer, Indexers, Key, KeyError, KeyFn};
@@ -123,6 +125,7 @@ for_both_engines!(
     replace_with_a_key_error_changes_nothing,
     key_errors_are_returned_by_add_and_delete,
     debug_shows_counts_only,
+    a_panicking_index_function_changes_nothing,
 );
 
 fn add_stores_and_indexes_the_object<I: Indexer<Pod>>(new: New<I>) {
@@ -327,4 +330,93 @@ fn debug_shows_counts_only<I: Indexer<Pod> + Debug>(new: New<I>) {
     assert!(shown.contains("items: 1"), "{shown}");
     assert!(shown.contains("indexes: 2"), "{shown}");
     assert!(!shown.contains("p1"), "{shown}");
+}
+
+/// Items and indices agree exactly: every stored pod is in the set of each of its values, and
+/// every key of every set is a stored pod that has that value.
+fn assert_items_and_indices_agree<I: Indexer<Pod>>(idx: &I) {
+    let index_fns = [("namespace", by_ns()), ("node", by_node())];
+    for (name, func) in &index_fns {
+        for pod in idx.list() {
+            let key = idx.key_of(&pod).unwrap();
+            for value in func(&pod) {
+                assert!(
+                    idx.index_keys(name, value.as_str()).unwrap().contains(&key),
+                    "{name}: {key} is stored with {value} but not indexed under it"
+                );
+            }
+        }
+        for value in idx.list_index_func_values(name).unwrap() {
+            for key in idx.index_keys(name, value.as_str()).unwrap() {
+                let pod = idx.get_by_key(&key).expect("an indexed key is stored");
+                assert!(
+                    func(&pod).contains(&value),
+                    "{name}: {key} is indexed under {value}, which its stored object lacks"
+                );
+            }
+        }
+    }
+    assert_no_empty_sets(idx);
+}
+
+/// A panic in an index function (user code) propagates and leaves items and indices as they
+/// were: every write computes all the values it needs, the old object's included, first.
+fn a_panicking_index_function_changes_nothing<I: Indexer<Pod>>(new: New<I>) {
+    let armed = Arc::new(AtomicBool::new(false));
+    let node_or_panic: IndexFunc<Pod> = {
+        let armed = Arc::clone(&armed);
+        Arc::new(move |p: &Pod| {
+            let bad = p.nodes.contains(&"bad");
+            assert!(
+                !(bad && armed.load(Ordering::Relaxed)),
+                "index function bug"
+            );
+            p.nodes.iter().map(|n| Key::new(n)).collect()
+        })
+    };
+    let idx = new(
+        key_fn(),
+        vec![
+            ("namespace".into(), by_ns()),
+            ("node".into(), node_or_panic),
+        ],
+    );
+    idx.add(pod("a", "p1", &["bad"])).unwrap();
+    idx.add(pod("a", "p2", &["n1"])).unwrap();
+    armed.store(true, Ordering::Relaxed);
+    let panics = |what: &str, f: &dyn Fn()| {
+        assert!(
+            catch_unwind(AssertUnwindSafe(f)).is_err(),
+            "{what} must panic"
+        );
+    };
+    // The old object's values panic: on update and on delete.
+    panics("update of p1", &|| {
+        idx.update(pod("a", "p1", &["n2"])).unwrap()
+    });
+    panics("delete of p1", &|| {
+        idx.delete(&pod("a", "p1", &[])).unwrap()
+    });
+    // The new object's values panic.
+    panics("update of p2", &|| {
+        idx.update(pod("a", "p2", &["bad"])).unwrap()
+    });
+    panics("add of p3", &|| idx.add(pod("a", "p3", &["bad"])).unwrap());
+    armed.store(false, Ordering::Relaxed);
+
+    assert_items_and_indices_agree(&idx);
+    let p1 = idx.get_by_key(&Key::new("a/p1")).unwrap();
+    assert_eq!(p1.nodes, ["bad"], "the update of p1 did not happen");
+    assert_eq!(idx.get_by_key(&Key::new("a/p2")).unwrap().nodes, ["n1"]);
+    assert!(idx.get_by_key(&Key::new("a/p3")).is_none());
+    assert_eq!(
+        sorted_keys(idx.index_keys("node", "bad").unwrap()),
+        ["a/p1"]
+    );
+    assert!(idx.index_keys("node", "n2").unwrap().is_empty());
+    // Still working.
+    idx.update(pod("a", "p1", &["n2"])).unwrap();
+    idx.delete(&pod("a", "p2", &[])).unwrap();
+    assert_items_and_indices_agree(&idx);
+    assert_eq!(sorted_keys(idx.index_keys("node", "n2").unwrap()), ["a/p1"]);
 }

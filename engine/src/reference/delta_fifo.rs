@@ -1,26 +1,5 @@
-//! client-go's `DeltaFIFO` (Kubernetes 1.36), ported line for line: one mutex over the whole
-//! state, one condition variable, nothing clever. It is the yardstick the sharded engine is
-//! measured and differentially tested against, so its costs are client-go's costs on purpose:
-//! the key function and the transformer run under the lock, every enqueue wakes every popper,
-//! and `process` runs under the lock.
-//!
-//! # Algorithm (docs/semantics.md)
-//!
-//! `items` maps a key to its deltas (oldest first); `queue` holds the keys in arrival order. A
-//! key is in `queue` iff it is in `items`, and at most once, so all changes to one object
-//! accumulate in one place until that key is popped. `pop` takes the front key with all of its
-//! deltas.
-//!
-//! # Deviations from client-go, and why
-//!
-//! - **A refused operation changes nothing** (docs/semantics.md). client-go's `Add` marks the queue
-//!   populated before the key function can fail, and its `Replace`/`Resync` can fail halfway,
-//!   leaving part of the list enqueued. Here every key and every transform is computed first;
-//!   only then is anything changed.
-//! - **Deterministic iteration.** client-go walks Go maps (random order) where the order decides
-//!   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
-//!   sorted, so pop order is reproducible and traces can be compared line for line.
-//! - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
+//! client-go's `DeltaFIFO`, ported line for line. What it does, and where it deviates from
+//! client-go, is documented on [`DeltaFifo`] (rustdoc shows it there).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -36,7 +15,36 @@ use crate::queue::{
 use crate::store::KnownObjects;
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
-/// The faithful port of client-go's `DeltaFIFO`: see the module docs of `kcache::reference`.
+/// The faithful port of client-go's `DeltaFIFO` (Kubernetes 1.36): one mutex over the whole
+/// state, one condition variable, nothing clever.
+///
+/// It is the yardstick the sharded engine is measured and differentially tested against, so
+/// its costs are client-go's on purpose: the key function and the transformer run under the
+/// lock, every enqueue wakes every popper, and `process` runs under the lock (so it must not
+/// call back into this queue: the lock is not reentrant).
+///
+/// # Algorithm (docs/semantics.md)
+///
+/// `items` maps a key to its deltas (oldest first); `queue` holds the keys in arrival order. A
+/// key is in `queue` iff it is in `items`, and at most once, so all changes to one object
+/// accumulate in one place until that key is popped. `pop` takes the front key with all of its
+/// deltas. The consumer must apply every popped list to the known store: see
+/// [`DeltaQueue`]'s *consumer's obligation*.
+///
+/// # Deviations from client-go, and why
+///
+/// - **A refused operation changes nothing** (docs/semantics.md). client-go's `Add` marks the
+///   queue populated before the key function can fail, and its `Replace`/`Resync` can fail
+///   halfway, leaving part of the list enqueued. Here every key and every transform is computed
+///   first; only then is anything changed.
+/// - **A panic in user code changes nothing either.** client-go's `Replace` asks the known
+///   objects for their keys after it has queued the listed objects; here they are asked first,
+///   so a panicking `list_keys` or `get_by_key` leaves the queue as it was. (A panic in
+///   `process` loses the popped key, exactly as in client-go.)
+/// - **Deterministic iteration.** client-go walks Go maps (random order) where the order decides
+///   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
+///   sorted, so pop order is reproducible and traces can be compared line for line.
+/// - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -294,15 +302,35 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
         } else {
             DeltaType::Sync
         };
-        let mut keys = KeySet::with_capacity_and_hasher(listed.len(), Default::default());
+        let keys: KeySet = listed.iter().map(|(key, _)| key.clone()).collect();
+
+        // Deletions missed while the watch was down, part 2 (queued below, after part 1): known
+        // keys absent from the list with nothing queued get a tombstone with the store's state.
+        // client-go asks the store after queueing the list; we ask first, so a panicking store
+        // changes nothing either (listed keys are excluded, so "nothing queued" is the same
+        // question before and after). Sorted, and each key once: client-go walks a Go map here,
+        // and this order decides where the new keys land in the queue.
+        let mut known_gone = Vec::new();
+        if let Some(known) = &self.known_objects {
+            let mut known_keys = known.list_keys();
+            known_keys.sort_unstable();
+            known_keys.dedup();
+            for key in known_keys {
+                if keys.contains(&key) || st.items.get(&key).is_some_and(|d| !d.is_empty()) {
+                    continue;
+                }
+                let last_known = known.get_by_key(&key);
+                known_gone.push((key, last_known));
+            }
+        }
+
         for (key, obj) in listed {
-            keys.insert(key.clone());
             self.enqueue_locked(&mut st, key, Delta::new(kind, obj));
         }
 
-        // Deletions missed while the watch was down, part 1: queued keys absent from the list
-        // get a tombstone with the newest state we queued. These keys are already queued, so
-        // the walk order changes nothing observable; queue order keeps it deterministic anyway.
+        // Part 1: queued keys absent from the list get a tombstone with the newest state we
+        // queued. These keys are already queued, so the walk order changes nothing observable;
+        // queue order keeps it deterministic anyway.
         let missing: Vec<(Key, Option<Arc<T>>)> = st
             .queue
             .iter()
@@ -316,25 +344,14 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
                 (key.clone(), last_known)
             })
             .collect();
-        let mut queued_deletions = missing.len();
+        let queued_deletions = missing.len() + known_gone.len();
         for (key, last_known) in missing {
             self.enqueue_tombstone_locked(&mut st, key, last_known);
         }
-
-        // Part 2: known keys absent from the list with nothing queued get a tombstone with the
-        // store's state. Sorted: client-go walks a Go map here, and this order decides where the
-        // new keys land in the queue.
-        if let Some(known) = &self.known_objects {
-            let mut known_keys = known.list_keys();
-            known_keys.sort_unstable();
-            for key in known_keys {
-                if keys.contains(&key) || st.items.get(&key).is_some_and(|d| !d.is_empty()) {
-                    continue;
-                }
-                let last_known = known.get_by_key(&key);
-                queued_deletions += 1;
-                self.enqueue_tombstone_locked(&mut st, key, last_known);
-            }
+        // Part 2, under the store's key: a tombstone's key is its `key`, and client-go does not
+        // key the known object again here.
+        for (key, last_known) in known_gone {
+            self.enqueue_tombstone_locked(&mut st, key, last_known);
         }
 
         if !st.populated {

@@ -1,16 +1,4 @@
-//! client-go's plain `FIFO`: a queue of objects, not of deltas. It keeps only
-//! the newest object per key, queues a key once, and forgets deletions: `delete` drops the
-//! object, and `pop` skips a queued key whose object is gone.
-//!
-//! One mutex and one condition variable, like client-go. State: `items` (key → newest object)
-//! and `queue` (keys in pop order). Every key of `items` is in `queue`; unlike
-//! [`DeltaFifo`](super::DeltaFifo), `queue` may also hold keys whose object was deleted, and
-//! (after a delete and a re-add) a key twice: the first occurrence pops the object, later ones
-//! find nothing and are skipped.
-//!
-//! Deviations from client-go: `replace` queues the keys in the list's first-occurrence order
-//! and `resync` in sorted order (client-go walks Go maps), so pop order is reproducible;
-//! `list`/`list_keys` are in pop order (client-go: map order).
+//! client-go's plain `FIFO`: documented on [`Fifo`] (rustdoc shows it there).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -20,7 +8,19 @@ use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::queue::{Closed, TryPop};
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
-/// client-go's plain `FIFO`: see the module docs of `kcache::reference`.
+/// client-go's plain `FIFO`: a queue of objects, not of deltas. It keeps only
+/// the newest object per key, queues a key once, and forgets deletions: `delete` drops the
+/// object, and `pop` skips a queued key whose object is gone.
+///
+/// One mutex and one condition variable, like client-go. State: `items` (key → newest object)
+/// and `queue` (keys in pop order). Every key of `items` is in `queue`; unlike
+/// [`DeltaFifo`](super::DeltaFifo), `queue` may also hold keys whose object was deleted, and
+/// (after a delete and a re-add) a key twice: the first occurrence pops the object, later ones
+/// find nothing and are skipped.
+///
+/// Deviations from client-go: `replace` queues the keys in the list's first-occurrence order
+/// and `resync` in sorted order (client-go walks Go maps), so pop order is reproducible;
+/// `list`/`list_keys` are in pop order (client-go: map order).
 ///
 /// ```
 /// use std::sync::Arc;

@@ -30,8 +30,12 @@ use crate::sync::{read, write, RwLock};
 /// A thread-safe, indexed key → object store, ported from client-go (`cache.NewIndexer`).
 ///
 /// One `RwLock` guards everything: readers run in parallel, a writer excludes everyone. See
-/// [`sharded::IndexedStore`](crate::sharded::IndexedStore) for the concurrent version with the same
-/// contract.
+/// [`sharded::IndexedStore`](crate::sharded::IndexedStore) for the concurrent version with the
+/// same contract.
+///
+/// Index functions run under that lock, as in client-go: they must not call back into the
+/// store. Every write computes all the index values it needs before it changes anything, so an
+/// index function that panics leaves the store as it was.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -149,7 +153,7 @@ impl<T> Inner<T> {
 }
 
 impl<T> IndexedStore<T> {
-    /// An empty indexer that keys objects with `key_fn` and maintains the `indexers`.
+    /// An empty store that keys objects with `key_fn` and maintains the `indexers`.
     ///
     /// Names are unique: when `indexers` names an index twice, the later function wins, as if
     /// the list had been collected into client-go's `Indexers` map.

@@ -1,4 +1,5 @@
-//! The sharded DeltaFIFO.
+//! The sharded DeltaFIFO. What a user can rely on is documented on [`DeltaFifo`]; this is how it
+//! works inside.
 //!
 //! # Design
 //!
@@ -39,6 +40,16 @@
 //! out the flag as `is_in_initial_list`, and `has_synced` turns true when the last flagged key
 //! has been *processed*. With one shard and FIFO order this is the same as client-go's count;
 //! across shards it keeps each key's flag right whatever the interleaving of shards.
+//!
+//! # User code and panics
+//!
+//! User code (key function, transformer, known objects, `process`) may panic; the shard locks
+//! ignore poisoning, so the state must be consistent wherever user code runs. Three rules keep
+//! it so: every operation calls the key function, the transformer and the known objects before
+//! its first change; shards that `replace`/`resync` mark scheduled get their tokens from a drop
+//! guard ([`Wake`]), so a shard is never left marked scheduled without a token (its keys would
+//! be counted by `len` and popped by no one); and a served batch is completed by a drop guard
+//! ([`Serving`]), which also puts back the keys a panicking `process` never saw.
 
 use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
@@ -60,6 +71,13 @@ use super::scheduler::{Acquired, Scheduler};
 
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
 pub const DEFAULT_SHARDS: usize = 16;
+
+/// The most shards a [`DeltaFifo`] has; [`DeltaFifo::new`] caps larger requests to it.
+///
+/// A shard is picked by bits 32 and up of the key's 64-bit hash; 16 of them (up to bit 47)
+/// stay clear of the top 7 bits, which the shards' own hash maps use for their control bytes,
+/// so sharding does not make those maps' probes collide more.
+pub const MAX_SHARDS: usize = 1 << 16;
 
 /// A key with deltas waiting to be popped.
 struct Pending<T> {
@@ -151,12 +169,19 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// The sharded DeltaFIFO: client-go's semantics per key, sharded by key hash, with any number
 /// of concurrent producers and consumers.
 ///
+/// Keys are split into shards by a hash computed once per key ([`new`](Self::new) says how
+/// many). Producers lock only their key's shard; consumers take a batch of keys from one shard
+/// under one lock, process them with no lock held, and complete them under one more lock of
+/// that shard. `replace` and `resync` lock every shard (in index order), so they see, and
+/// change, the whole queue at one moment.
+///
 /// # Guarantees (docs/sharded.md)
 ///
 /// - **Per-key order and dedup** are client-go's: a key's deltas accumulate, deduplicated, until
 ///   the key is popped, and come out oldest first.
 /// - **Per-key exclusivity**: a key handed to one consumer is handed to no other until the first
-///   is done with it; deltas that arrive meanwhile come out afterwards.
+///   is done with it; deltas that arrive meanwhile come out afterwards. (Stronger than
+///   client-go, which lets two poppers race on one key.)
 /// - **Exactly once**: every delta queued (after dedup) is handed out once.
 /// - **One shard** behaves exactly like [`reference::DeltaFifo`](crate::reference::DeltaFifo),
 ///   pop order included, when consumers finish a key before popping the next.
@@ -165,6 +190,40 @@ type BatchKeys = SmallVec<[Key; 4]>;
 ///   shard is therefore popped within `ceil((p + 1) / max)` visits to its shard, and between two
 ///   visits every other shard is visited at most once: at most `ceil((p + 1) / max) · (N − 1) ·
 ///   max` keys queued after it can be popped before it.
+///
+/// # Known objects and the consumer's obligation
+///
+/// client-go processes a popped key under the queue's lock, so `delete`, `replace` and
+/// `resync` see the known store either before or after a key is applied. Here processing runs
+/// outside every lock, so while a key is in flight the engine answers "is this key known, and
+/// as what?" from the popped deltas: the newest popped object, or nothing if the newest delta
+/// is `Deleted`. That is exactly what client-go would see, **provided the consumer applies
+/// every popped list to the known store** (with [`process_deltas`](crate::process_deltas),
+/// [`apply_deltas_coalesced`](crate::apply_deltas_coalesced) or an equivalent) before it
+/// returns from `process`. See [`DeltaQueue`]'s *consumer's obligation*.
+///
+/// # Initial list
+///
+/// client-go counts pops until the first `replace`'s count reaches zero. Here that `replace`
+/// flags the keys its count covers; a pop hands the flag out as `is_in_initial_list`, and
+/// [`has_synced`](DeltaQueue::has_synced) turns true once the last flagged key has been
+/// *processed* (`process` returned), not merely popped. With one shard this is client-go's
+/// behaviour; across shards each key's flag stays right whatever order shards are visited in.
+///
+/// # Panics in user code
+///
+/// The key function and the transformer run outside every lock; the known objects run under
+/// the shard locks (in `resync`, the key function too), always before anything changes, so a
+/// panic there leaves the queue as it was. If `process` panics, the key it was given is done
+/// with, and the keys of its batch not yet given to it are queued again at the head of their
+/// shard. Nothing stays in flight, and [`len`](DeltaQueue::len) keeps counting exactly the
+/// keys that can be popped. Details on [`DeltaQueue`].
+///
+/// # Deviations from client-go
+///
+/// Those of [`reference::DeltaFifo`](crate::reference::DeltaFifo) (a refused or panicking
+/// operation changes nothing; known keys are walked sorted), plus the per-key exclusivity,
+/// the processing outside the lock and the *processed* meaning of `has_synced` above.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -178,8 +237,9 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// ```
 pub struct DeltaFifo<T> {
     shards: Box<[CachePadded<Mutex<ShardState<T>>>]>,
-    /// `hash >> shift & mask` picks a shard: bits 32.. of the hash, which neither the shard maps'
-    /// bucket index (low bits) nor their control bytes (top 7 bits) depend on.
+    /// `hash >> SHARD_BITS_OFFSET & mask` picks a shard: bits 32.. of the hash, which neither
+    /// the shard maps' bucket index (low bits) nor their control bytes (top 7 bits) depend on
+    /// (hence [`MAX_SHARDS`]).
     mask: usize,
     scheduler: Scheduler,
     key_fn: KeyFn<T>,
@@ -195,12 +255,25 @@ pub struct DeltaFifo<T> {
     synced: Latch,
 }
 
+/// The lowest hash bit that picks a shard (see [`DeltaFifo::mask`]).
 const SHARD_BITS_OFFSET: u32 = 32;
 
 impl<T: Send + Sync + 'static> DeltaFifo<T> {
-    /// A queue with `shards` shards (rounded up to a power of two, at least 1).
+    /// A queue with `shards` shards. The count is always a power of two between 1 and
+    /// [`MAX_SHARDS`] (65,536): 0 means 1, a count that is not a power of two is rounded up to
+    /// the next one, and a count above the cap is capped. [`shard_count`](Self::shard_count)
+    /// says what was chosen.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{sharded::{DeltaFifo, MAX_SHARDS}, Key, QueueOptions};
+    /// let opts = || QueueOptions::new(Arc::new(|s: &String| Ok(Key::new(s))));
+    /// assert_eq!(DeltaFifo::new(opts(), 0).shard_count(), 1);
+    /// assert_eq!(DeltaFifo::new(opts(), 48).shard_count(), 64);
+    /// assert_eq!(DeltaFifo::new(opts(), 1 << 20).shard_count(), MAX_SHARDS);
+    /// ```
     pub fn new(opts: QueueOptions<T>, shards: usize) -> Self {
-        let count = shards.max(1).next_power_of_two().min(1 << 16);
+        let count = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         Self {
             shards: (0..count)
                 .map(|_| CachePadded::new(Mutex::new(ShardState::new())))
@@ -257,7 +330,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Applies the transformer unless the payload is a tombstone or the internal type is Sync.
+    /// Applies the transformer, if any, to an object entering the queue from outside. Callers
+    /// never pass tombstones nor `resync`'s objects (they come from the known store and were
+    /// transformed on their way in); see [`TransformFn`].
     fn transform(&self, obj: Arc<T>) -> Result<Arc<T>, QueueError> {
         match &self.transformer {
             Some(transform) => Ok(transform(obj)?),
@@ -365,30 +440,70 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Completes keys taken from `shard`: they may be handed out again, and parked ones go back
-    /// to the head of the FIFO in their original order.
-    fn complete(
-        &self,
-        shard: usize,
-        keys: impl DoubleEndedIterator<Item = Key>,
-        initial_done: usize,
-    ) {
+    /// Completes keys taken from `shard`: `done` (handed to `process`, in batch order) may be
+    /// handed out again, parked ones go back to the head of the FIFO in their original order, and
+    /// `returned` (taken but never handed to `process`, because an earlier `process` of the batch
+    /// panicked) are queued again at the head as if they had never been taken.
+    fn complete(&self, shard: usize, done: &[Key], initial_done: usize, returned: Batch<T>) {
         let mut state = self.lock_shard(shard);
         let mut requeued = false;
         let ShardState {
+            pending,
             in_flight,
             fifo,
             parked,
             ..
         } = &mut *state;
-        for key in keys.rev() {
-            let Some(flight) = in_flight.remove(&key) else {
+        // Returned keys first (they come after the done ones in the batch), back to front, so
+        // that both groups end up at the head in batch order.
+        for popped in returned.into_iter().rev() {
+            let (key, deltas) = popped.deltas.into_list();
+            let was_parked = match in_flight.remove(&key) {
+                Some(flight) => flight.parked,
+                None => {
+                    debug_assert!(false, "a returned key is always in flight");
+                    false
+                }
+            };
+            if was_parked {
+                *parked -= 1;
+            }
+            match pending.entry(key) {
+                Entry::Occupied(mut entry) => {
+                    // Deltas queued while the key was out are newer: they go after.
+                    let entry_key = entry.key().clone();
+                    let pending = entry.get_mut();
+                    let newer = std::mem::replace(&mut pending.deltas, deltas);
+                    for delta in newer {
+                        push_dedup(&mut pending.deltas, delta);
+                    }
+                    pending.initial |= popped.initial;
+                    if !was_parked {
+                        // Queued again meanwhile, behind other keys: move it back to the head.
+                        if let Some(at) = fifo.iter().position(|k| *k == entry_key) {
+                            fifo.remove(at);
+                        }
+                    }
+                    fifo.push_front(entry_key);
+                }
+                Entry::Vacant(entry) => {
+                    fifo.push_front(entry.key().clone());
+                    entry.insert(Pending {
+                        deltas,
+                        initial: popped.initial,
+                    });
+                }
+            }
+            requeued = true;
+        }
+        for key in done.iter().rev() {
+            let Some(flight) = in_flight.remove(key) else {
                 debug_assert!(false, "a completed key is always in flight");
                 continue;
             };
             if flight.parked {
                 *parked -= 1;
-                fifo.push_front(key);
+                fifo.push_front(key.clone());
                 requeued = true;
             }
         }
@@ -409,7 +524,10 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Pops from one scheduled shard and processes, completing even if `process` panics.
+    /// Pops from one scheduled shard and processes. If `process` panics, the key it was given is
+    /// done with (as the reference, which took it off its queue before calling `process`) and
+    /// the keys of the batch not yet given to it are queued again: nothing stays in flight,
+    /// nothing else is lost.
     fn serve<F: FnMut(Deltas<T>, bool)>(&self, shard: usize, max: usize, mut process: F) -> usize {
         let mut batch = Batch::new();
         self.take_batch(shard, max, &mut batch);
@@ -417,18 +535,19 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         if count == 0 {
             return 0;
         }
-        let keys: BatchKeys = batch.iter().map(|p| p.deltas.key().clone()).collect();
-        let initial = batch.iter().filter(|p| p.initial).count();
-        let guard = CompleteOnDrop {
+        let mut serving = Serving {
             fifo: self,
             shard,
-            keys,
-            initial,
+            keys: batch.iter().map(|p| p.deltas.key().clone()).collect(),
+            initial_done: 0,
+            rest: batch.into_iter(),
         };
-        for popped in batch {
+        for popped in serving.rest.by_ref() {
+            // Counted before the call: a key whose `process` panics is done with too.
+            serving.initial_done += usize::from(popped.initial);
             process(popped.deltas, popped.initial);
         }
-        drop(guard);
+        drop(serving);
         count
     }
 
@@ -439,11 +558,11 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         states: &mut [MutexGuard<'_, ShardState<T>>],
         key: Key,
         delta: Delta<T>,
-        wake: &mut Vec<usize>,
+        wake: &mut Wake<'_>,
     ) {
         let shard = self.shard_of(&key);
         if states[shard].push(key, delta) {
-            wake.push(shard);
+            wake.shards.push(shard);
         }
     }
 
@@ -508,19 +627,51 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     }
 }
 
-/// Completes a served batch when dropped, so a panicking `process` cannot leave keys in flight.
-struct CompleteOnDrop<'a, T: Send + Sync + 'static> {
+/// A batch being processed; completes it when dropped, so a panicking `process` can leave no
+/// key in flight and lose no key it was not given (see [`DeltaFifo::serve`]).
+struct Serving<'a, T: Send + Sync + 'static> {
     fifo: &'a DeltaFifo<T>,
     shard: usize,
+    /// Every key of the batch, in pop order.
     keys: BatchKeys,
-    initial: usize,
+    /// Initial keys handed to `process` so far.
+    initial_done: usize,
+    /// Keys not yet handed to `process`: empty unless `process` panicked.
+    rest: smallvec::IntoIter<[Popped<T>; 4]>,
 }
 
-impl<T: Send + Sync + 'static> Drop for CompleteOnDrop<'_, T> {
+impl<T: Send + Sync + 'static> Drop for Serving<'_, T> {
     fn drop(&mut self) {
-        let keys = std::mem::take(&mut self.keys);
+        let returned: Batch<T> = self.rest.by_ref().collect();
+        let done = &self.keys[..self.keys.len() - returned.len()];
         self.fifo
-            .complete(self.shard, keys.into_iter(), self.initial);
+            .complete(self.shard, done, self.initial_done, returned);
+    }
+}
+
+/// Shards that were marked scheduled and need a token; hands the tokens out when dropped, also
+/// when a panic unwinds through `replace` or `resync`, so a shard can never stay marked
+/// scheduled without a token (which would hide its keys from every consumer). Declare it before
+/// the shard guards: it then drops after them, and consumers it wakes find the shards unlocked.
+struct Wake<'a> {
+    scheduler: &'a Scheduler,
+    shards: Vec<usize>,
+}
+
+impl<'a> Wake<'a> {
+    fn new(scheduler: &'a Scheduler) -> Self {
+        Self {
+            scheduler,
+            shards: Vec::new(),
+        }
+    }
+}
+
+impl Drop for Wake<'_> {
+    fn drop(&mut self) {
+        for shard in self.shards.drain(..) {
+            self.scheduler.schedule(shard);
+        }
     }
 }
 
@@ -544,7 +695,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     }
 
     fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
-        // Validate everything first: a key or transform error changes nothing.
+        // Every call into user code comes before the first change, so an error or a panic in any
+        // of them changes nothing. Keys and transforms first, outside any lock.
         let mut listed = Vec::with_capacity(list.len());
         for obj in list {
             let key = (self.key_fn)(&obj)?;
@@ -555,11 +707,19 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         } else {
             DeltaType::Sync
         };
+        let listed_keys: KeySet = listed.iter().map(|(key, _)| key.clone()).collect();
+        // Declared before the shard guards, so it drops (and wakes consumers) after them.
+        let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
-        let mut wake = Vec::new();
-        let mut listed_keys = KeySet::with_capacity_and_hasher(listed.len(), Default::default());
+
+        // Known keys with nothing queued that the list no longer has: their deletion was missed.
+        // Asked of the known store (user code) before anything changes. Listed keys will have
+        // something queued and are excluded anyway, so "nothing queued" can be judged now.
+        let gone = self.known_view(&states, |key, state| {
+            !listed_keys.contains(key) && !state.has_pending(key)
+        });
+
         for (key, obj) in listed {
-            listed_keys.insert(key.clone());
             self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
         }
 
@@ -590,10 +750,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
         }
 
-        // Known keys with nothing queued that the list no longer has.
-        let gone = self.known_view(&states, |key, state| {
-            !listed_keys.contains(key) && !state.has_pending(key)
-        });
+        // Tombstones for the known keys: under the store's key, as client-go does (a tombstone's
+        // key is its `key`; the known object is not keyed again).
         for (key, last_known) in gone {
             tombstones += 1;
             let tombstone = Tombstone {
@@ -610,9 +768,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             self.populated.store(true, Ordering::Release);
         }
         drop(states);
-        for shard in wake {
-            self.scheduler.schedule(shard);
-        }
+        drop(wake);
         self.fire_if_synced();
         Ok(())
     }
@@ -621,20 +777,30 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         if self.known.is_none() {
             return Ok(());
         }
+        let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
-        let mut wake = Vec::new();
-        for (key, obj) in self.known_view(&states, |key, state| !state.has_pending(key)) {
+        // Every known object, and its key computed again by the key function (client-go's
+        // `syncKeyLocked` calls `KeyOf` on the known object and returns its error), all before
+        // anything changes: a key error or a panic in user code changes nothing. Sorted by the
+        // store's key, as the reference walks them.
+        let mut synced = Vec::new();
+        for (_, obj) in self.known_view(&states, |_, _| true) {
+            // Listed but no longer found: skipped, as client-go does.
             let Some(obj) = obj else { continue };
+            synced.push(((self.key_fn)(&obj)?, obj));
+        }
+        for (key, obj) in synced {
+            // A key with queued deltas is skipped: its queued state is newer than the store's.
+            // Judged at push time, so a second known object with the same key is skipped too.
+            if states[self.shard_of(&key)].has_pending(&key) {
+                continue;
+            }
             self.push_locked(
                 &mut states,
                 key,
                 Delta::new(DeltaType::Sync, obj),
                 &mut wake,
             );
-        }
-        drop(states);
-        for shard in wake {
-            self.scheduler.schedule(shard);
         }
         Ok(())
     }

@@ -3,8 +3,8 @@
 //! # Design
 //!
 //! The whole content is one immutable-shape [`State`] behind an [`ArcSwap`]: a sharded items map
-//! (key → object) and one sharded map per index (index value → set of keys). Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing
-//! is ever rehashed.
+//! (key → object) and one sharded map per index (index value → set of keys). Every [`Key`]
+//! carries its hash and the maps use [`BuildKeyHasher`], so nothing is ever rehashed.
 //!
 //! - **Readers** (`get_by_key`, `by_index`, `index_keys`, `index`, `list`, `list_keys`,
 //!   `list_index_func_values`) load the current `State` (lock-free) and take one shard read lock
@@ -20,7 +20,7 @@
 //!   an empty set.
 //! - **`replace`** builds a fresh `State` and swaps it in; **`add_indexers`** builds the new
 //!   indexes over the current items and swaps in a `State` that shares the old indexes and holds
-//!   a copy of the items map (same objects, each slot extended with its new values). Both
+//!   a copy of the items map (same keys, same objects). Both
 //!   exclude writers with a `RwLock<()>` that writers take shared and they take exclusive;
 //!   readers never touch it and keep reading the old `State` until the swap.
 //!
@@ -69,6 +69,11 @@ struct State<T> {
 ///
 /// Readers never wait for a global lock, writers of different keys rarely meet, and
 /// [`replace`](Store::replace) swaps in a new content without stopping readers.
+///
+/// Index functions run on the old object of a write while that key's shard is locked (as all
+/// of them run under client-go's single lock): they must not call back into the store. Every
+/// write computes all the index values it needs before it changes anything, so an index
+/// function that panics leaves the store as it was.
 ///
 /// # Consistency
 ///
@@ -202,20 +207,22 @@ impl<T> State<T> {
             .ok_or_else(|| IndexError::UnknownIndex(name.to_owned()))
     }
 
-    /// Every index's values for `obj` (runs user code: call with no shard lock held).
+    /// Every index's values for `obj`. Runs user code: call it before changing anything, and,
+    /// for the new object of a write, with no shard lock held.
     fn values_of(&self, obj: &T) -> ValuesPerIndex {
         self.indexes.iter().map(|index| (index.func)(obj)).collect()
     }
 
     /// Stores `obj` under `key` with its precomputed `values` and re-indexes it, all while
-    /// holding `key`'s items-shard entry.
+    /// holding `key`'s items-shard entry. The old object's values (user code, which may panic)
+    /// are computed before anything changes, so a panic leaves items and indices as they were.
     fn insert(&self, key: Key, obj: Arc<T>, values: ValuesPerIndex) -> Option<Arc<T>> {
         match self.items.entry(key) {
             Entry::Occupied(mut entry) => {
+                let old_values = self.values_of(entry.get());
                 let old_obj = mem::replace(entry.get_mut(), obj);
-                for (index, new) in self.indexes.iter().zip(&values) {
-                    let old = (index.func)(&old_obj);
-                    index.update(entry.key(), &old, new);
+                for ((index, old), new) in self.indexes.iter().zip(&old_values).zip(&values) {
+                    index.update(entry.key(), old, new);
                 }
                 Some(old_obj)
             }
@@ -231,11 +238,13 @@ impl<T> State<T> {
         }
     }
 
-    /// Removes `key` and un-indexes it while holding its items shard.
+    /// Removes `key` and un-indexes it while holding its items shard. Its values (user code)
+    /// are computed before anything changes, so a panic leaves items and indices as they were.
     fn remove(&self, key: &Key) -> Option<Arc<T>> {
         let (_, obj) = self.items.remove_if_mut(key, |key, obj| {
-            for index in &self.indexes {
-                for value in &(index.func)(obj) {
+            let values = self.values_of(obj);
+            for (index, values) in self.indexes.iter().zip(&values) {
+                for value in values {
                     index.remove(key, value);
                 }
             }
@@ -262,7 +271,7 @@ impl<T> State<T> {
 }
 
 impl<T> IndexedStore<T> {
-    /// An empty indexer that keys objects with `key_fn` and maintains the `indexers`.
+    /// An empty store that keys objects with `key_fn` and maintains the `indexers`.
     ///
     /// Names are unique: when `indexers` names an index twice, the later function wins, as if
     /// the list had been collected into client-go's `Indexers` map.

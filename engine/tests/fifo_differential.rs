@@ -232,3 +232,167 @@ proptest! {
         prop_assert_eq!(sharded, reference);
     }
 }
+
+/// What `op` returned on a queue whose known store holds `known` (store key → object), then
+/// every pop line. The store's key need not be the one the key function gives its object.
+fn known_store_case<Q: DeltaQueue<Obj>>(
+    make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
+    known: &[(&str, Arc<Obj>)],
+    op: impl FnOnce(&Q) -> Result<(), kcache::QueueError>,
+) -> (Result<(), kcache::QueueError>, Vec<Line>) {
+    let store = Arc::new(MapStore::default());
+    for (key, o) in known {
+        kcache::Store::insert_by_key(&*store, Key::new(key), Arc::clone(o));
+    }
+    let q = make(options().known_objects(store.clone()));
+    q.add(obj("queued", 1)).unwrap();
+    let result = op(&q);
+    let mut lines = vec![Line::Keys({
+        let mut keys: Vec<String> = q.list_keys().iter().map(ToString::to_string).collect();
+        keys.sort();
+        keys
+    })];
+    while let TryPop::Popped(line) = q.try_pop(|d, initial| pop_line(&d, initial)) {
+        lines.push(line);
+    }
+    (result, lines)
+}
+
+/// The cases where the known store's key and the key function disagree, or the key function
+/// fails on a known object.
+fn odd_stores() -> Vec<Vec<(&'static str, Arc<Obj>)>> {
+    vec![
+        // An object stored under another key than its own.
+        vec![("alias", obj("a", 1))],
+        // Two store keys whose objects share one key: the first (sorted) wins.
+        vec![
+            ("alias", obj("a", 1)),
+            ("a", obj("a", 2)),
+            ("b", obj("b", 1)),
+        ],
+        // Its own key is queued already: skipped.
+        vec![("alias", obj("queued", 7))],
+        // The key function fails on a known object.
+        vec![("b", obj("b", 1)), ("z", obj("", 1))],
+    ]
+}
+
+#[test]
+fn resync_keys_known_objects_again_as_the_reference_does() {
+    for known in odd_stores() {
+        let reference = known_store_case(kcache::reference::DeltaFifo::new, &known, |q| q.resync());
+        for shards in [1, 4] {
+            let sharded = known_store_case(
+                |o| kcache::sharded::DeltaFifo::new(o, shards),
+                &known,
+                |q| q.resync(),
+            );
+            let (mut sharded_lines, mut reference_lines) = (sharded.1, reference.1.clone());
+            if shards > 1 {
+                sharded_lines.sort_by_key(|l| format!("{l:?}"));
+                reference_lines.sort_by_key(|l| format!("{l:?}"));
+            }
+            assert_eq!(sharded.0, reference.0, "{known:?}, {shards} shards");
+            assert_eq!(sharded_lines, reference_lines, "{known:?}, {shards} shards");
+        }
+    }
+    // client-go's syncKeyLocked: the error of KeyOf(known object) is returned.
+    let failing = &odd_stores()[3];
+    let (result, lines) =
+        known_store_case(kcache::reference::DeltaFifo::new, failing, |q| q.resync());
+    assert!(matches!(result, Err(kcache::QueueError::Key(_))));
+    assert_eq!(
+        lines[0],
+        Line::Keys(vec!["queued".into()]),
+        "nothing changed"
+    );
+}
+
+#[test]
+fn replace_tombstones_known_objects_under_the_store_key_on_both_engines() {
+    for known in odd_stores() {
+        let replace =
+            |q: &dyn Fn(Vec<Arc<Obj>>) -> Result<(), kcache::QueueError>| q(vec![obj("b", 5)]);
+        let reference = known_store_case(kcache::reference::DeltaFifo::new, &known, |q| {
+            replace(&|l| q.replace(l, "1"))
+        });
+        let sharded = known_store_case(
+            |o| kcache::sharded::DeltaFifo::new(o, 1),
+            &known,
+            |q| replace(&|l| q.replace(l, "1")),
+        );
+        assert_eq!(sharded, reference, "{known:?}");
+        assert!(reference.0.is_ok(), "a tombstone's key is the store's key");
+    }
+}
+
+/// A queue with a transformer (version + 100) through add, a relist, a resync and deletes.
+fn transformed_run<Q: DeltaQueue<Obj>>(
+    make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
+    emit_replaced: bool,
+) -> Vec<Line> {
+    let store = Arc::new(MapStore::default());
+    let plus_100: kcache::TransformFn<Obj> =
+        Arc::new(|o: Arc<Obj>| Ok(obj(o.key.as_str(), o.v + 100)));
+    let q = make(
+        options()
+            .known_objects(store.clone())
+            .emit_replaced(emit_replaced)
+            .transformer(plus_100),
+    );
+    let mut lines = Vec::new();
+    let mut drain = |q: &Q| {
+        while let TryPop::Popped(line) = q.try_pop(|d, initial| {
+            process_deltas(&*store, &mut NoopHandler, &d, initial);
+            pop_line(&d, initial)
+        }) {
+            lines.push(line);
+        }
+    };
+    q.add(obj("a", 1)).unwrap();
+    q.replace(vec![obj("b", 2), obj("c", 3)], "1").unwrap();
+    drain(&q);
+    q.resync().unwrap();
+    q.delete(obj("b", 4)).unwrap();
+    q.delete_tombstone(Tombstone {
+        key: Key::new("c"),
+        last_known: Some(obj("c", 5)),
+    })
+    .unwrap();
+    drain(&q);
+    lines
+}
+
+#[test]
+fn transformer_applies_to_relisted_objects_but_not_to_resync_or_tombstones() {
+    for emit_replaced in [false, true] {
+        let reference = transformed_run(kcache::reference::DeltaFifo::new, emit_replaced);
+        let sharded = transformed_run(|o| kcache::sharded::DeltaFifo::new(o, 1), emit_replaced);
+        assert_eq!(sharded, reference, "emit_replaced {emit_replaced}");
+        let relist = if emit_replaced { "Replaced" } else { "Sync" };
+        let pop = |key: &str, initial, deltas: &[(&str, bool, u64)]| Line::Pop {
+            key: key.into(),
+            initial,
+            deltas: deltas
+                .iter()
+                .map(|&(t, tomb, v)| (t.into(), tomb, Some(v)))
+                .collect(),
+        };
+        assert_eq!(
+            reference,
+            [
+                // (The add populated the queue: no initial list.) The add's object and the
+                // relist's objects went through the transformer once, a relist's Sync included;
+                // the tombstone carries the queued object as it is.
+                pop("a", false, &[("Added", false, 101), ("Deleted", true, 101)]),
+                pop("b", false, &[(relist, false, 102)]),
+                pop("c", false, &[(relist, false, 103)]),
+                // Resync's objects come from the store: not transformed again. The delete's
+                // object is; the tombstone is not.
+                pop("b", false, &[("Sync", false, 102), ("Deleted", false, 104)]),
+                pop("c", false, &[("Sync", false, 103), ("Deleted", true, 5)]),
+            ],
+            "emit_replaced {emit_replaced}"
+        );
+    }
+}

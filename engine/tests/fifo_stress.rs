@@ -4,7 +4,7 @@
 //! once, and that concurrent `resync`/`replace`/`close` lose nothing.
 //!
 //! Sizes scale with `KCACHE_STRESS_SCALE` (default 1, a few seconds in a debug build); a long
-//! soak is `KCACHE_STRESS_SCALE=100 cargo test --release -p kcache --test sharded_stress`.
+//! soak is `KCACHE_STRESS_SCALE=100 cargo test --release -p kcache --test fifo_stress`.
 
 mod common;
 

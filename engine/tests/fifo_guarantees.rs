@@ -51,6 +51,18 @@ fn shard_count_is_a_power_of_two() {
 }
 
 #[test]
+fn shard_count_is_capped_and_any_request_is_valid() {
+    use kcache::sharded::MAX_SHARDS;
+    assert_eq!(MAX_SHARDS, 65_536);
+    for asked in [MAX_SHARDS - 1, MAX_SHARDS, MAX_SHARDS + 1, usize::MAX] {
+        let q = DeltaFifo::new(options(), asked);
+        assert_eq!(q.shard_count(), MAX_SHARDS, "asked for {asked}");
+        q.add(obj("a", 1)).unwrap();
+        assert_eq!(drain_keys(&q), [("a".to_string(), false)]);
+    }
+}
+
+#[test]
 fn one_shard_pops_keys_in_arrival_order() {
     let q = DeltaFifo::new(options(), 1);
     for (k, v) in [("c", 1), ("a", 1), ("b", 1), ("a", 2)] {
