@@ -111,6 +111,8 @@ mod queue;
 mod store;
 pub(crate) mod sync;
 
+#[cfg(feature = "informer")]
+pub mod informer;
 pub mod reference;
 pub mod sharded;
 
