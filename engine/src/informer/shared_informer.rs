@@ -476,6 +476,12 @@ where
             .unwrap_or_default()
     }
 
+    /// How often the reflector checks whether a handler's resync is due: the builder's
+    /// period, lowered by handlers added before the start that asked for less.
+    pub fn resync_check_period(&self) -> Duration {
+        self.lifecycle().resync_check_period
+    }
+
     /// Keys queued and not yet handed to a consumer.
     pub fn queued_keys(&self) -> usize {
         self.queue.len()
