@@ -571,6 +571,31 @@ mod tests {
     }
 
     #[test]
+    fn every_open_watch_gets_every_event_and_bookmarks_only_if_asked() {
+        rt().block_on(async {
+            let s = server(10);
+            let with_bookmarks = WatchOptions {
+                allow_bookmarks: true,
+                ..Default::default()
+            };
+            let mut a = s.watch(with_bookmarks).await.unwrap();
+            let mut b = s.watch(WatchOptions::default()).await.unwrap();
+            assert_eq!(s.open_watches(), 2);
+            s.upsert(obj("x")).unwrap();
+            s.bookmark();
+            s.delete(&Key::new("x"));
+            for expected in ["added x 1", "bookmark 1", "deleted x 2"] {
+                assert_eq!(describe(next(&mut a).await), expected);
+            }
+            for expected in ["added x 1", "deleted x 2"] {
+                assert_eq!(describe(next(&mut b).await), expected);
+            }
+            drop(b);
+            assert_eq!(s.open_watches(), 1);
+        });
+    }
+
+    #[test]
     fn a_watch_from_before_the_window_gets_410_then_ends() {
         rt().block_on(async {
             let s = server(2);
