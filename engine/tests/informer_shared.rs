@@ -319,6 +319,25 @@ async fn a_removed_handler_gets_nothing_more() {
     informer.shutdown().await;
 }
 
+// Mirrors TestSharedInformerRemoveForeignHandler: another informer's registration removes
+// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_registration_removes_nothing() {
+    let srv = server(100);
+    let (one, two) = (builder(&srv).build(), builder(&srv).build());
+    let ours = Recorder::default();
+    one.add_event_handler(ours.clone()).unwrap();
+    let foreign = two.add_event_handler(Recorder::default()).unwrap();
+    assert!(!one.remove_event_handler(&foreign));
+    assert_eq!((one.handler_count(), two.handler_count()), (1, 1));
+    one.start().unwrap();
+    one.wait_for_sync().await;
+    srv.upsert(pod("a", 1)).unwrap();
+    eventually("our handler", || ours.calls().len() == 1).await;
+    one.shutdown().await;
+    two.shutdown().await;
+}
+
 // Mirrors TestListenerResyncPeriods and TestResyncCheckPeriod: each handler resyncs on its
 // own period (at least the informer's check period); zero never.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

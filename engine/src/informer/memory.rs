@@ -638,6 +638,10 @@ mod tests {
             assert!(s.list(ListOptions::default()).await.is_err());
             assert!(s.list(ListOptions::default()).await.is_ok());
             assert_eq!((s.list_calls(), s.watch_calls()), (3, 2));
+            s.set_latency(Duration::from_millis(250));
+            let before = tokio::time::Instant::now();
+            assert!(s.list(ListOptions::default()).await.is_ok());
+            assert_eq!(before.elapsed(), Duration::from_millis(250));
         });
     }
 

@@ -39,6 +39,10 @@ pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
 /// every 100 ms).
 const POLL: Duration = Duration::from_millis(5);
 
+/// Registration ids, unique across informers, so a registration given to the wrong informer's
+/// `remove_event_handler` removes nothing there.
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
 /// One notification for one handler.
 enum Notification<T> {
     Add { obj: Arc<T>, initial: bool },
@@ -170,7 +174,6 @@ impl Registration {
 /// The handler registrations of one informer.
 pub(crate) struct Processor<T> {
     listeners: RwLock<Vec<Arc<Listener<T>>>>,
-    next_id: AtomicU64,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
 }
 
@@ -225,7 +228,6 @@ impl<T: Send + Sync + 'static> Processor<T> {
     pub(crate) fn new(upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
         Self {
             listeners: RwLock::new(Vec::new()),
-            next_id: AtomicU64::new(0),
             upstream_synced,
         }
     }
@@ -249,7 +251,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
     where
         H: EventHandler<T> + Send + 'static,
     {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared::default());
         let (tx, rx) = mpsc::channel();
         let thread = {
