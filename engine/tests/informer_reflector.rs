@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use informer_common::{error_log, key_fn, ms, pod, server, Call, Pod, Recording};
-use kcache::informer::{Backoff, Reflector, ReflectorOptions, StopSignal};
+use kcache::informer::{
+    Backoff, Error, ListOptions, ListerWatcher, MemoryListerWatcher, Page, Reflector,
+    ReflectorOptions, StopSignal, WatchOptions, WatchStream,
+};
 use kcache::reference::{DeltaFifo, IndexedStore};
 use kcache::{
     process_deltas, DeltaQueue, Key, KnownObjects, NoopHandler, QueueOptions, Store, TryPop,
@@ -492,10 +495,85 @@ async fn a_very_short_empty_watch_ends_the_round_and_relists() {
     srv.close_watches();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(lw.lists(), ["0", "1"]);
+    assert!(errors.lock().unwrap().contains(&Error::VeryShortWatch));
+    stop.stop();
+    task.await.unwrap();
+}
+
+/// A ListerWatcher whose server can be swapped, as when a client fails over to an API server
+/// that is behind the one it talked to.
+struct Switch(std::sync::Mutex<MemoryListerWatcher<Pod>>);
+
+impl Switch {
+    fn server(&self) -> MemoryListerWatcher<Pod> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl ListerWatcher<Pod> for Switch {
+    async fn list(&self, options: ListOptions) -> Result<Page<Pod>, Error> {
+        self.server().list(options).await
+    }
+
+    async fn watch(&self, options: WatchOptions) -> Result<WatchStream<Pod>, Error> {
+        self.server().watch(options).await
+    }
+}
+
+// Mirrors TestReflectorFullListIfTooLarge: a list from a version the server has not reached
+// ("Too large resource version") is retried from "" (the server's newest state), and the
+// queue is replaced with what that server has.
+#[tokio::test(start_paused = true)]
+async fn a_too_large_version_falls_back_to_a_full_list() {
+    let ahead = server(100);
+    for name in ["a", "b", "c", "d"] {
+        ahead.upsert(pod(name, 1)).unwrap();
+    }
+    let behind = server(100);
+    behind.upsert(pod("a", 7)).unwrap();
+    let switch = Arc::new(Switch(std::sync::Mutex::new(ahead.clone())));
+    let (queue, store) = queue_and_store();
+    let (errors, handler) = error_log();
+    let options = ReflectorOptions {
+        error_handler: Some(handler),
+        ..exact_backoff()
+    };
+    let reflector = Arc::new(Reflector::new(
+        Arc::clone(&switch),
+        Arc::clone(&queue),
+        options,
+    ));
+    let stop = StopSignal::new();
+    let task = tokio::spawn({
+        let (r, s) = (Arc::clone(&reflector), stop.clone());
+        async move { r.run(s).await }
+    });
+    settle().await;
+    assert_eq!(reflector.last_sync_resource_version(), "4");
+    drain(&queue, &store);
+    // Fail over to a server at version 1 that refuses the next watch: the relist from 4 is
+    // too new for it.
+    *switch.0.lock().unwrap() = behind.clone();
+    behind.expire_next_watches(1);
+    ahead.upsert(pod("a", 2)).unwrap(); // one event, then the watch on `ahead` ends
+    settle().await;
+    ahead.close_watches();
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(errors
         .lock()
         .unwrap()
-        .contains(&kcache::informer::Error::VeryShortWatch));
+        .iter()
+        .any(|e| e.is_too_large_resource_version()));
+    assert_eq!(reflector.last_sync_resource_version(), "1");
+    assert_eq!(
+        drain(&queue, &store),
+        [
+            "a: Updated(2@5) Replaced(7@1)",
+            "b: Tombstone(1@2)",
+            "c: Tombstone(1@3)",
+            "d: Tombstone(1@4)",
+        ]
+    );
     stop.stop();
     task.await.unwrap();
 }
