@@ -7,8 +7,8 @@
 //! Built with the `informer` feature (on by default), on tokio. The contract is in
 //! `docs/informer.md`.
 //!
-//! - [`lister_watcher`](ListerWatcher): the source: paged lists and watches from a resource
-//!   version, with the server's errors (`410 Expired` among them).
+//! - [`ListerWatcher`]: the source: paged lists and watches from a resource version, with the
+//!   server's errors (`410 Expired` among them).
 //! - [`MemoryListerWatcher`]: an in-memory server with a bounded event window and scripted
 //!   failures, for tests and the load generator.
 //! - [`Reflector`] and [`Backoff`]: list, replace, watch, relist on 410, back off on failure,

@@ -12,9 +12,10 @@
 //!    the list's resource version, and remember that version.
 //! 2. **Watch** from the remembered version, with bookmarks. Apply each event to the queue
 //!    (`Added` → `add`, `Modified` → `update`, `Deleted` → `delete`) and remember its version;
-//!    a bookmark only moves the version. A watch that ends is re-opened from the remembered
-//!    version, without a list. A watch that cannot be opened because the connection failed or
-//!    the server said 429 is retried after a backoff delay, also without a list.
+//!    a bookmark only moves the version. A watch that ends (its timeout, a broken connection)
+//!    is re-opened from the remembered version, without a list. A watch that cannot be opened
+//!    because the connection was refused, or that the server ends with 429, is re-opened after
+//!    a backoff delay, also without a list.
 //! 3. Anything else ends the round and so forces a fresh list: a `410 Expired` (the version
 //!    fell out of the server's window), any other server error event, a watch that closed
 //!    within a second without an event (the server is unwell), a failed list.
