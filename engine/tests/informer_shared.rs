@@ -497,6 +497,30 @@ async fn a_panicking_handler_call_is_skipped_and_delivery_goes_on() {
     informer.shutdown().await;
 }
 
+// No client-go counterpart (a panic there ends the process): an index function that panics
+// stops the informer, which says why, instead of leaving it half-working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_index_function_stops_the_informer_and_says_why() {
+    let srv = server(100);
+    srv.upsert(pod("a", 1)).unwrap();
+    let picky: IndexFunc<Pod> = Arc::new(|p: &Pod| {
+        assert!(p.value != 13, "unlucky pod");
+        [Key::new("all")].into_iter().collect()
+    });
+    let informer = builder(&srv)
+        .consumers(1)
+        .indexers(vec![("picky".to_string(), picky)])
+        .build();
+    informer.start().unwrap();
+    informer.wait_for_sync().await;
+    assert!(informer.failure().is_none());
+    srv.upsert(pod("b", 13)).unwrap();
+    eventually("the failure", || informer.failure().is_some()).await;
+    assert!(informer.failure().unwrap().contains("unlucky pod"));
+    eventually("the watch to close", || srv.open_watches() == 0).await;
+    informer.shutdown().await;
+}
+
 // Mirrors TestShutdown, TestAddOnStoppedSharedInformer and TestShutDownEventHandler_Lifecycles:
 // shutdown stops the reflector, delivers what was buffered, ends every thread, and then the
 // informer takes no handler and cannot start.

@@ -10,11 +10,13 @@
 //!   the indexer is CPU work. Each takes a batch of keys, applies every key to the indexer with
 //!   one write, and hands the notifications to the registrations. With the sharded queue,
 //!   several consumers run at once and each key stays with one of them until it is done, so a
-//!   key's notifications keep their order.
+//!   key's notifications keep their order. If one panics (user code: an index function), the
+//!   informer stops itself and [`SharedInformer::failure`] says why.
 //! - Each **registration** has a delivery thread (see the processor module): handlers are
 //!   synchronous and may be slow, and a slow one must delay nobody else.
 
 use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -200,6 +202,7 @@ where
         };
         SharedInformer {
             close_queue,
+            failure: Arc::default(),
             lister_watcher: Mutex::new(Some(self.lister_watcher)),
             queue,
             store,
@@ -276,6 +279,8 @@ pub struct SharedInformer<T, L, Q, I> {
     default_resync: Duration,
     stop: StopSignal,
     lifecycle: Mutex<Lifecycle>,
+    /// Set by a consumer that panicked; see [`failure`](Self::failure).
+    failure: Arc<Mutex<Option<String>>>,
     /// `queue.close()`, callable from `Drop` where the queue's trait bounds are not in scope.
     close_queue: Box<dyn Fn() + Send + Sync>,
 }
@@ -419,10 +424,26 @@ where
                 Arc::clone(&self.store),
                 Arc::clone(&self.processor),
             );
-            let batch = self.batch;
+            let (batch, stop, failure) = (self.batch, self.stop.clone(), Arc::clone(&self.failure));
             let thread = std::thread::Builder::new()
                 .name(format!("kcache-consumer-{n}"))
-                .spawn(move || consume(&*queue, &*store, &processor, batch));
+                .spawn(move || {
+                    let run = catch_unwind(AssertUnwindSafe(|| {
+                        consume(&*queue, &*store, &processor, batch)
+                    }));
+                    if let Err(panic) = run {
+                        // User code (an index function) panicked while a key was half
+                        // applied: the store can no longer be trusted. Stop, as client-go's
+                        // crash would, but say why instead of ending the process.
+                        let message = panic_message(&*panic);
+                        failure
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(message);
+                        stop.stop();
+                        queue.close();
+                    }
+                });
             match thread {
                 Ok(thread) => lifecycle.consumer_threads.push(thread),
                 Err(err) => {
@@ -487,6 +508,16 @@ where
         self.queue.len()
     }
 
+    /// Why the informer stopped by itself, if it did: a consumer panicked (an index function
+    /// panicked while a key was being applied), which leaves the store untrustworthy, so the
+    /// reflector was stopped and the queue closed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Whether [`shutdown`](Self::shutdown) has begun.
     pub fn is_stopped(&self) -> bool {
         self.lifecycle().stopped
@@ -521,6 +552,15 @@ where
             }
         });
         let _ = joined.await;
+    }
+}
+
+/// The text of a panic payload (a `&str` or a `String`, as `panic!` makes them).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("a consumer panicked: {s}"),
+        (_, Some(s)) => format!("a consumer panicked: {s}"),
+        _ => "a consumer panicked".to_string(),
     }
 }
 
