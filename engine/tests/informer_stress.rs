@@ -1,7 +1,8 @@
 //! The whole pipeline under churn and injected failures: a writer changes objects on the
 //! in-memory server while watches are closed, answered with 410, refused, and lists fail, all
 //! at random; three handlers (one added mid-run, one 1000× slower than the others) check every
-//! notification against what they saw before.
+//! notification against what they saw before. It runs on both engines: the sharded one with
+//! two consumers, the reference design with one.
 //!
 //! Each handler must end with exactly the server's final state (every key at the server's
 //! version), and no notification may contradict the previous one of its key: an update's old
@@ -19,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use informer_common::{key_fn, ms, pod, server, Pod};
-use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer};
-use kcache::{DeltaObject, EventHandler, Key};
+use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, SharedInformerBuilder};
+use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
 
 const KEYS: u64 = 2_000;
 const EVENTS_PER_SCALE: u64 = 20_000;
@@ -204,24 +205,50 @@ fn write(srv: &MemoryListerWatcher<Pod>, events: u64, seed: u64) -> [u64; 5] {
     faults
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_handler_ends_with_the_servers_state_through_restarts_and_410s() {
-    let events = EVENTS_PER_SCALE * scale();
-    let seed = 0x5EED_1234_u64 ^ events;
-    let srv = server(2_000);
-    for i in 0..KEYS / 2 {
-        srv.upsert(pod(&format!("p{i:05}"), 0)).unwrap();
-    }
-    let informer = SharedInformer::builder(srv.clone(), key_fn())
-        .shards(8)
-        .consumers(2)
+fn builder(srv: &MemoryListerWatcher<Pod>) -> SharedInformerBuilder<Pod, MemoryListerWatcher<Pod>> {
+    SharedInformer::builder(srv.clone(), key_fn())
         .page_size(100)
         .backoff(Backoff {
             initial: ms(1),
             max: ms(20),
             ..Backoff::default()
         })
-        .build();
+}
+
+/// A server with half the keys alive, as the informer first lists it.
+fn seeded_server() -> MemoryListerWatcher<Pod> {
+    let srv = server(2_000);
+    for i in 0..KEYS / 2 {
+        srv.upsert(pod(&format!("p{i:05}"), 0)).unwrap();
+    }
+    srv
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sharded_informer_handlers_end_with_the_servers_state_through_restarts_and_410s() {
+    let srv = seeded_server();
+    let informer = builder(&srv).shards(8).consumers(2).build();
+    churn_and_check("sharded", informer, srv).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_informer_handlers_end_with_the_servers_state_through_restarts_and_410s() {
+    let srv = seeded_server();
+    // The reference queue processes under its one lock: one consumer is all it can use.
+    let informer = builder(&srv).consumers(1).build_reference();
+    churn_and_check("reference", informer, srv).await;
+}
+
+async fn churn_and_check<Q, I>(
+    engine: &str,
+    informer: SharedInformer<Pod, MemoryListerWatcher<Pod>, Q, I>,
+    srv: MemoryListerWatcher<Pod>,
+) where
+    Q: DeltaQueue<Pod> + 'static,
+    I: Indexer<Pod> + 'static,
+{
+    let events = EVENTS_PER_SCALE * scale();
+    let seed = 0x5EED_1234_u64 ^ events;
     let fast = Checker::new(Duration::from_nanos(100));
     let slow = Checker::new(Duration::from_micros(100)); // 1000× the fast one
     let late = Checker::new(Duration::from_nanos(100));
@@ -285,18 +312,18 @@ async fn every_handler_ends_with_the_servers_state_through_restarts_and_410s() {
         let model = checker.model.lock().unwrap();
         assert!(
             model.violations.is_empty(),
-            "{name} handler: {:?}",
+            "{engine}, {name} handler: {:?}",
             model.violations
         );
         drop(model);
         assert!(
             checker.state() == expected,
-            "{name} handler's final state differs from the server's"
+            "{engine}, {name} handler's final state differs from the server's"
         );
     }
     let calls = |c: &Checker| c.model.lock().unwrap().calls;
     eprintln!(
-        "{events} events, faults [closes, 410s, compactions, refused watches, failed lists] = \
+        "{engine}: {events} events, faults [closes, 410s, compactions, refused watches, failed lists] = \
          {faults:?}, caught up in {caught_up:.2?}, handler calls fast/slow/late = {}/{}/{}",
         calls(&fast),
         calls(&slow),
