@@ -14,12 +14,68 @@
 //!   one of them until it is done; the store's readers never wait on a global lock.
 //!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
-//! [`Tombstone`], the key functions, and the consumer's [`process_deltas`].
+//! [`Tombstone`], the key functions, and the consumer's [`process_deltas`]. Around them,
+//! `informer` (feature `informer`, on by default) builds the whole pipeline: a reflector that
+//! lists and watches a source into the queue, consumers that apply what they pop to the store,
+//! and handler registrations that each get the notifications on a thread of their own.
 //!
 //! # Usage
 //!
-//! An informer's plumbing: a store that is also the queue's *known objects*, a producer (the
-//! watch), and consumers that apply what they pop to the store and notify a handler.
+//! ## A shared informer
+//!
+//! What a controller uses: give it a [`ListerWatcher`](informer::ListerWatcher) (here the
+//! in-memory server; an API server client implements the same trait), a key function and
+//! indexes; register handlers; start it on a tokio runtime; read the store.
+//!
+//! ```
+//! # #[cfg(feature = "informer")]
+//! # tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap().block_on(async {
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+//! use kcache::{EventHandler, IndexFunc, Key, KeyFn};
+//!
+//! #[derive(Clone, Debug)]
+//! struct Pod { key: Key, node: Key, rv: String }
+//! impl Versioned for Pod { fn resource_version(&self) -> &str { &self.rv } }
+//! impl SetResourceVersion for Pod { fn set_resource_version(&mut self, rv: &str) { self.rv = rv.into() } }
+//! let pod = |node: &str| Pod { key: Key::new("default/web-0"), node: Key::new(node), rv: String::new() };
+//!
+//! let key_fn: KeyFn<Pod> = Arc::new(|p: &Pod| Ok(p.key.clone()));
+//! let server = MemoryListerWatcher::new(key_fn.clone());
+//! server.upsert(pod("node-1")).unwrap();
+//!
+//! let by_node: IndexFunc<Pod> = Arc::new(|p: &Pod| [p.node.clone()].into_iter().collect());
+//! let informer = SharedInformer::builder(server.clone(), key_fn)
+//!     .indexers(vec![("node".into(), by_node)])
+//!     .consumers(2)
+//!     .build();
+//!
+//! struct Count(Arc<AtomicUsize>);
+//! impl EventHandler<Pod> for Count {
+//!     fn on_add(&mut self, _: &Arc<Pod>, _: bool) { self.0.fetch_add(1, Ordering::SeqCst); }
+//!     fn on_update(&mut self, _: &Arc<Pod>, _: &Arc<Pod>) { self.0.fetch_add(1, Ordering::SeqCst); }
+//! }
+//! let seen = Arc::new(AtomicUsize::new(0));
+//! let registration = informer.add_event_handler(Count(seen.clone())).unwrap();
+//! informer.start().unwrap();
+//! registration.wait_for_sync().await; // the initial list reached this handler
+//!
+//! server.upsert(pod("node-2")).unwrap(); // the pod moves: the watch brings it
+//! while seen.load(Ordering::SeqCst) < 2 {
+//!     tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+//! }
+//! assert_eq!(informer.store().by_index("node", "node-2").unwrap().len(), 1);
+//! assert!(informer.store().by_index("node", "node-1").unwrap().is_empty());
+//! informer.shutdown().await;
+//! # });
+//! ```
+//!
+//! ## The parts by hand
+//!
+//! Without tokio, or to drive the queue yourself: a store that is also the queue's *known
+//! objects*, a producer (the watch), and consumers that apply what they pop to the store and
+//! notify a handler. This is the loop the shared informer's consumer threads run.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -102,6 +158,14 @@
 //! no index keeps an empty set; once writers stop, items and indices agree exactly. Details on
 //! the type.
 //!
+//! The shared informer (`informer::SharedInformer`): each handler registration receives the
+//! notifications of one key in the order the store went through them, from its own buffer, so
+//! a slow handler delays only itself. A handler registered after the start gets every key
+//! exactly once as a synthetic add or in a later notification, never both and never neither.
+//! A registration's `has_synced` is true once the informer synced *and* that handler was
+//! delivered its initial-list notifications. Resyncs (updates whose old and new versions are
+//! equal) reach only the registrations whose own resync period is due.
+//!
 //! # Deviations from client-go
 //!
 //! Where client-go's behaviour is accidental (Go map order, half-done failures) or where the
@@ -142,6 +206,8 @@ mod queue;
 mod store;
 pub(crate) mod sync;
 
+#[cfg(feature = "informer")]
+pub mod informer;
 pub mod reference;
 pub mod sharded;
 

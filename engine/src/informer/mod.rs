@@ -1,0 +1,41 @@
+//! The informer pipeline around the queue and the indexer (client-go's `Reflector`,
+//! `ListerWatcher` and `sharedIndexInformer`): a [`Reflector`] lists and watches a
+//! [`ListerWatcher`] into a [`DeltaQueue`](crate::DeltaQueue); a [`SharedInformer`]'s consumers
+//! pop what it queued, apply it to an [`Indexer`](crate::Indexer), and hand the notifications to
+//! every handler [`Registration`].
+//!
+//! Built with the `informer` feature (on by default), on tokio. The contract is in
+//! `docs/informer.md`.
+//!
+//! - [`ListerWatcher`]: the source: paged lists and watches from a resource version, with the
+//!   server's errors (`410 Expired` among them).
+//! - [`MemoryListerWatcher`]: an in-memory server with a bounded event window and scripted
+//!   failures, for tests and the load generator.
+//! - [`Reflector`] and [`Backoff`]: list, replace, watch, relist on 410, back off on failure,
+//!   resync.
+//! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
+//!   buffer, delivery thread, `has_synced` and resync period; [`StoreReader`] reads the store.
+
+mod backoff;
+mod lister_watcher;
+mod memory;
+mod processor;
+mod reader;
+mod reflector;
+mod shared_informer;
+mod stop;
+
+pub use backoff::{Backoff, BackoffTimer};
+pub use lister_watcher::{
+    Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
+    WatchStream,
+};
+pub use memory::{MemoryListerWatcher, SetResourceVersion, DEFAULT_WINDOW};
+pub use processor::{Registration, MINIMUM_RESYNC_PERIOD};
+pub use reader::StoreReader;
+pub use reflector::{
+    Reflector, ReflectorHandle, ReflectorOptions, ShouldResync, WatchErrorHandler,
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE,
+};
+pub use shared_informer::{InformerError, SharedInformer, SharedInformerBuilder, DEFAULT_BATCH};
+pub use stop::StopSignal;

@@ -1,0 +1,464 @@
+//! The reflector: keeps a [`DeltaQueue`] in step with a [`ListerWatcher`] (client-go's
+//! `Reflector`).
+//!
+//! # Algorithm
+//!
+//! `run` repeats *list and watch* until stopped, waiting a [`Backoff`] delay between two
+//! rounds (client-go's `BackoffUntil` with sliding delays):
+//!
+//! 1. **List**, in pages of `page_size` following `continue`, from the last resource version
+//!    seen (`"0"` before the first list). If the server says that version is too old (410) or
+//!    too new, list again from `""` (the newest state). `replace` the queue with every item and
+//!    the list's resource version, and remember that version.
+//! 2. **Watch** from the remembered version, with bookmarks. Apply each event to the queue
+//!    (`Added` → `add`, `Modified` → `update`, `Deleted` → `delete`) and remember its version;
+//!    a bookmark only moves the version. A watch that ends (its timeout, a broken connection)
+//!    is re-opened from the remembered version, without a list. A watch that cannot be opened
+//!    because the connection was refused, or that the server ends with 429, is re-opened after
+//!    a backoff delay, also without a list.
+//! 3. Anything else ends the round and so forces a fresh list: a `410 Expired` (the version
+//!    fell out of the server's window), any other server error event, a watch that closed
+//!    within a second without an event (the server is unwell), a failed list.
+//!
+//! Meanwhile a resync timer calls the queue's `resync` every `resync_period` when
+//! `should_resync` agrees.
+//!
+//! # Differences from client-go
+//!
+//! - Every error that ends a list, a watch or a round goes to the error handler, once.
+//!   client-go hands its `WatchErrorHandler` only what ends a round and logs the rest.
+//! - No streaming list (`sendInitialEvents`), no retry of 500s within a watch
+//!   (`MaxInternalErrorRetryDuration`, off by default in client-go too), no type checks of
+//!   event objects (the stream is typed).
+
+use std::fmt;
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::backoff::{random_unit, Backoff, BackoffTimer};
+use super::lister_watcher::{
+    Error, ListOptions, ListerWatcher, Versioned, WatchEvent, WatchOptions, WatchStream,
+};
+use super::stop::StopSignal;
+use crate::queue::DeltaQueue;
+
+/// Receives every error the reflector meets (client-go's `WatchErrorHandler`).
+pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
+
+/// Asked before each periodic resync; a resync happens only if it returns true (client-go's
+/// `ShouldResync`; a shared informer answers whether any handler is due).
+pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The page size client-go's pager uses.
+pub const DEFAULT_PAGE_SIZE: usize = 500;
+
+/// The shortest server-side watch timeout; each watch asks for a random one between this and
+/// twice this, so watches of many clients do not end together (client-go: 5 minutes).
+pub const DEFAULT_MIN_WATCH_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// How a reflector behaves.
+#[derive(Clone)]
+pub struct ReflectorOptions {
+    /// Items per list page (0: the whole list at once).
+    pub page_size: usize,
+    /// How often to resync the queue; zero never.
+    pub resync_period: Duration,
+    /// The waits between rounds and between failed watch openings.
+    pub backoff: Backoff,
+    /// The shortest watch timeout asked of the server (see [`DEFAULT_MIN_WATCH_TIMEOUT`]).
+    pub min_watch_timeout: Duration,
+    /// Where errors go; `None` drops them.
+    pub error_handler: Option<WatchErrorHandler>,
+    /// Consulted before each periodic resync; `None` always resyncs.
+    pub should_resync: Option<ShouldResync>,
+}
+
+impl Default for ReflectorOptions {
+    fn default() -> Self {
+        Self {
+            page_size: DEFAULT_PAGE_SIZE,
+            resync_period: Duration::ZERO,
+            backoff: Backoff::default(),
+            min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            error_handler: None,
+            should_resync: None,
+        }
+    }
+}
+
+impl fmt::Debug for ReflectorOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReflectorOptions")
+            .field("page_size", &self.page_size)
+            .field("resync_period", &self.resync_period)
+            .field("backoff", &self.backoff)
+            .field("min_watch_timeout", &self.min_watch_timeout)
+            .field("error_handler", &self.error_handler.is_some())
+            .field("should_resync", &self.should_resync.is_some())
+            .finish()
+    }
+}
+
+/// The resource version a reflector has reached, readable while it runs.
+#[derive(Debug, Default)]
+struct Progress {
+    last_sync: Mutex<String>,
+    /// The last version was refused as too old or too new: the next list starts afresh.
+    unavailable: AtomicBool,
+}
+
+impl Progress {
+    fn last_sync(&self) -> String {
+        self.last_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_last_sync(&self, rv: &str) {
+        let mut last = self.last_sync.lock().unwrap_or_else(|e| e.into_inner());
+        last.clear();
+        last.push_str(rv);
+    }
+}
+
+/// Reads a running reflector's progress.
+#[derive(Debug, Clone)]
+pub struct ReflectorHandle {
+    progress: Arc<Progress>,
+}
+
+impl ReflectorHandle {
+    /// The newest resource version the reflector has put into the queue (client-go's
+    /// `LastSyncResourceVersion`); empty before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.progress.last_sync()
+    }
+}
+
+/// How a watch ended.
+enum WatchEnd {
+    /// The stream ended: re-open from the last version.
+    Closed,
+    /// The stop signal was raised.
+    Stopped,
+    /// Ends the round (a fresh list follows), or is retried per the module docs.
+    Failed(Error),
+}
+
+/// The periodic resync deadline of one round.
+struct ResyncTimer {
+    period: Duration,
+    next: Option<Instant>,
+}
+
+impl ResyncTimer {
+    fn start(period: Duration) -> Self {
+        Self {
+            period,
+            next: (!period.is_zero()).then(|| Instant::now() + period),
+        }
+    }
+
+    /// Completes at the next deadline; never when resync is off.
+    async fn due(&self) {
+        match self.next {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    fn rearm(&mut self) {
+        self.next = Some(Instant::now() + self.period);
+    }
+}
+
+/// Keeps a queue in step with a [`ListerWatcher`]; see the module docs.
+pub struct Reflector<T, L, Q> {
+    lister_watcher: L,
+    queue: Arc<Q>,
+    options: ReflectorOptions,
+    progress: Arc<Progress>,
+    _objects: std::marker::PhantomData<fn() -> T>,
+}
+
+impl<T, L, Q> fmt::Debug for Reflector<T, L, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reflector")
+            .field("options", &self.options)
+            .field("last_sync_resource_version", &self.progress.last_sync())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, L, Q> Reflector<T, L, Q>
+where
+    T: Versioned + Send + Sync + 'static,
+    L: ListerWatcher<T>,
+    Q: DeltaQueue<T>,
+{
+    /// A reflector that fills `queue` from `lister_watcher`.
+    pub fn new(lister_watcher: L, queue: Arc<Q>, options: ReflectorOptions) -> Self {
+        Self {
+            lister_watcher,
+            queue,
+            options,
+            progress: Arc::new(Progress::default()),
+            _objects: std::marker::PhantomData,
+        }
+    }
+
+    /// A handle to read the reflector's progress from elsewhere.
+    pub fn handle(&self) -> ReflectorHandle {
+        ReflectorHandle {
+            progress: Arc::clone(&self.progress),
+        }
+    }
+
+    /// The newest resource version put into the queue; empty before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.progress.last_sync()
+    }
+
+    /// Lists and watches until `stop` is raised, waiting a backoff delay between rounds.
+    /// Errors go to the error handler; this never fails.
+    pub async fn run(&self, stop: StopSignal) {
+        let mut backoff = self.options.backoff.timer();
+        while !stop.is_stopped() {
+            if let Err(err) = self.list_and_watch(&stop, &mut backoff).await {
+                self.report(&err);
+            }
+            if stop.is_stopped() {
+                break;
+            }
+            let delay = backoff.next_delay(Instant::now());
+            tokio::select! {
+                _ = stop.stopped() => break,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// One round: a list, then watches until one fails in a way that needs a fresh list (the
+    /// error is returned) or `stop` is raised (`Ok`).
+    pub async fn list_and_watch(
+        &self,
+        stop: &StopSignal,
+        backoff: &mut BackoffTimer,
+    ) -> Result<(), Error> {
+        let listed = tokio::select! {
+            _ = stop.stopped() => return Ok(()),
+            listed = self.list() => listed,
+        };
+        listed?;
+        self.watch_until_round_ends(stop, backoff).await
+    }
+
+    fn report(&self, err: &Error) {
+        if let Some(handler) = &self.options.error_handler {
+            handler(err);
+        }
+    }
+
+    /// The version to list from: `""` after a refusal, `"0"` before anything was seen
+    /// (client-go's `relistResourceVersion`).
+    fn relist_resource_version(&self) -> String {
+        if self.progress.unavailable.load(Ordering::Relaxed) {
+            return String::new();
+        }
+        match self.progress.last_sync() {
+            rv if rv.is_empty() => "0".to_string(),
+            rv => rv,
+        }
+    }
+
+    /// Lists every page and replaces the queue's content with the result.
+    async fn list(&self) -> Result<(), Error> {
+        let (items, rv) = match self.list_pages(self.relist_resource_version()).await {
+            Err(err) if err.is_expired() || err.is_too_large_resource_version() => {
+                self.report(&err);
+                self.progress.unavailable.store(true, Ordering::Relaxed);
+                self.list_pages(self.relist_resource_version()).await?
+            }
+            listed => listed?,
+        };
+        self.progress.unavailable.store(false, Ordering::Relaxed);
+        self.queue.replace(items, &rv)?;
+        self.progress.set_last_sync(&rv);
+        Ok(())
+    }
+
+    async fn list_pages(&self, resource_version: String) -> Result<(Vec<Arc<T>>, String), Error> {
+        let mut items = Vec::new();
+        let mut options = ListOptions {
+            limit: self.options.page_size,
+            continue_token: None,
+            resource_version,
+        };
+        loop {
+            let page = self.lister_watcher.list(options.clone()).await?;
+            items.extend(page.items);
+            match page.continue_token {
+                Some(token) => {
+                    // The server rejects a version together with a continue token: the token
+                    // already pins the list's version.
+                    options.resource_version.clear();
+                    options.continue_token = Some(token);
+                }
+                None => return Ok((items, page.resource_version)),
+            }
+        }
+    }
+
+    async fn watch_until_round_ends(
+        &self,
+        stop: &StopSignal,
+        backoff: &mut BackoffTimer,
+    ) -> Result<(), Error> {
+        let mut resync = ResyncTimer::start(self.options.resync_period);
+        loop {
+            if stop.is_stopped() {
+                return Ok(());
+            }
+            let start = Instant::now();
+            let resource_version = self.progress.last_sync();
+            // Events of a watch from "" or "0" are the current objects, not changes after a
+            // known version: their versions say nothing about progress until something other
+            // than an `Added` arrives.
+            let propagate_from_start = !(resource_version.is_empty() || resource_version == "0");
+            let min = self.options.min_watch_timeout;
+            let options = WatchOptions {
+                resource_version,
+                allow_bookmarks: true,
+                timeout: Some(min + min.mul_f64(random_unit())),
+            };
+            let opened = tokio::select! {
+                _ = stop.stopped() => return Ok(()),
+                opened = self.lister_watcher.watch(options) => opened,
+            };
+            let end = match opened {
+                Ok(stream) => {
+                    self.handle_watch(stream, start, stop, &mut resync, propagate_from_start)
+                        .await
+                }
+                Err(err) => WatchEnd::Failed(err),
+            };
+            match end {
+                WatchEnd::Closed => continue,
+                WatchEnd::Stopped => return Ok(()),
+                WatchEnd::Failed(err) if err.is_retriable_watch_error() => {
+                    self.report(&err);
+                    let delay = backoff.next_delay(Instant::now());
+                    if let WatchEnd::Stopped = self.pause(delay, stop, &mut resync).await? {
+                        return Ok(());
+                    }
+                }
+                WatchEnd::Failed(err) => return Err(err),
+            }
+        }
+    }
+
+    /// Waits `delay`, resyncing when due. `Ok(Stopped)` if the stop signal was raised.
+    async fn pause(
+        &self,
+        delay: Duration,
+        stop: &StopSignal,
+        resync: &mut ResyncTimer,
+    ) -> Result<WatchEnd, Error> {
+        let until = Instant::now() + delay;
+        loop {
+            tokio::select! {
+                _ = stop.stopped() => return Ok(WatchEnd::Stopped),
+                _ = tokio::time::sleep_until(until) => return Ok(WatchEnd::Closed),
+                _ = resync.due() => self.resync(resync)?,
+            }
+        }
+    }
+
+    fn resync(&self, timer: &mut ResyncTimer) -> Result<(), Error> {
+        let wanted = self
+            .options
+            .should_resync
+            .as_ref()
+            .is_none_or(|should| should());
+        if wanted {
+            self.queue.resync()?;
+        }
+        timer.rearm();
+        Ok(())
+    }
+
+    /// Applies one watch's events to the queue until it ends (client-go's `handleWatch`).
+    async fn handle_watch(
+        &self,
+        mut stream: WatchStream<T>,
+        start: Instant,
+        stop: &StopSignal,
+        resync: &mut ResyncTimer,
+        propagate_from_start: bool,
+    ) -> WatchEnd {
+        let mut events = 0usize;
+        let mut besides_added = false;
+        loop {
+            let next = tokio::select! {
+                biased;
+                _ = stop.stopped() => return WatchEnd::Stopped,
+                _ = resync.due() => {
+                    if let Err(err) = self.resync(resync) {
+                        return WatchEnd::Failed(err);
+                    }
+                    continue;
+                }
+                next = poll_fn(|cx| stream.as_mut().poll_next(cx)) => next,
+            };
+            let event = match next {
+                None => break,
+                Some(Ok(event)) => event,
+                Some(Err(err)) => {
+                    // A broken connection ends the watch like a close: re-open from the last
+                    // version (unless it was very short, below).
+                    self.report(&err);
+                    break;
+                }
+            };
+            let (applied, rv) = match event {
+                WatchEvent::Added(obj) => {
+                    let rv = obj.resource_version().to_string();
+                    (self.queue.add(obj), rv)
+                }
+                WatchEvent::Modified(obj) => {
+                    besides_added = true;
+                    let rv = obj.resource_version().to_string();
+                    (self.queue.update(obj), rv)
+                }
+                WatchEvent::Deleted(obj) => {
+                    besides_added = true;
+                    let rv = obj.resource_version().to_string();
+                    (self.queue.delete(obj), rv)
+                }
+                WatchEvent::Bookmark { resource_version } => {
+                    besides_added = true;
+                    (Ok(()), resource_version)
+                }
+                WatchEvent::Error(status) => return WatchEnd::Failed(Error::Api(status)),
+            };
+            if let Err(err) = applied {
+                // One object the queue refuses (its key function failed) does not stop the
+                // others; client-go logs it and goes on.
+                self.report(&Error::Queue(err));
+            }
+            if propagate_from_start || besides_added {
+                self.progress.set_last_sync(&rv);
+            }
+            events += 1;
+        }
+        if events == 0 && start.elapsed() < Duration::from_secs(1) {
+            return WatchEnd::Failed(Error::VeryShortWatch);
+        }
+        WatchEnd::Closed
+    }
+}

@@ -1,0 +1,612 @@
+//! The shared informer: one reflector, one queue, one indexer, many handlers (client-go's
+//! `sharedIndexInformer`).
+//!
+//! # Threads and tasks
+//!
+//! - The **reflector** is a tokio task: it waits on the network (or the in-memory server) and
+//!   on timers, which is what async is for.
+//! - The **consumers** are dedicated threads: a queue's `pop` blocks (the sharded queue parks
+//!   idle consumers on a futex, the reference on a condition variable), and applying a key to
+//!   the indexer is CPU work. Each takes a batch of keys, applies every key to the indexer with
+//!   one write, and hands the notifications to the registrations. With the sharded queue,
+//!   several consumers run at once and each key stays with one of them until it is done, so a
+//!   key's notifications keep their order. If one panics (user code: an index function), the
+//!   informer stops itself and [`SharedInformer::failure`] says why.
+//! - Each **registration** has a delivery thread (see the processor module): handlers are
+//!   synchronous and may be slow, and a slow one must delay nobody else.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use super::backoff::Backoff;
+use super::lister_watcher::{ListerWatcher, Versioned};
+use super::processor::{effective_resync_period, Processor, Registration, MINIMUM_RESYNC_PERIOD};
+use super::reader::StoreReader;
+use super::reflector::{
+    Reflector, ReflectorHandle, ReflectorOptions, WatchErrorHandler, DEFAULT_MIN_WATCH_TIMEOUT,
+    DEFAULT_PAGE_SIZE,
+};
+use super::stop::StopSignal;
+use crate::consumer::{apply_deltas_coalesced, EventHandler};
+use crate::key::KeyFn;
+use crate::queue::{DeltaQueue, QueueOptions, TransformFn};
+use crate::store::{IndexError, Indexer, Indexers, KnownObjects};
+use crate::{reference, sharded};
+
+/// How many keys a consumer takes from the queue at once.
+pub const DEFAULT_BATCH: usize = 64;
+
+/// A shared informer could not do what was asked.
+#[derive(Debug, Error)]
+pub enum InformerError {
+    /// `start` was called twice.
+    #[error("the informer has already started")]
+    AlreadyStarted,
+    /// The informer was shut down: it takes no handlers and cannot start again.
+    #[error("the informer has been shut down")]
+    Stopped,
+    /// `start` was called outside a tokio runtime; call it from within one, or use `start_on`.
+    #[error("no tokio runtime: call start from within a runtime, or use start_on(handle)")]
+    NoRuntime,
+    /// A consumer or delivery thread could not be spawned.
+    #[error("cannot spawn a thread: {0}")]
+    Spawn(#[from] std::io::Error),
+    /// An index operation failed.
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Configures a [`SharedInformer`]; made by [`SharedInformer::builder`].
+pub struct SharedInformerBuilder<T, L> {
+    lister_watcher: L,
+    key_fn: KeyFn<T>,
+    indexers: Indexers<T>,
+    shards: usize,
+    consumers: usize,
+    batch: usize,
+    resync_period: Duration,
+    transform: Option<TransformFn<T>>,
+    reflector: ReflectorOptions,
+}
+
+impl<T, L> fmt::Debug for SharedInformerBuilder<T, L> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedInformerBuilder")
+            .field("indexers", &self.indexers.len())
+            .field("shards", &self.shards)
+            .field("consumers", &self.consumers)
+            .field("batch", &self.batch)
+            .field("resync_period", &self.resync_period)
+            .field("transform", &self.transform.is_some())
+            .field("reflector", &self.reflector)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, L> SharedInformerBuilder<T, L>
+where
+    T: Versioned + Send + Sync + 'static,
+    L: ListerWatcher<T> + 'static,
+{
+    /// Named secondary indexes of the store.
+    pub fn indexers(mut self, indexers: Indexers<T>) -> Self {
+        self.indexers = indexers;
+        self
+    }
+
+    /// Shards of the sharded queue (default [`sharded::DEFAULT_SHARDS`]); ignored by the
+    /// reference design.
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.max(1);
+        self
+    }
+
+    /// Consumer threads (default 1). More than one pays off with the sharded queue when the
+    /// indexer work is heavy; the reference queue runs one consumer at a time whatever this is.
+    pub fn consumers(mut self, consumers: usize) -> Self {
+        self.consumers = consumers.max(1);
+        self
+    }
+
+    /// Keys a consumer takes from the queue at once (default [`DEFAULT_BATCH`]).
+    pub fn batch(mut self, batch: usize) -> Self {
+        self.batch = batch.max(1);
+        self
+    }
+
+    /// The default resync period of handlers, and the informer's resync check period (client-go's
+    /// `defaultEventHandlerResyncPeriod`). Zero (the default): no resync.
+    pub fn resync_period(mut self, period: Duration) -> Self {
+        self.resync_period = period;
+        self
+    }
+
+    /// A transformer applied to every object before it is queued (client-go's `SetTransform`).
+    pub fn transform(mut self, transform: TransformFn<T>) -> Self {
+        self.transform = Some(transform);
+        self
+    }
+
+    /// Where the reflector's errors go (client-go's `SetWatchErrorHandler`).
+    pub fn watch_error_handler(mut self, handler: WatchErrorHandler) -> Self {
+        self.reflector.error_handler = Some(handler);
+        self
+    }
+
+    /// The reflector's backoff (default: client-go's).
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.reflector.backoff = backoff;
+        self
+    }
+
+    /// Items per list page (default [`DEFAULT_PAGE_SIZE`]).
+    pub fn page_size(mut self, page_size: usize) -> Self {
+        self.reflector.page_size = page_size;
+        self
+    }
+
+    /// The shortest watch timeout asked of the server (default
+    /// [`DEFAULT_MIN_WATCH_TIMEOUT`]).
+    pub fn min_watch_timeout(mut self, timeout: Duration) -> Self {
+        self.reflector.min_watch_timeout = timeout;
+        self
+    }
+
+    /// An informer on the sharded queue and indexer.
+    pub fn build(self) -> SharedInformer<T, L, sharded::DeltaFifo<T>, sharded::IndexedStore<T>> {
+        let shards = self.shards;
+        self.build_with(sharded::IndexedStore::new, |options| {
+            sharded::DeltaFifo::new(options, shards)
+        })
+    }
+
+    /// An informer on the reference design (client-go's queue and indexer, ported).
+    pub fn build_reference(
+        self,
+    ) -> SharedInformer<T, L, reference::DeltaFifo<T>, reference::IndexedStore<T>> {
+        self.build_with(reference::IndexedStore::new, reference::DeltaFifo::new)
+    }
+
+    /// An informer on any queue and indexer: `make_store` gets the key function and the
+    /// indexers, `make_queue` the queue options (the store as known objects, `emit_replaced`
+    /// on as in client-go's informer, the transformer).
+    pub fn build_with<Q, I>(
+        self,
+        make_store: impl FnOnce(KeyFn<T>, Indexers<T>) -> I,
+        make_queue: impl FnOnce(QueueOptions<T>) -> Q,
+    ) -> SharedInformer<T, L, Q, I>
+    where
+        Q: DeltaQueue<T> + 'static,
+        I: Indexer<T> + 'static,
+    {
+        let store = Arc::new(make_store(Arc::clone(&self.key_fn), self.indexers));
+        let mut options = QueueOptions::new(self.key_fn)
+            .known_objects(Arc::clone(&store) as Arc<dyn KnownObjects<T>>)
+            .emit_replaced(true);
+        if let Some(transform) = self.transform {
+            options = options.transformer(transform);
+        }
+        let queue = Arc::new(make_queue(options));
+        let synced = {
+            let queue = Arc::clone(&queue);
+            Arc::new(move || queue.has_synced()) as Arc<dyn Fn() -> bool + Send + Sync>
+        };
+        let close_queue = {
+            let queue = Arc::clone(&queue);
+            Box::new(move || queue.close())
+        };
+        SharedInformer {
+            close_queue,
+            failure: Arc::default(),
+            lister_watcher: Mutex::new(Some(self.lister_watcher)),
+            queue,
+            store,
+            processor: Arc::new(Processor::new(synced)),
+            reflector_options: self.reflector,
+            consumers: self.consumers,
+            batch: self.batch,
+            default_resync: self.resync_period,
+            stop: StopSignal::new(),
+            lifecycle: Mutex::new(Lifecycle {
+                started: false,
+                stopped: false,
+                resync_check_period: self.resync_period,
+                reflector: None,
+                reflector_task: None,
+                consumer_threads: Vec::new(),
+            }),
+        }
+    }
+}
+
+/// What changes when the informer starts and stops (client-go's `startedLock` guards this).
+struct Lifecycle {
+    started: bool,
+    stopped: bool,
+    /// How often the reflector asks whether a handler's resync is due.
+    resync_check_period: Duration,
+    reflector: Option<ReflectorHandle>,
+    reflector_task: Option<tokio::task::JoinHandle<()>>,
+    consumer_threads: Vec<JoinHandle<()>>,
+}
+
+/// One reflector, one queue, one indexer, many handlers; see the module docs.
+///
+/// ```
+/// # tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap().block_on(async {
+/// use std::sync::{Arc, Mutex};
+/// use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+/// use kcache::{EventHandler, Key};
+///
+/// #[derive(Clone, Debug)]
+/// struct Pod { name: String, rv: String }
+/// impl Versioned for Pod { fn resource_version(&self) -> &str { &self.rv } }
+/// impl SetResourceVersion for Pod { fn set_resource_version(&mut self, rv: &str) { self.rv = rv.into() } }
+///
+/// struct Names(Arc<Mutex<Vec<String>>>);
+/// impl EventHandler<Pod> for Names {
+///     fn on_add(&mut self, pod: &Arc<Pod>, _initial: bool) { self.0.lock().unwrap().push(pod.name.clone()) }
+/// }
+///
+/// let key_fn: kcache::KeyFn<Pod> = Arc::new(|p: &Pod| Ok(Key::new(&p.name)));
+/// let server = MemoryListerWatcher::new(key_fn.clone());
+/// server.upsert(Pod { name: "web-0".into(), rv: String::new() }).unwrap();
+///
+/// let informer = SharedInformer::builder(server.clone(), key_fn).build();
+/// let names = Arc::new(Mutex::new(Vec::new()));
+/// let registration = informer.add_event_handler(Names(names.clone())).unwrap();
+/// informer.start().unwrap();
+/// registration.wait_for_sync().await;
+/// assert_eq!(*names.lock().unwrap(), ["web-0"]);
+/// assert!(informer.store().get_by_key(&Key::new("web-0")).is_some());
+/// informer.shutdown().await;
+/// # });
+/// ```
+pub struct SharedInformer<T, L, Q, I> {
+    /// Moved into the reflector task at the start.
+    lister_watcher: Mutex<Option<L>>,
+    queue: Arc<Q>,
+    store: Arc<I>,
+    processor: Arc<Processor<T>>,
+    reflector_options: ReflectorOptions,
+    consumers: usize,
+    batch: usize,
+    default_resync: Duration,
+    stop: StopSignal,
+    lifecycle: Mutex<Lifecycle>,
+    /// Set by a consumer that panicked; see [`failure`](Self::failure).
+    failure: Arc<Mutex<Option<String>>>,
+    /// `queue.close()`, callable from `Drop` where the queue's trait bounds are not in scope.
+    close_queue: Box<dyn Fn() + Send + Sync>,
+}
+
+impl<T, L> SharedInformer<T, L, sharded::DeltaFifo<T>, sharded::IndexedStore<T>>
+where
+    T: Versioned + Send + Sync + 'static,
+    L: ListerWatcher<T> + 'static,
+{
+    /// Starts configuring an informer of the objects `lister_watcher` serves, keyed by
+    /// `key_fn`.
+    pub fn builder(lister_watcher: L, key_fn: KeyFn<T>) -> SharedInformerBuilder<T, L> {
+        SharedInformerBuilder {
+            lister_watcher,
+            key_fn,
+            indexers: Vec::new(),
+            shards: sharded::DEFAULT_SHARDS,
+            consumers: 1,
+            batch: DEFAULT_BATCH,
+            resync_period: Duration::ZERO,
+            transform: None,
+            reflector: ReflectorOptions {
+                page_size: DEFAULT_PAGE_SIZE,
+                min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+                ..ReflectorOptions::default()
+            },
+        }
+    }
+}
+
+impl<T, L, Q, I> SharedInformer<T, L, Q, I>
+where
+    T: Versioned + Send + Sync + 'static,
+    L: ListerWatcher<T> + 'static,
+    Q: DeltaQueue<T> + 'static,
+    I: Indexer<T> + 'static,
+{
+    fn lifecycle(&self) -> MutexGuard<'_, Lifecycle> {
+        self.lifecycle.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers a handler with the informer's default resync period (client-go's
+    /// `AddEventHandler`). Added after the start, it first gets an `on_add(obj, true)` for
+    /// every object in the store.
+    pub fn add_event_handler<H>(&self, handler: H) -> Result<Registration, InformerError>
+    where
+        H: EventHandler<T> + Send + 'static,
+    {
+        self.add_event_handler_with_resync(handler, self.default_resync)
+    }
+
+    /// Registers a handler with its own resync period (client-go's
+    /// `AddEventHandlerWithResyncPeriod`): at least [`MINIMUM_RESYNC_PERIOD`]; before the
+    /// start a shorter period than the informer's check period shortens that, after the start
+    /// it is raised to it; zero never resyncs this handler.
+    pub fn add_event_handler_with_resync<H>(
+        &self,
+        handler: H,
+        resync_period: Duration,
+    ) -> Result<Registration, InformerError>
+    where
+        H: EventHandler<T> + Send + 'static,
+    {
+        let mut lifecycle = self.lifecycle();
+        if lifecycle.stopped {
+            return Err(InformerError::Stopped);
+        }
+        let mut requested = resync_period;
+        if !requested.is_zero() {
+            requested = requested.max(MINIMUM_RESYNC_PERIOD);
+            if requested < lifecycle.resync_check_period {
+                if lifecycle.started {
+                    requested = lifecycle.resync_check_period;
+                } else {
+                    lifecycle.resync_check_period = requested;
+                    self.processor.resync_check_period_changed(requested);
+                }
+            }
+        }
+        let period = effective_resync_period(requested, lifecycle.resync_check_period);
+        let store = &self.store;
+        let started = lifecycle.started;
+        let registration = self.processor.add(handler, requested, period, || {
+            if started {
+                store.list()
+            } else {
+                Vec::new()
+            }
+        })?;
+        Ok(registration)
+    }
+
+    /// Unregisters a handler: it gets nothing more, and what it has not been delivered yet is
+    /// dropped (client-go's `RemoveEventHandler`). Returns false if it was not registered here
+    /// (removed already, or another informer's).
+    pub fn remove_event_handler(&self, registration: &Registration) -> bool {
+        let _lifecycle = self.lifecycle();
+        self.processor.remove(registration.id())
+    }
+
+    /// How many handlers are registered.
+    pub fn handler_count(&self) -> usize {
+        self.processor.len()
+    }
+
+    /// Adds index functions to the store, also after the start (client-go allows it only
+    /// before; the indexers here index existing objects at once).
+    pub fn add_indexers(&self, indexers: Indexers<T>) -> Result<(), InformerError> {
+        if self.lifecycle().stopped {
+            return Err(InformerError::Stopped);
+        }
+        Ok(self.store.add_indexers(indexers)?)
+    }
+
+    /// Starts the reflector on the current tokio runtime and the consumer threads.
+    pub fn start(&self) -> Result<(), InformerError> {
+        let handle = tokio::runtime::Handle::try_current().map_err(|_| InformerError::NoRuntime)?;
+        self.start_on(&handle)
+    }
+
+    /// Starts the reflector on `runtime` and the consumer threads.
+    pub fn start_on(&self, runtime: &tokio::runtime::Handle) -> Result<(), InformerError> {
+        let mut lifecycle = self.lifecycle();
+        if lifecycle.stopped {
+            return Err(InformerError::Stopped);
+        }
+        if lifecycle.started {
+            return Err(InformerError::AlreadyStarted);
+        }
+        let Some(lister_watcher) = self
+            .lister_watcher
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
+            return Err(InformerError::AlreadyStarted);
+        };
+        for n in 0..self.consumers {
+            let (queue, store, processor) = (
+                Arc::clone(&self.queue),
+                Arc::clone(&self.store),
+                Arc::clone(&self.processor),
+            );
+            let (batch, stop, failure) = (self.batch, self.stop.clone(), Arc::clone(&self.failure));
+            let thread = std::thread::Builder::new()
+                .name(format!("kcache-consumer-{n}"))
+                .spawn(move || {
+                    let run = catch_unwind(AssertUnwindSafe(|| {
+                        consume(&*queue, &*store, &processor, batch)
+                    }));
+                    if let Err(panic) = run {
+                        // User code (an index function) panicked while a key was half
+                        // applied: the store can no longer be trusted. Stop, as client-go's
+                        // crash would, but say why instead of ending the process.
+                        let message = panic_message(&*panic);
+                        failure
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(message);
+                        stop.stop();
+                        queue.close();
+                    }
+                });
+            match thread {
+                Ok(thread) => lifecycle.consumer_threads.push(thread),
+                Err(err) => {
+                    // Leave nothing half-started: the threads already running see the queue
+                    // closed and end.
+                    self.queue.close();
+                    lifecycle.stopped = true;
+                    return Err(err.into());
+                }
+            }
+        }
+        let mut options = self.reflector_options.clone();
+        options.resync_period = lifecycle.resync_check_period;
+        let processor = Arc::clone(&self.processor);
+        options.should_resync = Some(Arc::new(move || {
+            processor.should_resync(tokio::time::Instant::now())
+        }));
+        let reflector = Reflector::new(lister_watcher, Arc::clone(&self.queue), options);
+        lifecycle.reflector = Some(reflector.handle());
+        let stop = self.stop.clone();
+        lifecycle.reflector_task = Some(runtime.spawn(async move { reflector.run(stop).await }));
+        lifecycle.started = true;
+        Ok(())
+    }
+
+    /// The first list has been applied to the store: every key of it processed (client-go's
+    /// `HasSynced`). Each registration has its own, stronger [`Registration::has_synced`].
+    pub fn has_synced(&self) -> bool {
+        self.queue.has_synced()
+    }
+
+    /// Completes once [`has_synced`](Self::has_synced) is true.
+    pub async fn wait_for_sync(&self) {
+        while !self.has_synced() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Read handles on the store.
+    pub fn store(&self) -> StoreReader<T, I> {
+        StoreReader::new(Arc::clone(&self.store))
+    }
+
+    /// The newest resource version the reflector has put into the queue; empty before the
+    /// start and before the first list.
+    pub fn last_sync_resource_version(&self) -> String {
+        self.lifecycle()
+            .reflector
+            .as_ref()
+            .map(ReflectorHandle::last_sync_resource_version)
+            .unwrap_or_default()
+    }
+
+    /// How often the reflector checks whether a handler's resync is due: the builder's
+    /// period, lowered by handlers added before the start that asked for less.
+    pub fn resync_check_period(&self) -> Duration {
+        self.lifecycle().resync_check_period
+    }
+
+    /// Keys queued and not yet handed to a consumer.
+    pub fn queued_keys(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Why the informer stopped by itself, if it did: a consumer panicked (an index function
+    /// panicked while a key was being applied), which leaves the store untrustworthy, so the
+    /// reflector was stopped and the queue closed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether [`shutdown`](Self::shutdown) has begun.
+    pub fn is_stopped(&self) -> bool {
+        self.lifecycle().stopped
+    }
+
+    /// Stops the informer and waits until everything has ended: the reflector stops, the
+    /// consumers process what is queued, each handler is delivered what it was sent, and every
+    /// thread ends. The informer takes no handlers after this.
+    pub async fn shutdown(&self) {
+        let (task, consumers) = {
+            let mut lifecycle = self.lifecycle();
+            lifecycle.stopped = true;
+            (
+                lifecycle.reflector_task.take(),
+                std::mem::take(&mut lifecycle.consumer_threads),
+            )
+        };
+        self.stop.stop();
+        if let Some(task) = task {
+            // The task only ends by returning: it catches its own errors.
+            let _ = task.await;
+        }
+        self.queue.close();
+        let processor = Arc::clone(&self.processor);
+        let joined = tokio::task::spawn_blocking(move || {
+            for thread in consumers {
+                let _ = thread.join();
+            }
+            // Only now: every notification the consumers made is in a buffer.
+            for thread in processor.close() {
+                let _ = thread.join();
+            }
+        });
+        let _ = joined.await;
+    }
+}
+
+/// The text of a panic payload (a `&str` or a `String`, as `panic!` makes them).
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
+        (Some(s), _) => format!("a consumer panicked: {s}"),
+        (_, Some(s)) => format!("a consumer panicked: {s}"),
+        _ => "a consumer panicked".to_string(),
+    }
+}
+
+/// A consumer thread: pops batches, applies each key to the store and distributes its
+/// notifications, until the queue is closed and empty.
+fn consume<T, Q, I>(queue: &Q, store: &I, processor: &Processor<T>, batch: usize)
+where
+    T: Versioned + Send + Sync + 'static,
+    Q: DeltaQueue<T>,
+    I: Indexer<T>,
+{
+    loop {
+        // The listener list is held shared for the whole batch (one lock per batch, not per
+        // key), and only once the batch has a key, so an idle consumer holds nothing.
+        let mut distributor = None;
+        let popped = queue.pop_batch(batch, |deltas, initial| {
+            let distributor = distributor.get_or_insert_with(|| processor.distributor());
+            apply_deltas_coalesced(store, distributor, &deltas, initial);
+        });
+        drop(distributor);
+        if popped.is_err() {
+            return;
+        }
+    }
+}
+
+impl<T, L, Q, I> Drop for SharedInformer<T, L, Q, I> {
+    fn drop(&mut self) {
+        // Dropped without a shutdown: stop the reflector and let every thread end on its own
+        // (consumers once the queue is drained, delivery threads once their buffers are).
+        self.stop.stop();
+        (self.close_queue)();
+        drop(self.processor.close());
+    }
+}
+
+impl<T, L, Q, I> fmt::Debug for SharedInformer<T, L, Q, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lifecycle = self.lifecycle.lock().unwrap_or_else(|e| e.into_inner());
+        f.debug_struct("SharedInformer")
+            .field("started", &lifecycle.started)
+            .field("stopped", &lifecycle.stopped)
+            .field("resync_check_period", &lifecycle.resync_check_period)
+            .field("consumers", &self.consumers)
+            .field("batch", &self.batch)
+            .field("processor", &self.processor)
+            .finish_non_exhaustive()
+    }
+}

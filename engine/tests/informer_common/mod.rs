@@ -1,0 +1,160 @@
+//! Fixtures shared by the informer tests: a versioned object, a server of them, and a
+//! ListerWatcher wrapper that records every call.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kcache::informer::{
+    Error, ListOptions, ListerWatcher, MemoryListerWatcher, Page, SetResourceVersion, Versioned,
+    WatchOptions, WatchStream,
+};
+use kcache::{Key, KeyError, KeyFn};
+
+/// A test object: a name, a payload value and the server's resource version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pod {
+    pub name: String,
+    pub value: u64,
+    pub rv: String,
+}
+
+impl Versioned for Pod {
+    fn resource_version(&self) -> &str {
+        &self.rv
+    }
+}
+
+impl SetResourceVersion for Pod {
+    fn set_resource_version(&mut self, rv: &str) {
+        self.rv = rv.to_string();
+    }
+}
+
+impl Pod {
+    /// The resource version as a number (the in-memory server's are numbers).
+    pub fn rv_number(&self) -> u64 {
+        self.rv
+            .parse()
+            .expect("the in-memory server stamps numbers")
+    }
+}
+
+pub fn pod(name: &str, value: u64) -> Pod {
+    Pod {
+        name: name.to_string(),
+        value,
+        rv: String::new(),
+    }
+}
+
+pub fn key_fn() -> KeyFn<Pod> {
+    Arc::new(|p: &Pod| -> Result<Key, KeyError> {
+        if p.name.is_empty() {
+            Err(KeyError::new("pod without a name"))
+        } else {
+            Ok(Key::new(&p.name))
+        }
+    })
+}
+
+pub fn server(window: usize) -> MemoryListerWatcher<Pod> {
+    MemoryListerWatcher::with_window(key_fn(), window)
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// One call a [`Recording`] saw: when (tokio's clock), and what was asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    List { rv: String, continued: bool },
+    Watch { rv: String, bookmarks: bool },
+}
+
+/// Wraps a ListerWatcher and records every call with the time it was made.
+#[derive(Clone)]
+pub struct Recording<L> {
+    pub inner: L,
+    pub calls: Arc<Mutex<Vec<(tokio::time::Instant, Call)>>>,
+}
+
+impl<L> Recording<L> {
+    pub fn new(inner: L) -> Self {
+        Self {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+
+    pub fn calls(&self) -> Vec<Call> {
+        self.calls
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, c)| c.clone())
+            .collect()
+    }
+
+    pub fn times(&self) -> Vec<tokio::time::Instant> {
+        self.calls.lock().unwrap().iter().map(|(t, _)| *t).collect()
+    }
+
+    pub fn watches(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::Watch { rv, .. } => Some(rv),
+                Call::List { .. } => None,
+            })
+            .collect()
+    }
+
+    pub fn lists(&self) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .filter_map(|c| match c {
+                Call::List {
+                    rv,
+                    continued: false,
+                } => Some(rv),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl<L: ListerWatcher<Pod>> ListerWatcher<Pod> for Recording<L> {
+    async fn list(&self, options: ListOptions) -> Result<Page<Pod>, Error> {
+        self.calls.lock().unwrap().push((
+            tokio::time::Instant::now(),
+            Call::List {
+                rv: options.resource_version.clone(),
+                continued: options.continue_token.is_some(),
+            },
+        ));
+        self.inner.list(options).await
+    }
+
+    async fn watch(&self, options: WatchOptions) -> Result<WatchStream<Pod>, Error> {
+        self.calls.lock().unwrap().push((
+            tokio::time::Instant::now(),
+            Call::Watch {
+                rv: options.resource_version.clone(),
+                bookmarks: options.allow_bookmarks,
+            },
+        ));
+        self.inner.watch(options).await
+    }
+}
+
+/// Collects every error a reflector reports.
+pub fn error_log() -> (Arc<Mutex<Vec<Error>>>, kcache::informer::WatchErrorHandler) {
+    let log: Arc<Mutex<Vec<Error>>> = Arc::default();
+    let sink = Arc::clone(&log);
+    (
+        log,
+        Arc::new(move |e: &Error| sink.lock().unwrap().push(e.clone())),
+    )
+}
