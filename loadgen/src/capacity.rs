@@ -199,14 +199,15 @@ pub fn search<T, E>(
         attempts: prober.attempts,
     };
     let mut rate = plan.start.clamp(plan.min, plan.max);
-    loop {
+    // The sweep ends with the highest passing and the lowest failing rate it settled.
+    let (mut lo, mut hi) = loop {
         match prober.passes(rate)? {
             None => return Ok(end(prober, pass, fail, Bound::ProbeLimit)),
             Some(true) => {
-                pass = Some(rate);
-                if fail.is_some() {
-                    break;
+                if let Some(failing) = fail {
+                    break (rate, failing);
                 }
+                pass = Some(rate);
                 if rate >= plan.max {
                     return Ok(end(prober, pass, fail, Bound::Cap));
                 }
@@ -215,10 +216,10 @@ pub fn search<T, E>(
                     .min(plan.max);
             }
             Some(false) => {
-                fail = Some(rate);
-                if pass.is_some() {
-                    break;
+                if let Some(passing) = pass {
+                    break (passing, rate);
                 }
+                fail = Some(rate);
                 if rate <= plan.min {
                     return Ok(end(prober, pass, fail, Bound::NothingPassed));
                 }
@@ -227,10 +228,6 @@ pub fn search<T, E>(
                     .max(plan.min);
             }
         }
-    }
-    // Both are set: the sweep stops only once it has seen a pass and a failure.
-    let (Some(mut lo), Some(mut hi)) = (pass, fail) else {
-        unreachable!("the coarse sweep ends with a passing and a failing rate")
     };
     while hi as f64 > lo as f64 * (1.0 + plan.precision) {
         let mid = ((lo as f64) * (hi as f64)).sqrt().round() as u64;
@@ -281,7 +278,7 @@ pub fn check_workload(workload: Workload) -> Result<(), String> {
         Workload::W1 | Workload::W2 | Workload::W5 => Ok(()),
         Workload::W3 => Err(
             "capacity is measured on w1, w2 and w5: w3's relists are single operations of \
-             150,000 objects, so its producer cannot keep a per-event schedule"
+             every key's object, so its producer cannot keep a per-event schedule"
                 .to_string(),
         ),
         Workload::W4 => Err(
@@ -309,7 +306,9 @@ pub fn failed_rules(r: &RunResult, p99_limit_ms: f64) -> Vec<String> {
         (Some(true), _, _) => {}
         (Some(false), Some(lag), Some(rate)) => failed.push(format!(
             "producer fell behind: lag {lag:.2} ms > 1% of the scheduled {:.3} s",
-            (r.events as f64 + r.keys as f64) / rate as f64
+            // On the workloads capacity is defined for, every op is one event (the initial
+            // adds included), so the run's events are its N ops.
+            r.events as f64 / rate as f64
         )),
         _ => failed.push("the run was not paced, so its schedule is unknown".to_string()),
     }
@@ -402,13 +401,13 @@ impl Curve {
         }
     }
 
-    /// The capacity as words: `1.23M`, `at least 20.00M`, `below 1000`, `unknown`.
+    /// The capacity as words: `1.23M`, `at least 20.00M`, `less than 1000`, `unknown`.
     pub fn capacity_text(&self) -> String {
         match (self.bound, self.capacity_events_per_s) {
             (Bound::Cap, Some(c)) => format!("at least {}", si(c as f64)),
             (_, Some(c)) => si(c as f64),
             (_, None) => match self.lowest_rate_tried {
-                Some(low) => format!("below {}", si(low as f64)),
+                Some(low) => format!("less than {}", si(low as f64)),
                 None => "unknown".to_string(),
             },
         }
@@ -1009,7 +1008,7 @@ mod tests {
             engine: "sharded".into(),
             workload: "w1".into(),
             keys: 1_000,
-            events: 99_000,
+            events: 100_000,
             wall_s: 1.0,
             events_per_s: 100_000.0,
             pops: 1,

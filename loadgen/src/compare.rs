@@ -1,9 +1,12 @@
 //! `loadgen compare`: W1–W5 through both engines, side by side, with the ratio
-//! sharded/reference of every figure; writes `latest.json`, `latest.md`, `throughput.svg` and
-//! `latency.svg` into the output directory.
+//! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
+//! [`capacity`](crate::capacity); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
+//! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
+//! directory.
 //!
-//! The default sizes finish in about a minute and a half on the project's 2-core machine
-//! (release build; the committed `results/latest.json` measured 75 s of engine time): W1–W3 at
+//! The default sizes of the side-by-side runs finish in about a minute and a half on the
+//! project's 2-core machine (release build; the committed `results/latest.json` measured 75 s
+//! of engine time), the capacity searches add their probes (see [`capacity_plan`]): W1–W3 at
 //! their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run is
 //! a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory that
 //! an earlier one freed; `--in-process` runs everything in this process instead. `--quick`
