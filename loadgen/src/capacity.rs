@@ -549,6 +549,9 @@ pub fn probe_run(
     }
 }
 
+/// A probe longer than this many seconds is worth a warning before the search starts.
+const LONG_PROBE_SECS: f64 = 30.0;
+
 /// What one capacity measurement needs besides the engine.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Job {
@@ -564,6 +567,15 @@ pub struct Job {
     pub p99_limit_ms: f64,
     /// Run probes here instead of in child processes.
     pub in_process: bool,
+}
+
+impl Job {
+    /// The scheduled length of the longest probe the search may make: one at the plan's
+    /// lowest rate, with its initial adds.
+    pub fn longest_probe_secs(&self) -> f64 {
+        let min = self.plan.min.max(1);
+        (self.spec.keys + self.size.events(min, self.spec.keys)) as f64 / min as f64
+    }
 }
 
 /// Searches `job`'s capacity for `engine`, with a progress bar over its probes.
@@ -641,8 +653,9 @@ pub struct CapacityArgs {
     /// The first rate tried, in events per second.
     #[arg(long, default_value_t = 50_000)]
     pub start_rate: u64,
-    /// The lowest rate tried (when even --start-rate fails).
-    #[arg(long, default_value_t = 1_000)]
+    /// The lowest rate tried (when even --start-rate fails). A probe paces the keys' initial
+    /// adds too, so its longest is (keys + 16,000) / this: 11.6 s for W1.
+    #[arg(long, default_value_t = 10_000)]
     pub min_rate: u64,
     /// The highest rate tried: passing here ends the search ("at least").
     #[arg(long, default_value_t = 20_000_000)]
@@ -778,6 +791,14 @@ pub fn main(args: CapacityArgs) -> ExitCode {
         Err(e) => return refuse("capacity", e),
     };
     let ui = Ui::detect();
+    let longest = job.longest_probe_secs();
+    if longest > LONG_PROBE_SECS {
+        ui.note(&format!(
+            "note: a probe at --min-rate {} lasts up to {longest:.0} s (the {} initial adds are \
+             paced too); raise --min-rate or lower --keys for a shorter worst case",
+            args.min_rate, job.spec.keys
+        ));
+    }
     let mut curves = Vec::new();
     for engine in args.engine.engines() {
         match measure_engine(&job, engine, ui) {
@@ -1052,6 +1073,39 @@ mod tests {
             ["FAIL: lost"]
         );
         assert_eq!(failed_rules(&paced(false, 20_000.0, false), 10.0).len(), 3);
+    }
+
+    fn job(args: &[&str]) -> Result<Job, String> {
+        use clap::Parser;
+        #[derive(Debug, Parser)]
+        struct Cli {
+            #[command(flatten)]
+            capacity: CapacityArgs,
+        }
+        let cli = Cli::try_parse_from(std::iter::once("capacity").chain(args.iter().copied()))
+            .map_err(|e| e.to_string())?;
+        cli.capacity.job()
+    }
+
+    #[test]
+    fn the_defaults_keep_every_w1_probe_short_and_w2_gets_a_warning() {
+        let w1 = job(&["--workload", "w1"]).unwrap();
+        assert_eq!(w1.p99_limit_ms, 10.0);
+        assert_eq!(
+            (w1.plan.start, w1.plan.min, w1.plan.tries),
+            (50_000, 10_000, 2)
+        );
+        assert!((w1.longest_probe_secs() - 11.6).abs() < 1e-9);
+        assert_eq!(w1.size.events(1_000_000, w1.spec.keys), 1_900_000);
+        let w2 = job(&["--workload", "w2"]).unwrap();
+        assert!(w2.longest_probe_secs() > LONG_PROBE_SECS);
+        let w5 = job(&["--workload", "w5", "--consumers", "3"]).unwrap();
+        assert_eq!(w5.cfg.consumers, 3);
+        assert_eq!(w5.cfg.handler_cost, std::time::Duration::from_micros(2));
+        assert!(job(&["--workload", "w3"])
+            .unwrap_err()
+            .contains("w3's relists"));
+        assert!(job(&["--workload", "w1", "--precision", "0"]).is_err());
     }
 
     fn curve(engine: EngineKind, capacity: u64) -> Curve {
