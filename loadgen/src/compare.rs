@@ -104,7 +104,8 @@ pub struct CompareReport {
 
 /// The capacity searches of a comparison: W1 and W5 at their key counts, with probes shorter
 /// and a coarser precision than `loadgen capacity`'s defaults (1 s per probe, 10%, at most 16
-/// probes per engine) so that the four searches take about a minute and a half; `quick`: tiny.
+/// probes per engine): the four searches took 10–11 probes each and 3 min in all on the 2-core
+/// machine while other builds loaded it; `quick`: tiny.
 pub fn capacity_plan(args: &CompareArgs) -> Vec<Job> {
     let (keys, size, plan) = if args.quick {
         // At most 6 probes of at most 2,000 ops at 10,000/s or faster: a fraction of a second.
