@@ -1,4 +1,4 @@
-//! SVG charts of a comparison, drawn with plotters' SVG backend.
+//! SVG charts of a comparison and of a capacity search, drawn with plotters' SVG backend.
 //!
 //! No font files are needed: the SVG backend writes text as `<text>` elements and plotters'
 //! built-in layout estimate (the `ttf` feature is off) places them.
@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
+use crate::capacity::Curve;
 use crate::report::{si, RunResult};
 
 /// A chart could not be drawn or written.
@@ -233,6 +234,154 @@ pub fn latency_svg(results: &[RunResult], path: &Path) -> Result<(), ChartError>
                 .legend(move |(x, y)| {
                     Rectangle::new([(x, y - 6), (x + 14, y + 6)], color.filled())
                 });
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| err(path, e))?;
+    root.present().map_err(|e| err(path, e))
+}
+
+const LIMIT: RGBColor = RGBColor(0xc4, 0x4e, 0x52);
+
+/// The points of one percentile of a capacity curve, one per rate tried, in rate order: the
+/// try that settled the rate (its passing try, else its last), so retries do not zigzag.
+fn curve_points(curve: &Curve, p: usize) -> Vec<(f64, f64, bool)> {
+    let mut rates: Vec<u64> = curve.probes.iter().map(|a| a.rate).collect();
+    rates.sort_unstable();
+    rates.dedup();
+    rates
+        .into_iter()
+        .filter_map(|rate| {
+            let tries = curve.probes.iter().filter(|a| a.rate == rate);
+            let settled = tries
+                .clone()
+                .find(|a| a.passed)
+                .or_else(|| tries.clone().next_back())?;
+            let v = percentile(&settled.data.result, p)?;
+            Some((rate as f64, v, settled.passed))
+        })
+        .collect()
+}
+
+/// The latency curve of a capacity search (`loadgen capacity --chart`, and `compare`'s
+/// `capacity-wN.svg`): p50 (dashed) and p99 (solid) against offered rate, both axes on a log
+/// scale, one colour per engine; filled marks passed, hollow failed; the p99 limit as a
+/// horizontal line and each engine's capacity as a vertical one.
+pub fn capacity_svg(curves: &[Curve], path: &Path) -> Result<(), ChartError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| err(path, e))?;
+    }
+    let limit_us = curves.first().map_or(10_000.0, |c| c.p99_limit_ms * 1e3);
+    let points: Vec<(f64, f64)> = curves
+        .iter()
+        .flat_map(|c| [0, 1].into_iter().flat_map(move |p| curve_points(c, p)))
+        .map(|(x, y, _)| (x, y))
+        .collect();
+    let (x_lo, x_hi) = points
+        .iter()
+        .fold((f64::MAX, 0f64), |(lo, hi), &(x, _)| (lo.min(x), hi.max(x)));
+    let (x_lo, x_hi) = if x_hi > 0.0 {
+        (x_lo / 1.5, x_hi * 1.5)
+    } else {
+        (1e3, 1e7)
+    };
+    let (y_lo, y_hi) = points
+        .iter()
+        .fold((limit_us, limit_us), |(lo, hi), &(_, y)| {
+            (lo.min(y), hi.max(y))
+        });
+    let (y_lo, y_hi) = (y_lo.max(0.01) / 2.0, y_hi * 3.0);
+    let workload = curves
+        .first()
+        .map_or_else(String::new, |c| c.workload.to_uppercase());
+    let root = SVGBackend::new(path, (WIDTH, HEIGHT)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("{workload} latency against offered rate: p50 (dashed), p99 (solid)"),
+            ("sans-serif", 22),
+        )
+        .margin(15)
+        .x_label_area_size(45)
+        .y_label_area_size(80)
+        .build_cartesian_2d((x_lo..x_hi).log_scale(), (y_lo..y_hi).log_scale())
+        .map_err(|e| err(path, e))?;
+    chart
+        .configure_mesh()
+        .x_desc("offered events/s (log scale)")
+        .x_label_formatter(&|v| si(*v))
+        .y_labels(12)
+        .y_desc("enqueue to pop (log scale)")
+        .y_label_formatter(&|v| duration_label(*v))
+        .draw()
+        .map_err(|e| err(path, e))?;
+    chart
+        .draw_series(DashedLineSeries::new(
+            [(x_lo, limit_us), (x_hi, limit_us)],
+            8,
+            5,
+            LIMIT.stroke_width(2),
+        ))
+        .map_err(|e| err(path, e))?
+        .label(format!("p99 limit {}", duration_label(limit_us)))
+        .legend(|(x, y)| PathElement::new([(x, y), (x + 14, y)], LIMIT.stroke_width(2)));
+    for (i, curve) in curves.iter().enumerate() {
+        let color = engine_color(&curve.engine);
+        let p50 = curve_points(curve, 0);
+        let p99 = curve_points(curve, 1);
+        chart
+            .draw_series(DashedLineSeries::new(
+                p50.iter().map(|&(x, y, _)| (x, y)),
+                6,
+                4,
+                color.mix(0.7).stroke_width(2),
+            ))
+            .map_err(|e| err(path, e))?
+            .label(format!("{} p50", curve.engine))
+            .legend(move |(x, y)| {
+                PathElement::new([(x, y), (x + 14, y)], color.mix(0.7).stroke_width(2))
+            });
+        chart
+            .draw_series(LineSeries::new(
+                p99.iter().map(|&(x, y, _)| (x, y)),
+                color.stroke_width(2),
+            ))
+            .map_err(|e| err(path, e))?
+            .label(format!("{} p99", curve.engine))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 14, y)], color.stroke_width(2)));
+        chart
+            .draw_series(p50.iter().chain(&p99).map(|&(x, y, passed)| {
+                let style = if passed {
+                    color.filled()
+                } else {
+                    color.stroke_width(2)
+                };
+                Circle::new((x, y), 4, style)
+            }))
+            .map_err(|e| err(path, e))?;
+        if let Some(capacity) = curve.capacity_events_per_s {
+            let x = capacity as f64;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(x, y_lo), (x, y_hi)],
+                    3,
+                    4,
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| err(path, e))?;
+            chart
+                .draw_series([Text::new(
+                    format!("{} {}", curve.engine, si(x)),
+                    // One height per engine, so that close capacities do not overprint.
+                    (x, y_hi / 2f64.powi(1 + 2 * i as i32)),
+                    ("sans-serif", 13).into_font().color(&color),
+                )])
+                .map_err(|e| err(path, e))?;
         }
     }
     chart

@@ -1,9 +1,12 @@
 //! `loadgen compare`: W1–W5 through both engines, side by side, with the ratio
-//! sharded/reference of every figure; writes `latest.json`, `latest.md`, `throughput.svg` and
-//! `latency.svg` into the output directory.
+//! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
+//! [`capacity`](crate::capacity); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
+//! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
+//! directory.
 //!
-//! The default sizes finish in about a minute and a half on the project's 2-core machine
-//! (release build; the committed `results/latest.json` measured 75 s of engine time): W1–W3 at
+//! The default sizes of the side-by-side runs finish in about a minute and a half on the
+//! project's 2-core machine (release build; the committed `results/latest.json` measured 75 s
+//! of engine time), the capacity searches add their probes (see [`capacity_plan`]): W1–W3 at
 //! their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run is
 //! a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory that
 //! an earlier one freed; `--in-process` runs everything in this process instead. `--quick`
@@ -15,7 +18,10 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::chart::{latency_svg, throughput_svg};
+use crate::capacity::{
+    measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
+};
+use crate::chart::{capacity_svg, latency_svg, throughput_svg};
 use crate::driver::{EngineConfig, EngineKind};
 use crate::machine::Machine;
 use crate::report::{aligned, finish, mib, refuse, si, write_file, write_json, RunResult};
@@ -46,6 +52,9 @@ pub struct CompareArgs {
     /// memory of later runs is then understated; see `loadgen run --help`).
     #[arg(long)]
     pub in_process: bool,
+    /// Skip the capacity searches of W1 and W5 (about a minute and a half of the default run).
+    #[arg(long)]
+    pub no_capacity: bool,
 }
 
 /// The workload sizes of a comparison, in order.
@@ -79,7 +88,8 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
         .collect()
 }
 
-/// `latest.json`: the machine, the command, and the same `results` as `run --json`.
+/// `latest.json`: the machine, the command, the same `results` as `run --json`, and the
+/// capacity curves as `capacity --json` writes them.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompareReport {
     /// Where it ran.
@@ -88,6 +98,82 @@ pub struct CompareReport {
     pub command: String,
     /// One row per engine and workload.
     pub results: Vec<RunResult>,
+    /// W1's and W5's capacity per engine (empty with `--no-capacity`).
+    pub capacity: Vec<Curve>,
+}
+
+/// The capacity searches of a comparison: W1 and W5 at their key counts, with probes shorter
+/// and a coarser precision than `loadgen capacity`'s defaults (1 s per probe, 10%, at most 16
+/// probes per engine): the four searches took 10–11 probes each and 3 min in all on the 2-core
+/// machine while other builds loaded it; `quick`: tiny.
+pub fn capacity_plan(args: &CompareArgs) -> Vec<Job> {
+    let (keys, size, plan) = if args.quick {
+        // At most 6 probes of at most 2,000 ops at 10,000/s or faster: a fraction of a second.
+        let size = ProbeSize {
+            secs: 0.05,
+            min_events: 1_000,
+            max_events: 10_000,
+        };
+        let plan = SearchPlan {
+            start: 50_000,
+            min: 10_000,
+            max: 1_000_000,
+            factor: 2.0,
+            precision: 0.5,
+            tries: 1,
+            max_probes: 6,
+        };
+        (1_000, size, plan)
+    } else {
+        let size = ProbeSize {
+            secs: 1.0,
+            min_events: MIN_PROBE_EVENTS,
+            max_events: 2_000_000,
+        };
+        let plan = SearchPlan {
+            start: 100_000,
+            // The longest probe, 116,000 ops at 20,000/s, lasts 5.8 s.
+            min: 20_000,
+            max: 20_000_000,
+            factor: 2.0,
+            precision: 0.10,
+            tries: 2,
+            max_probes: 16,
+        };
+        (100_000, size, plan)
+    };
+    [Workload::W1, Workload::W5]
+        .into_iter()
+        .map(|w| {
+            let own = EngineConfig::for_workload(w);
+            Job {
+                spec: WorkloadSpec::new(w).keys(keys).seed(args.seed),
+                cfg: EngineConfig {
+                    shards: args.shards,
+                    consumers: args.consumers.unwrap_or(own.consumers),
+                    ..own
+                },
+                plan,
+                size,
+                p99_limit_ms: DEFAULT_P99_LIMIT_MS,
+                in_process: args.in_process,
+            }
+        })
+        .collect()
+}
+
+/// Searches the capacity of every job of [`capacity_plan`] on both engines.
+pub fn capacity(args: &CompareArgs, ui: Ui) -> Result<Vec<Curve>, RunError> {
+    let mut curves = Vec::new();
+    if args.no_capacity {
+        return Ok(curves);
+    }
+    for job in capacity_plan(args) {
+        for engine in EngineKind::ALL {
+            curves.push(measure_engine(&job, engine, ui)?);
+        }
+    }
+    Ok(curves)
 }
 
 /// The offered load of the paced W1 run, in ops per second: well below what either engine
@@ -150,7 +236,7 @@ struct Figure {
     show: fn(f64) -> String,
 }
 
-const FIGURES: [Figure; 12] = [
+const FIGURES: [Figure; 13] = [
     Figure {
         name: "keys",
         value: |r| Some(r.keys as f64),
@@ -210,6 +296,11 @@ const FIGURES: [Figure; 12] = [
         name: "reads/s",
         value: |r| r.reads_per_s,
         show: si,
+    },
+    Figure {
+        name: "producer lag ms",
+        value: |r| r.producer_lag_ms,
+        show: |v| format!("{v:.2}"),
     },
 ];
 
@@ -311,12 +402,56 @@ pub fn markdown(report: &CompareReport) -> String {
         md,
         "\n![throughput](throughput.svg)\n\n![latency](latency.svg)"
     );
+    if !report.capacity.is_empty() {
+        capacity_markdown(&mut md, &report.capacity);
+    }
     md
+}
+
+/// The workloads of `curves`, in the order they first appear.
+fn capacity_workloads(curves: &[Curve]) -> Vec<&str> {
+    let mut out: Vec<&str> = Vec::new();
+    for c in curves {
+        if !out.contains(&c.workload.as_str()) {
+            out.push(&c.workload);
+        }
+    }
+    out
+}
+
+/// The capacity section of `latest.md`: what it means, the table, the sentence and the chart
+/// per workload.
+fn capacity_markdown(md: &mut String, curves: &[Curve]) {
+    let limit = curves
+        .first()
+        .map_or(DEFAULT_P99_LIMIT_MS, |c| c.p99_limit_ms);
+    let _ = writeln!(
+        md,
+        "\n## Capacity\n\nThe highest offered rate (events/s, producer paced) at which the \
+         producer never fell behind its schedule by more than 1% of the run and the p99 \
+         enqueue-to-pop latency stayed within {limit} ms (docs/workloads.md, \"Capacity\"); \
+         latency and peak +RSS are the probe's at that rate. Probes are shorter than \
+         `loadgen capacity`'s: see `latest.json` for every probe.\n"
+    );
+    let rows = crate::capacity::summary_rows(curves);
+    for (i, row) in rows.iter().enumerate() {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+        if i == 0 {
+            let _ = writeln!(md, "|---|---|---:|---:|---:|---:|---:|---:|---|");
+        }
+    }
+    for w in capacity_workloads(curves) {
+        let of_w: Vec<Curve> = curves.iter().filter(|c| c.workload == w).cloned().collect();
+        if let Some(claim) = crate::capacity::claim(&of_w) {
+            let _ = writeln!(md, "\n{claim}.");
+        }
+        let _ = writeln!(md, "\n![{w} capacity](capacity-{w}.svg)");
+    }
 }
 
 /// The command line as anyone can rerun it from the repository (the binary's own path is
 /// local to the machine), shell-quoted where needed.
-fn command_line() -> String {
+pub fn command_line() -> String {
     let args = std::env::args().skip(1).map(|a| {
         if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
             format!("'{}'", a.replace('\'', r"'\''"))
@@ -340,14 +475,26 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     write_file(&md_path, markdown(report).as_bytes()).map_err(|e| e.to_string())?;
     throughput_svg(&report.results, &throughput).map_err(|e| e.to_string())?;
     latency_svg(&report.results, &latency).map_err(|e| e.to_string())?;
+    let mut charts = vec![throughput, latency];
+    for w in capacity_workloads(&report.capacity) {
+        let path = out.join(format!("capacity-{w}.svg"));
+        let of_w: Vec<Curve> = report
+            .capacity
+            .iter()
+            .filter(|c| c.workload == w)
+            .cloned()
+            .collect();
+        capacity_svg(&of_w, &path).map_err(|e| e.to_string())?;
+        charts.push(path);
+    }
     // Plotters reports most failures, but an empty file would still be a broken chart.
-    for chart in [&throughput, &latency] {
+    for chart in &charts {
         let len = std::fs::metadata(chart).map(|m| m.len()).unwrap_or(0);
         if len == 0 {
             return Err(format!("{} was written empty", chart.display()));
         }
     }
-    Ok(vec![json_path, md_path, throughput, latency])
+    Ok([json_path, md_path].into_iter().chain(charts).collect())
 }
 
 /// Runs `loadgen compare`.
@@ -357,13 +504,40 @@ pub fn main(args: CompareArgs) -> ExitCode {
         Ok(results) => results,
         Err(e) => return refuse("compare", e),
     };
+    let capacity = match capacity(&args, ui) {
+        Ok(curves) => curves,
+        Err(e) => return refuse("compare", e),
+    };
     let report = CompareReport {
         machine: Machine::detect(),
         command: command_line(),
         results,
+        capacity,
     };
-    let shown = aligned(&side_by_side(&report.results));
-    finish("compare", &shown, &report.results, || {
+    let mut shown = aligned(&side_by_side(&report.results));
+    if !report.capacity.is_empty() {
+        shown.push('\n');
+        shown.push_str(&aligned(&crate::capacity::summary_rows(&report.capacity)));
+        for w in capacity_workloads(&report.capacity) {
+            let of_w: Vec<Curve> = report
+                .capacity
+                .iter()
+                .filter(|c| c.workload == w)
+                .cloned()
+                .collect();
+            if let Some(claim) = crate::capacity::claim(&of_w) {
+                shown.push_str(&format!("{claim}\n"));
+            }
+        }
+    }
+    // A failed verdict in a capacity probe is as much a bug as one in the table's runs.
+    let every_run: Vec<RunResult> = report
+        .results
+        .iter()
+        .chain(report.capacity.iter().flat_map(Curve::results))
+        .cloned()
+        .collect();
+    finish("compare", &shown, &every_run, || {
         for path in write_outputs(&args.out, &report)? {
             ui.note(&format!("wrote {}", path.display()));
         }
@@ -385,6 +559,7 @@ mod tests {
             consumers: Some(2),
             seed: 7,
             in_process: true,
+            no_capacity: false,
         };
         let results = compare(&args, Ui::Quiet).expect("quick compare runs");
         assert_eq!(
@@ -398,10 +573,28 @@ mod tests {
             .filter(|r| r.workload == "w1@200k/s")
             .collect();
         assert_eq!(paced.len(), 2, "the paced run is labelled apart from w1");
+        let capacity = capacity(&args, Ui::Quiet).expect("quick capacity searches run");
+        let engines_and_loads: Vec<(&str, &str)> = capacity
+            .iter()
+            .map(|c| (c.workload.as_str(), c.engine.as_str()))
+            .collect();
+        assert_eq!(
+            engines_and_loads,
+            [
+                ("w1", "reference"),
+                ("w1", "sharded"),
+                ("w5", "reference"),
+                ("w5", "sharded")
+            ]
+        );
+        assert!(capacity.iter().all(|c| !c.probes.is_empty()
+            && c.probes.len() <= 6
+            && c.results().all(RunResult::is_ok)));
         let report = CompareReport {
             machine: Machine::detect(),
             command: "loadgen compare --quick".into(),
             results,
+            capacity,
         };
         write_outputs(&out, &report).expect("outputs written");
         let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
@@ -414,6 +607,11 @@ mod tests {
         assert!(md.contains("loadgen compare --quick"));
         assert!(md.contains("| w4 read heavy | reads/s |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
+        assert_eq!(json["capacity"].as_array().map(Vec::len), Some(4));
+        assert!(md.contains("## Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
+        assert!(md.contains("absorbs"), "{md}");
+        let curve = read("capacity-w1.svg");
+        assert!(curve.contains("p99 limit 10 ms") && curve.contains("sharded p99"));
         for chart in ["throughput.svg", "latency.svg"] {
             let svg = read(chart);
             assert!(

@@ -241,6 +241,8 @@ pub struct Finished {
     pub reads: u64,
     /// Consumer (or reader) threads used.
     pub threads: usize,
+    /// A paced run: how far the producer fell behind its schedule at worst (`None` unpaced).
+    pub producer_lag: Option<Duration>,
 }
 
 impl fmt::Debug for Finished {
@@ -252,6 +254,7 @@ impl fmt::Debug for Finished {
             .field("samples", &self.latency.len())
             .field("reads", &self.reads)
             .field("threads", &self.threads)
+            .field("producer_lag", &self.producer_lag)
             .finish()
     }
 }
@@ -368,7 +371,7 @@ where
     S: Indexer<Pod> + 'static,
 {
     let start = Instant::now();
-    let (counters, latency) = thread::scope(|scope| {
+    let (counters, latency, lag) = thread::scope(|scope| {
         let handles: Vec<_> = (0..consumers)
             .map(|_| {
                 let store = &*store;
@@ -379,7 +382,7 @@ where
                 })
             })
             .collect();
-        let enqueue_errors = produce(queue, &gen.ops, start, cfg.rate, progress);
+        let (enqueue_errors, lag) = produce(queue, &gen.ops, start, cfg.rate, progress);
         queue.close();
         let mut counters = Counters {
             enqueue_errors,
@@ -394,7 +397,7 @@ where
             counters.merge(&c);
             latency.add(&h).unwrap_or_default();
         }
-        (counters, latency)
+        (counters, latency, lag)
     });
     let wall = start.elapsed();
     Finished {
@@ -404,23 +407,25 @@ where
         latency,
         reads: 0,
         threads: consumers,
+        producer_lag: lag,
     }
 }
 
 /// Performs every op on the queue, at `rate` ops per second if given; returns how many the
-/// queue refused.
+/// queue refused and, when paced, the producer's largest lag behind its schedule.
 fn produce<Q: DeltaQueue<Pod>>(
     queue: &Q,
     ops: &[Op],
     start: Instant,
     rate: Option<u64>,
     progress: &dyn Progress,
-) -> u64 {
+) -> (u64, Option<Duration>) {
     let mut errors = 0;
+    let mut lag = Duration::ZERO;
     for (n, op) in ops.iter().enumerate() {
         if let Some(rate) = rate {
             if n % PACE_EVERY == 0 {
-                pace(start, n, rate);
+                lag = lag.max(pace(start, n, rate));
             }
         }
         if n % SAMPLE_EVERY == 0 {
@@ -438,21 +443,51 @@ fn produce<Q: DeltaQueue<Pod>>(
             progress.set(n as u64);
         }
     }
+    // The ops since the last check were issued no earlier than their due times allowed;
+    // the last one's lag is measured on its own, so a slow tail is not missed.
+    if let (Some(rate), Some(last)) = (rate, ops.len().checked_sub(1)) {
+        lag = lag.max(start.elapsed().saturating_sub(due_time(last, rate)));
+    }
     progress.set(ops.len() as u64);
-    errors
+    (errors, rate.map(|_| lag))
 }
 
 /// The producer checks its schedule every this many ops (bursts of this size are fine).
 const PACE_EVERY: usize = 16;
 
+/// A paced producer keeps its schedule when its largest lag is at most this share of the run's
+/// scheduled length (docs/workloads.md, "Capacity").
+pub const MAX_LAG_SHARE: f64 = 0.01;
+
+/// When op `n` is due, after the start, at `rate` ops per second: `n / rate` seconds.
+pub fn due_time(n: usize, rate: u64) -> Duration {
+    let nanos = n as u128 * 1_000_000_000 / u128::from(rate.max(1));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+/// Whether a producer that performed `ops` ops at `rate` ops per second kept its schedule: its
+/// largest lag `lag` is at most [`MAX_LAG_SHARE`] of the scheduled length `ops / rate`.
+///
+/// ```
+/// use std::time::Duration;
+/// use loadgen::driver::kept_schedule;
+/// // 100,000 ops at 50,000/s are scheduled over 2 s: up to 20 ms behind is keeping up.
+/// assert!(kept_schedule(Duration::from_millis(20), 100_000, 50_000));
+/// assert!(!kept_schedule(Duration::from_millis(21), 100_000, 50_000));
+/// ```
+pub fn kept_schedule(lag: Duration, ops: usize, rate: u64) -> bool {
+    lag.as_secs_f64() <= MAX_LAG_SHARE * due_time(ops, rate).as_secs_f64()
+}
+
 /// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
-/// off, spins for the last stretch (a sleep overshoots by tens of microseconds).
-fn pace(start: Instant, n: usize, rate: u64) {
-    let due = Duration::from_nanos((n as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64);
+/// off, spins for the last stretch (a sleep overshoots by tens of microseconds). Returns how
+/// late op `n` already was (zero when it was early).
+fn pace(start: Instant, n: usize, rate: u64) -> Duration {
+    let due = due_time(n, rate);
     loop {
         let now = start.elapsed();
         if now >= due {
-            return;
+            return now - due;
         }
         let ahead = due - now;
         if ahead > Duration::from_micros(200) {
@@ -652,6 +687,8 @@ where
         latency: new_histogram(),
         reads,
         threads: cfg.readers,
+        // W4's writer is never paced.
+        producer_lag: None,
     }
 }
 

@@ -31,13 +31,16 @@ pub enum IsolateError {
         #[source]
         source: std::io::Error,
     },
-    /// The child failed without results (its error is on stderr above).
-    #[error("child loadgen failed with {status}: {command}")]
+    /// The child failed without results (its error is on stderr above, or in `stderr`).
+    #[error("child loadgen failed with {status}: {command}{stderr}")]
     Failed {
         /// The command line.
         command: String,
         /// How it ended.
         status: ExitStatus,
+        /// What the child wrote on stderr, when it was captured (a newline first); empty when
+        /// it went to this process's stderr.
+        stderr: String,
     },
     /// The child's report could not be read.
     #[error("cannot read the child's report {path}: {message}")]
@@ -65,27 +68,53 @@ fn report_path() -> PathBuf {
 /// with stderr shared so its progress shows, and returns the results it reported. A failed
 /// verdict (exit 1) is a result, not an error.
 pub fn run_child(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
+    run_child_with(args, false)
+}
+
+/// [`run_child`], with the child's stderr captured instead of shown: for a command that draws
+/// a progress bar of its own over many children (`capacity`). The child's stderr is shown only
+/// in the error when it fails.
+pub fn run_child_quietly(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
+    run_child_with(args, true)
+}
+
+fn run_child_with(args: &[String], quiet: bool) -> Result<Vec<RunResult>, IsolateError> {
     let path = report_path();
     let command = format!("loadgen {} --json {}", args.join(" "), path.display());
     let exe = std::env::current_exe().map_err(|source| IsolateError::Spawn {
         command: command.clone(),
         source,
     })?;
-    let status = Command::new(exe)
+    let output = Command::new(exe)
         .args(args)
         .arg("--json")
         .arg(&path)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .status()
+        .stderr(if quiet {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .output()
         .map_err(|source| IsolateError::Spawn {
             command: command.clone(),
             source,
         })?;
+    let status = output.status;
     if !matches!(status.code(), Some(0 | 1)) {
         let _ = std::fs::remove_file(&path);
-        return Err(IsolateError::Failed { command, status });
+        let said = String::from_utf8_lossy(&output.stderr);
+        let stderr = if said.trim().is_empty() {
+            String::new()
+        } else {
+            format!("\n{}", said.trim_end())
+        };
+        return Err(IsolateError::Failed {
+            command,
+            status,
+            stderr,
+        });
     }
     let text = std::fs::read_to_string(&path);
     let _ = std::fs::remove_file(&path);

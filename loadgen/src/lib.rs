@@ -12,14 +12,16 @@
 //! | [`report`] | one run's measured result; the table, the JSON report, the exit code |
 //! | [`isolate`] | runs each engine in a child process of its own |
 //! | [`run`] | `loadgen run`: one workload through one engine or both |
+//! | [`capacity`] | `loadgen capacity`: the highest offered rate an engine keeps up with, and its latency curve |
 //! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
-//! | [`chart`] | the SVG charts of `compare` |
+//! | [`chart`] | the SVG charts of `compare` and `capacity` |
 //! | [`machine`] | what machine a comparison ran on |
 //! | [`watch_stream`] | `loadgen replay`: reads a recorded kubectl watch stream and replays it |
 //! | [`ui`] | progress bars and notes on stderr |
 
 #![forbid(unsafe_code)]
 
+pub mod capacity;
 pub mod chart;
 pub mod compare;
 pub mod driver;

@@ -3,6 +3,7 @@
 //! - `loadgen ops --engine reference|sharded [--shards N]`: docs/traces.md trace replay, stdin → stdout.
 //! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
+//! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 
 #![forbid(unsafe_code)]
@@ -34,6 +35,9 @@ enum Command {
     Run(loadgen::run::RunArgs),
     /// Run W1–W5 through both engines side by side; write results/latest.{json,md} and charts.
     Compare(loadgen::compare::CompareArgs),
+    /// Find the highest offered rate each engine keeps up with (p99 within a limit), with its
+    /// latency curve (docs/workloads.md, "Capacity").
+    Capacity(loadgen::capacity::CapacityArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
     Replay(loadgen::watch_stream::ReplayArgs),
 }
@@ -44,6 +48,7 @@ fn main() -> ExitCode {
         Command::Ops(args) => loadgen::ops::main(args),
         Command::Run(args) => loadgen::run::main(args),
         Command::Compare(args) => loadgen::compare::main(args),
+        Command::Capacity(args) => loadgen::capacity::main(args),
         Command::Replay(args) => loadgen::watch_stream::main(args),
     }
 }

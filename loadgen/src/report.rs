@@ -8,7 +8,9 @@ use std::process::ExitCode;
 
 use serde::{Deserialize, Serialize};
 
-use crate::driver::{execute, EngineConfig, EngineError, EngineKind, Mode, Progress};
+use crate::driver::{
+    execute, kept_schedule, EngineConfig, EngineError, EngineKind, Mode, Progress,
+};
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
 use crate::verdict::{check, Counters};
@@ -58,6 +60,13 @@ pub struct RunResult {
     pub shards: Option<usize>,
     /// Deltas delivered.
     pub deltas: u64,
+    /// The offered load of a paced run (`--rate`), in ops per second; `null` when flat out.
+    pub offered_rate: Option<u64>,
+    /// A paced run: the producer's largest lag behind its schedule, in milliseconds.
+    pub producer_lag_ms: Option<f64>,
+    /// A paced run: whether that lag stayed within 1% of the scheduled length
+    /// ([`kept_schedule`](crate::driver::kept_schedule)).
+    pub kept_up: Option<bool>,
     /// `ok`, or `FAIL: ...` with the first failed rule.
     pub verdict: String,
     /// Every failed rule (empty when `ok`).
@@ -120,6 +129,12 @@ pub fn measure(
         threads: done.threads,
         shards: (engine == EngineKind::Sharded && mode == Mode::Queue).then_some(cfg.shards),
         deltas: c.deltas,
+        offered_rate: cfg.rate.filter(|_| done.producer_lag.is_some()),
+        producer_lag_ms: done.producer_lag.map(|lag| lag.as_secs_f64() * 1e3),
+        kept_up: cfg
+            .rate
+            .zip(done.producer_lag)
+            .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
     })
@@ -256,6 +271,15 @@ pub fn aligned(rows: &[Vec<String>]) -> String {
     out
 }
 
+/// A paced run's largest producer lag, marked when the producer fell behind its schedule.
+fn lag(r: &RunResult) -> String {
+    match (r.producer_lag_ms, r.kept_up) {
+        (Some(ms), Some(false)) => format!("{ms:.2} behind"),
+        (Some(ms), _) => format!("{ms:.2}"),
+        (None, _) => "-".to_string(),
+    }
+}
+
 /// The results as an aligned text table, one row per run.
 ///
 /// ```
@@ -265,7 +289,7 @@ pub fn aligned(rows: &[Vec<String>]) -> String {
 pub fn table(results: &[RunResult]) -> String {
     let mut rows = vec![[
         "engine", "workload", "events", "wall s", "events/s", "pops", "Δ/pop", "p50 µs", "p99 µs",
-        "p999 µs", "+RSS MiB", "reads/s", "verdict",
+        "p999 µs", "+RSS MiB", "reads/s", "lag ms", "verdict",
     ]
     .map(String::from)
     .to_vec()];
@@ -283,6 +307,7 @@ pub fn table(results: &[RunResult]) -> String {
             opt(r.latency_us.p999, |v| format!("{v:.1}")),
             r.peak_rss_bytes.map_or_else(|| "-".to_string(), mib),
             opt(r.reads_per_s, si),
+            lag(r),
             r.verdict.clone(),
         ]);
     }
@@ -326,6 +351,9 @@ mod tests {
             threads: 1,
             shards: Some(1),
             deltas: 1,
+            offered_rate: None,
+            producer_lag_ms: None,
+            kept_up: None,
             verdict: if failures.is_empty() {
                 "ok".into()
             } else {

@@ -79,7 +79,8 @@ pub struct RunArgs {
     pub in_process: bool,
 }
 
-fn parse_workload(s: &str) -> Result<Workload, String> {
+/// Parses a `--workload` argument (`w1` … `w5`), for every command that takes one.
+pub fn parse_workload(s: &str) -> Result<Workload, String> {
     s.parse()
         .map_err(|e: crate::workload::UnknownWorkload| e.to_string())
 }

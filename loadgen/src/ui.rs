@@ -97,6 +97,21 @@ impl Phase {
     }
 }
 
+impl Phase {
+    /// Moves the phase to `done` steps and leaves `line` above the bar (a line of its own
+    /// without bars), for phases whose steps are worth a line each: `capacity`'s probes.
+    pub fn step(&self, done: u64, line: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_position(done);
+                bar.println(line);
+            }
+            None if self.ui != Ui::Quiet => eprintln!("{line}"),
+            None => {}
+        }
+    }
+}
+
 impl Progress for Phase {
     fn set(&self, done: u64) {
         if let Some(bar) = &self.bar {

@@ -10,10 +10,11 @@
 mod common;
 
 /// Each command's required arguments, to which `--shards N` is appended.
-const COMMANDS: [&[&str]; 4] = [
+const COMMANDS: [&[&str]; 5] = [
     &["ops", "--engine", "sharded"],
     &["run", "--workload", "w1"],
     &["compare", "--quick"],
+    &["capacity", "--workload", "w1"],
     &["replay", "--trace", "testdata/watch-pods.json"],
 ];
 

@@ -1,0 +1,134 @@
+//! `loadgen capacity` through the binary: a tiny search per engine, each probe a child
+//! process, its JSON report and its chart; and the arguments it refuses.
+
+#![forbid(unsafe_code)]
+
+mod common;
+
+use std::path::PathBuf;
+
+fn scratch(name: &str) -> PathBuf {
+    std::env::temp_dir().join(format!("loadgen-capacity-{}-{name}", std::process::id()))
+}
+
+#[test]
+fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
+    let dir = scratch("w1");
+    let (json, chart) = (dir.join("c.json"), dir.join("curve.svg"));
+    let (json_arg, chart_arg) = (json.to_string_lossy(), chart.to_string_lossy());
+    // At most 5 probes per engine of at most 2,000 ops at 5,000/s or faster: a few seconds.
+    let output = common::run_loadgen(
+        &[
+            "capacity",
+            "--workload",
+            "w1",
+            "--keys",
+            "500",
+            "--events",
+            "1500",
+            "--probe-secs",
+            "0.05",
+            "--start-rate",
+            "20000",
+            "--min-rate",
+            "5000",
+            "--max-rate",
+            "400000",
+            "--precision",
+            "50",
+            "--tries",
+            "1",
+            "--max-probes",
+            "5",
+            "--json",
+            &json_arg,
+            "--chart",
+            &chart_arg,
+        ],
+        b"",
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("kcache absorbs") && stdout.contains("(reference: "),
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report exists"))
+            .expect("the report is JSON");
+    let curves = report["capacity"].as_array().expect("a capacity array");
+    let engines: Vec<&str> = curves.iter().filter_map(|c| c["engine"].as_str()).collect();
+    assert_eq!(engines, ["reference", "sharded"]);
+    for c in curves {
+        let probes = c["probes"].as_array().expect("every probe is reported");
+        assert!((1..=5).contains(&probes.len()), "{c}");
+        for p in probes {
+            let rate = p["rate"].as_u64().expect("a probe's rate");
+            assert_eq!(p["result"]["offered_rate"].as_u64(), Some(rate), "{p}");
+            assert!(p["result"]["producer_lag_ms"].as_f64().is_some(), "{p}");
+            assert_eq!(p["result"]["verdict"], "ok", "{p}");
+            assert_eq!(
+                p["passed"].as_bool(),
+                Some(p["failed_rules"].as_array().is_some_and(Vec::is_empty)),
+                "{p}"
+            );
+        }
+        // The machine may be too busy for even the lowest rate to pass: then the report
+        // says so instead of a number.
+        match c["capacity_events_per_s"].as_u64() {
+            Some(capacity) => {
+                assert!((5_000..=400_000).contains(&capacity), "{c}");
+                assert!(c["at_capacity"]["latency_us"]["p99"].as_f64().unwrap() <= 10_000.0);
+                assert!(probes
+                    .iter()
+                    .any(|p| p["rate"].as_u64() == Some(capacity) && p["passed"] == true));
+            }
+            None => assert!(
+                c["bound"] == "nothing_passed" || c["bound"] == "probe_limit",
+                "{c}"
+            ),
+        }
+    }
+    let svg = std::fs::read_to_string(&chart).expect("the chart exists");
+    assert!(
+        svg.starts_with("<svg") && svg.contains("p99 limit 10 ms"),
+        "{svg}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn workloads_and_limits_it_cannot_measure_are_refused_before_any_probe() {
+    for (args, why) in [
+        (
+            &["--workload", "w4"][..],
+            "w4 writes straight into the indexer",
+        ),
+        (&["--workload", "w3"][..], "w3's relists"),
+        (
+            &["--workload", "w1", "--p99-ms", "0"][..],
+            "--p99-ms must be a positive",
+        ),
+        (
+            &["--workload", "w1", "--keys", "0"][..],
+            "--keys must be at least 1",
+        ),
+        (
+            &["--workload", "w1", "--min-rate", "10", "--max-rate", "5"][..],
+            "--min-rate <= --max-rate",
+        ),
+        (&["--workload", "w1", "--tries", "0"][..], "--tries"),
+        (&["--workload", "w1", "--probe-secs=-1"][..], "--probe-secs"),
+    ] {
+        let all: Vec<&str> = ["capacity"]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        let output = common::run_loadgen(&all, b"");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{all:?}: {stderr}");
+        assert!(stderr.contains(why), "{all:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{all:?}: nothing ran");
+    }
+}
