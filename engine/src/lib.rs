@@ -113,6 +113,7 @@ pub(crate) mod sync;
 
 pub mod reference;
 pub mod sharded;
+pub mod workqueue;
 
 pub use consumer::{apply_deltas_coalesced, process_deltas, EventHandler, NoopHandler};
 pub use delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
