@@ -2,7 +2,7 @@
 //! add/update/delete/pop path.
 
 mod delta_fifo;
-mod scheduler;
+pub(crate) mod scheduler;
 
 pub use delta_fifo::{DeltaFifo, DEFAULT_SHARDS};
 
