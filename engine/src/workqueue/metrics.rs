@@ -293,3 +293,128 @@ impl fmt::Debug for QueueMetrics {
         f.debug_struct("QueueMetrics").finish_non_exhaustive()
     }
 }
+
+#[cfg(all(test, not(kcache_loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::{lock, Mutex};
+    use crate::workqueue::{
+        DelayingQueue, FakeClock, ReferenceQueue, ShardedQueue, TryGet, WorkQueue,
+    };
+    use crate::Key;
+
+    /// Records every metric event as a line.
+    #[derive(Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    struct Metric(Arc<Mutex<Vec<String>>>, &'static str);
+    impl GaugeMetric for Metric {
+        fn inc(&self) {
+            lock(&self.0).push(format!("{} +1", self.1));
+        }
+        fn dec(&self) {
+            lock(&self.0).push(format!("{} -1", self.1));
+        }
+    }
+    impl SettableGaugeMetric for Metric {
+        fn set(&self, value: f64) {
+            lock(&self.0).push(format!("{} ={value}", self.1));
+        }
+    }
+    impl CounterMetric for Metric {
+        fn inc(&self) {
+            lock(&self.0).push(format!("{} +1", self.1));
+        }
+    }
+    impl HistogramMetric for Metric {
+        fn observe(&self, value: f64) {
+            lock(&self.0).push(format!("{} {value}", self.1));
+        }
+    }
+
+    impl MetricsProvider for Recorder {
+        fn new_depth_metric(&self, _: &str) -> Arc<dyn GaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "depth"))
+        }
+        fn new_adds_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+            Arc::new(Metric(self.0.clone(), "adds_total"))
+        }
+        fn new_latency_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+            Arc::new(Metric(self.0.clone(), "queue_duration_seconds"))
+        }
+        fn new_work_duration_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+            Arc::new(Metric(self.0.clone(), "work_duration_seconds"))
+        }
+        fn new_unfinished_work_seconds_metric(&self, _: &str) -> Arc<dyn SettableGaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "unfinished_work_seconds"))
+        }
+        fn new_longest_running_processor_seconds_metric(
+            &self,
+            _: &str,
+        ) -> Arc<dyn SettableGaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "longest_running_processor_seconds"))
+        }
+        fn new_retries_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+            Arc::new(Metric(self.0.clone(), "retries_total"))
+        }
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// The same client-go metric events, in the same order, from both queues.
+    fn events<Q: WorkQueue + 'static>(make: impl FnOnce(&QueueConfig) -> Q) -> Vec<String> {
+        let clock = Arc::new(FakeClock::new());
+        let recorder = Recorder::default();
+        let log = recorder.0.clone();
+        let config = QueueConfig::new()
+            .name("test")
+            .metrics_provider(Arc::new(recorder))
+            .clock(clock.clone());
+        let q = DelayingQueue::with_config(make(&config), &config);
+        let a = Key::new("a");
+        q.add(a.clone());
+        q.add(a.clone()); // dirty: not counted
+        clock.step(5 * MS).unwrap();
+        assert_eq!(q.try_get(), TryGet::Item(a.clone()));
+        q.add(a.clone()); // processing: counted, re-queued by done
+        clock.step(7 * MS).unwrap();
+        q.update_unfinished_work();
+        q.done(&a).unwrap();
+        q.add_after(Key::new("b"), MS);
+        let log = lock(&log).clone();
+        log
+    }
+
+    #[test]
+    fn both_queues_report_client_gos_metrics() {
+        let expected = [
+            "adds_total +1",
+            "depth +1",
+            "depth -1",
+            "queue_duration_seconds 0.005",
+            "adds_total +1",
+            "depth +1",
+            "unfinished_work_seconds =0.007",
+            "longest_running_processor_seconds =0.007",
+            "work_duration_seconds 0.007",
+            "retries_total +1",
+        ];
+        assert_eq!(events(ReferenceQueue::with_config), expected);
+        assert_eq!(events(|c| ShardedQueue::with_config(4, c)), expected);
+    }
+
+    #[test]
+    fn unnamed_or_noop_queues_keep_no_metrics() {
+        assert!(QueueConfig::new().queue_metrics().is_none());
+        assert!(QueueConfig::new().name("x").queue_metrics().is_none());
+        assert!(QueueConfig::new()
+            .metrics_provider(Arc::new(Recorder::default()))
+            .queue_metrics()
+            .is_none());
+        assert!(QueueConfig::new()
+            .name("x")
+            .metrics_provider(Arc::new(Recorder::default()))
+            .queue_metrics()
+            .is_some());
+    }
+}

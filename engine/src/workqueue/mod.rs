@@ -11,7 +11,7 @@
 //! Layers work over either: [`DelayingQueue`] (`add_after`, one timer thread for every waiting
 //! item) and [`RateLimitingQueue`] (`add_rate_limited`, `forget`, `num_requeues`, with the
 //! [`RateLimiter`]s). Workers `get` with a blocking call on threads or with
-//! [`get_async`](WorkQueue::get_async) on any async runtime (the wake-ups are std `Waker`s).
+//! [`get_async`](AsyncGet::get_async) on any async runtime (the wake-ups are std `Waker`s).
 //!
 //! # A controller loop
 //!
@@ -93,7 +93,7 @@ pub use metrics::{
 };
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetrics;
-pub use queue::{Get, NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
+pub use queue::{AsyncGet, Get, NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 pub use rate_limiting::RateLimitingQueue;
 pub use reference::ReferenceQueue;
 pub use sharded::{ShardedQueue, DEFAULT_WORKQUEUE_SHARDS};

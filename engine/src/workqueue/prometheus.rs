@@ -172,3 +172,59 @@ impl MetricsProvider for PrometheusMetrics {
         Arc::new(Count(self.retries.get_or_create(&labels(name)).clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workqueue::{
+        DelayingQueue, FakeClock, QueueConfig, ReferenceQueue, ShardedQueue, WorkQueue,
+    };
+    use crate::Key;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn exports_every_metric_in_the_text_format_per_queue_name() {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(PrometheusMetrics::new(&mut registry));
+        let clock = Arc::new(FakeClock::new());
+        let config = |name: &str| {
+            QueueConfig::new()
+                .name(name)
+                .metrics_provider(metrics.clone())
+                .clock(clock.clone())
+        };
+        let sharded = DelayingQueue::with_config(
+            ShardedQueue::with_config(4, &config("sharded")),
+            &config("sharded"),
+        );
+        let reference = ReferenceQueue::with_config(&config("reference"));
+        for q in [&sharded as &dyn WorkQueue, &reference] {
+            q.add(Key::new("a"));
+            q.add(Key::new("b"));
+            clock.step(2_000_000).unwrap();
+            let a = q.get().unwrap();
+            clock.step(3_000_000).unwrap();
+            q.update_unfinished_work();
+            q.done(&a).unwrap();
+        }
+        sharded.add_after(Key::new("c"), 1_000_000);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "# TYPE workqueue_depth gauge",
+            "workqueue_depth{name=\"sharded\"} 1",
+            "workqueue_depth{name=\"reference\"} 1",
+            "workqueue_adds_total{name=\"sharded\"} 2",
+            "workqueue_retries_total{name=\"sharded\"} 1",
+            "# TYPE workqueue_queue_duration_seconds histogram",
+            "workqueue_queue_duration_seconds_sum{name=\"reference\"} 0.002",
+            "workqueue_queue_duration_seconds_count{name=\"reference\"} 1",
+            "workqueue_work_duration_seconds_sum{name=\"sharded\"} 0.003",
+            "workqueue_unfinished_work_seconds{name=\"sharded\"} 0.003",
+            "workqueue_longest_running_processor_seconds{name=\"reference\"} 0.003",
+            "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"sharded\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}

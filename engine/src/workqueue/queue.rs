@@ -34,7 +34,7 @@ pub enum TryGet {
 
 /// The state an async `get` keeps between polls: its place among the queue's waiters.
 ///
-/// Opaque; made by [`WorkQueue::get_async`]. A queue uses it to find the waiter again, to
+/// Opaque; made by [`AsyncGet::get_async`]. A queue uses it to find the waiter again, to
 /// update its waker, and, when the future is dropped after it was woken but before it took an
 /// item, to pass the wake-up on to another waiter (so cancelling a `get` loses no wake-up).
 #[derive(Debug, Default)]
@@ -51,7 +51,7 @@ pub struct WaitSlot {
 /// added; a processing item is never handed to a second worker.
 ///
 /// Both implementations wake a blocked [`get`](WorkQueue::get) or a pending
-/// [`get_async`](WorkQueue::get_async) on `add`, on a `done` that re-queues, and on shutdown.
+/// [`get_async`](AsyncGet::get_async) on `add`, on a `done` that re-queues, and on shutdown.
 pub trait WorkQueue: Send + Sync {
     /// Marks `item` as needing processing (client-go `Add`). Nothing if shutting down or if the
     /// item is already dirty; an item being processed is queued again by its `done`.
@@ -65,25 +65,13 @@ pub trait WorkQueue: Send + Sync {
     /// `get` if it would not block.
     fn try_get(&self) -> TryGet;
 
-    /// One poll of an async `get`; see [`WorkQueue::get_async`]. `slot` must be the same on
+    /// One poll of an async `get`; see [`AsyncGet::get_async`]. `slot` must be the same on
     /// every poll of one `get` and be passed to [`cancel_get`](WorkQueue::cancel_get) if the
-    /// `get` is abandoned before it returned `Ready`.
+    /// `get` is abandoned before it returned `Ready`. [`AsyncGet::get_async`] does both.
     fn poll_get(&self, slot: &mut WaitSlot, cx: &mut Context<'_>) -> Poll<Result<Key, ShutDown>>;
 
     /// Abandons an async `get` that has not returned `Ready`.
     fn cancel_get(&self, slot: &mut WaitSlot);
-
-    /// An async `get`: waits without holding a thread. Cancel-safe: dropping the future loses
-    /// no item and no wake-up.
-    fn get_async(&self) -> Get<'_, Self>
-    where
-        Self: Sized,
-    {
-        Get {
-            queue: self,
-            slot: WaitSlot::default(),
-        }
-    }
 
     /// Marks `item` as done processing (client-go `Done`); if it was added meanwhile it is
     /// queued again. Works the same after shutdown.
@@ -113,7 +101,32 @@ pub trait WorkQueue: Send + Sync {
     fn update_unfinished_work(&self);
 }
 
-/// The future of [`WorkQueue::get_async`].
+/// The async `get` of every [`WorkQueue`], trait objects included (`Arc<dyn WorkQueue>`).
+///
+/// ```
+/// # async fn worker(queue: std::sync::Arc<dyn kcache::workqueue::WorkQueue>) {
+/// use kcache::workqueue::AsyncGet;
+/// while let Ok(key) = queue.get_async().await {
+///     // ... reconcile `key` ...
+///     queue.done(&key).unwrap();
+/// }
+/// # }
+/// ```
+pub trait AsyncGet: WorkQueue {
+    /// An async `get`: waits without holding a thread, woken by `add`, by a `done` that
+    /// re-queues, and by shutdown. Cancel-safe: dropping the future loses no item and no
+    /// wake-up (a wake-up it received is passed on to another waiter).
+    fn get_async(&self) -> Get<'_, Self> {
+        Get {
+            queue: self,
+            slot: WaitSlot::default(),
+        }
+    }
+}
+
+impl<Q: WorkQueue + ?Sized> AsyncGet for Q {}
+
+/// The future of [`AsyncGet::get_async`].
 #[derive(Debug)]
 #[must_use = "futures do nothing unless awaited"]
 pub struct Get<'a, Q: WorkQueue + ?Sized> {
