@@ -194,6 +194,7 @@ impl std::fmt::Debug for Scheduler {
 /// has halted, can take hundreds of microseconds; polling a little longer than a typical gap
 /// between events keeps a consumer under steady load awake, for at most this much CPU per idle
 /// period.
+#[cfg(not(kcache_loom))]
 const SPIN_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
 /// Poll, then give up (so the caller sleeps). Also used by the workqueue's `get`. Loom explores every interleaving of a sleep
