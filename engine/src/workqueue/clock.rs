@@ -308,3 +308,189 @@ impl Drop for Subscription {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::Condvar;
+    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+
+    #[test]
+    fn time_arithmetic_saturates() {
+        let t = Time::from_nanos(-3);
+        assert_eq!(t.as_nanos(), -3);
+        assert_eq!(t.saturating_add_nanos(10), Time::from_nanos(7));
+        assert_eq!(Time::MAX.saturating_add_nanos(1), Time::MAX);
+        assert_eq!(
+            Time::from_nanos(i64::MIN).saturating_add_nanos(-1),
+            Time::from_nanos(i64::MIN)
+        );
+        assert_eq!(Time::from_nanos(2).nanos_since(Time::from_nanos(7)), -5);
+        assert_eq!(Time::from_nanos(i64::MIN).nanos_since(Time::MAX), i64::MIN);
+        assert!(Time::from_nanos(1) < Time::from_nanos(2));
+        assert_eq!(Time::default(), Time::ZERO);
+    }
+
+    #[test]
+    fn fake_clock_steps_sets_and_refuses_to_go_back() {
+        let clock = FakeClock::new();
+        assert_eq!(clock.now(), Time::ZERO);
+        assert_eq!(clock.step(0), Ok(Time::ZERO));
+        assert_eq!(clock.step(1_500), Ok(Time::from_nanos(1_500)));
+        assert_eq!(clock.step(-1), Err(ClockError::NegativeStep(-1)));
+        assert_eq!(
+            clock.now(),
+            Time::from_nanos(1_500),
+            "a refused step changes nothing"
+        );
+        assert_eq!(
+            clock.set(Time::from_nanos(1_500)),
+            Ok(()),
+            "setting the same time is fine"
+        );
+        assert_eq!(
+            clock.set(Time::from_nanos(1_499)),
+            Err(ClockError::Backwards {
+                now: Time::from_nanos(1_500),
+                to: Time::from_nanos(1_499)
+            })
+        );
+        assert_eq!(clock.set(Time::from_nanos(9_000)), Ok(()));
+        assert_eq!(clock.step(i64::MAX), Ok(Time::MAX), "steps saturate");
+        assert_eq!(clock.step(1), Ok(Time::MAX));
+        assert_eq!(
+            ClockError::NegativeStep(-1).to_string(),
+            "a clock step must be zero or positive, got -1 ns"
+        );
+    }
+
+    #[test]
+    fn subscribers_run_in_order_after_the_move_is_visible() {
+        let clock = Arc::new(FakeClock::new());
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let subscriptions: Vec<Subscription> = (0..2)
+            .map(|who| {
+                let (clock_seen, seen) = (Arc::downgrade(&clock), seen.clone());
+                clock.subscribe(Arc::new(move || {
+                    let now = clock_seen.upgrade().map(|c| c.now().as_nanos());
+                    lock(&seen).push((who, now));
+                }))
+            })
+            .collect();
+        clock.step(5).unwrap();
+        clock.set(Time::from_nanos(8)).unwrap();
+        assert!(clock.step(-5).is_err());
+        assert!(clock.set(Time::from_nanos(1)).is_err());
+        assert_eq!(
+            *lock(&seen),
+            [(0, Some(5)), (1, Some(5)), (0, Some(8)), (1, Some(8))],
+            "refused moves call nobody"
+        );
+        drop(subscriptions);
+        clock.step(1).unwrap();
+        assert_eq!(lock(&seen).len(), 4);
+    }
+
+    #[test]
+    fn a_subscriber_may_unsubscribe_itself_and_subscribe_others() {
+        let clock = Arc::new(FakeClock::new());
+        let slot: Arc<Mutex<Option<Subscription>>> = Arc::new(Mutex::new(None));
+        let added: Arc<Mutex<Vec<Subscription>>> = Arc::new(Mutex::new(Vec::new()));
+        let calls = Arc::new(AtomicUsize::new(0));
+        let later_calls = Arc::new(AtomicUsize::new(0));
+        let subscription = {
+            let (slot, added, calls, later_calls) = (
+                slot.clone(),
+                added.clone(),
+                calls.clone(),
+                later_calls.clone(),
+            );
+            let weak = Arc::downgrade(&clock);
+            clock.subscribe(Arc::new(move || {
+                calls.fetch_add(1, Ordering::Relaxed);
+                // Unsubscribe itself (no deadlock: the clock holds no lock while calling).
+                drop(lock(&slot).take());
+                if let Some(clock) = weak.upgrade() {
+                    let later_calls = later_calls.clone();
+                    lock(&added).push(clock.subscribe(Arc::new(move || {
+                        later_calls.fetch_add(1, Ordering::Relaxed);
+                    })));
+                }
+            }))
+        };
+        *lock(&slot) = Some(subscription);
+        clock.step(1).unwrap();
+        clock.step(1).unwrap();
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "unsubscribed during its first call"
+        );
+        assert_eq!(
+            later_calls.load(Ordering::Relaxed),
+            1,
+            "subscribed during the first move"
+        );
+    }
+
+    #[test]
+    fn a_subscription_outliving_its_clock_drops_quietly() {
+        let clock = FakeClock::new();
+        let subscription = clock.subscribe(Arc::new(|| {}));
+        drop(clock);
+        drop(subscription);
+    }
+
+    #[test]
+    fn a_subscriber_wakes_a_thread_sleeping_on_real_time() {
+        // The delaying layer's pattern: a timer thread waits on its own condition variable
+        // for a fake-clock deadline; the subscription wakes it when the clock moves.
+        let clock = Arc::new(FakeClock::new());
+        let wake = Arc::new((Mutex::new(()), Condvar::new()));
+        let _subscription = {
+            let wake = wake.clone();
+            Clock::subscribe(
+                &*clock,
+                Arc::new(move || {
+                    let _guard = lock(&wake.0);
+                    wake.1.notify_all();
+                }),
+            )
+            .expect("a fake clock takes subscribers")
+        };
+        let woke_at = Arc::new(AtomicI64::new(-1));
+        let timer = {
+            let (clock, wake, woke_at) = (clock.clone(), wake.clone(), woke_at.clone());
+            std::thread::spawn(move || {
+                let deadline = Time::from_nanos(1_000);
+                let mut guard = lock(&wake.0);
+                while clock.now() < deadline {
+                    guard = match wake.1.wait(guard) {
+                        Ok(guard) => guard,
+                        Err(poisoned) => poisoned.into_inner(),
+                    };
+                }
+                woke_at.store(clock.now().as_nanos(), Ordering::Relaxed);
+            })
+        };
+        clock.step(400).unwrap();
+        clock.step(600).unwrap();
+        timer.join().unwrap();
+        assert_eq!(woke_at.load(Ordering::Relaxed), 1_000);
+    }
+
+    #[test]
+    fn real_clock_is_monotonic_and_takes_no_subscribers() {
+        let clock = RealClock::default();
+        let mut last = clock.now();
+        assert!(last >= Time::ZERO);
+        for _ in 0..1_000 {
+            let now = clock.now();
+            assert!(now >= last);
+            last = now;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(clock.now().nanos_since(last) >= 2_000_000);
+        assert!(Clock::subscribe(&clock, Arc::new(|| {})).is_none());
+    }
+}
