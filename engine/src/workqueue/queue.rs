@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use thiserror::Error;
@@ -150,3 +151,52 @@ impl<Q: WorkQueue + ?Sized> Drop for Get<'_, Q> {
         }
     }
 }
+
+/// Forwards every method, so a boxed or shared queue (`Box<dyn WorkQueue>`,
+/// `Arc<ShardedQueue>`) can sit under the delaying and rate-limiting layers.
+macro_rules! forward_work_queue {
+    ($pointer:ident) => {
+        impl<Q: WorkQueue + ?Sized> WorkQueue for $pointer<Q> {
+            fn add(&self, item: Key) {
+                (**self).add(item)
+            }
+            fn get(&self) -> Result<Key, ShutDown> {
+                (**self).get()
+            }
+            fn try_get(&self) -> TryGet {
+                (**self).try_get()
+            }
+            fn poll_get(
+                &self,
+                slot: &mut WaitSlot,
+                cx: &mut Context<'_>,
+            ) -> Poll<Result<Key, ShutDown>> {
+                (**self).poll_get(slot, cx)
+            }
+            fn cancel_get(&self, slot: &mut WaitSlot) {
+                (**self).cancel_get(slot)
+            }
+            fn done(&self, item: &Key) -> Result<(), NotProcessing> {
+                (**self).done(item)
+            }
+            fn len(&self) -> usize {
+                (**self).len()
+            }
+            fn shut_down(&self) {
+                (**self).shut_down()
+            }
+            fn shut_down_with_drain(&self) {
+                (**self).shut_down_with_drain()
+            }
+            fn shutting_down(&self) -> bool {
+                (**self).shutting_down()
+            }
+            fn update_unfinished_work(&self) {
+                (**self).update_unfinished_work()
+            }
+        }
+    };
+}
+
+forward_work_queue!(Box);
+forward_work_queue!(Arc);
