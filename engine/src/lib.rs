@@ -12,6 +12,10 @@
 //!   process them with no lock held; several consumers may run at once, each key exclusive to
 //!   one of them until it is done; the indexer's readers never wait on a global lock.
 //!
+//! Beside them, [`workqueue`] is client-go's `util/workqueue` (the queue of keys a controller's
+//! workers take from, with delayed and rate-limited retries), again as a faithful port and a
+//! sharded queue for many workers; its module docs show a controller loop.
+//!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`].
 //!

@@ -87,10 +87,27 @@ impl Wake for ThreadWaker {
     }
 }
 
+/// This thread's waker. Outside loom it is made once per thread and cloned (a reference-count
+/// bump), so a worker that blocks often does not allocate each time; loom runs its modelled
+/// threads on one OS thread, so there it is made afresh for the current modelled thread.
+fn thread_waker() -> Waker {
+    #[cfg(not(kcache_loom))]
+    {
+        thread_local! {
+            static WAKER: Waker = Waker::from(Arc::new(ThreadWaker(crate::sync::current_thread())));
+        }
+        WAKER.with(Waker::clone)
+    }
+    #[cfg(kcache_loom)]
+    {
+        Waker::from(Arc::new(ThreadWaker(crate::sync::current_thread())))
+    }
+}
+
 /// Runs `poll` on this thread until it is ready, parking between polls; the waker it is given
 /// unparks this thread. Parking may return spuriously: `poll` is simply called again.
 pub(crate) fn block_on<T>(mut poll: impl FnMut(&mut Context<'_>) -> Poll<T>) -> T {
-    let waker = Waker::from(Arc::new(ThreadWaker(crate::sync::current_thread())));
+    let waker = thread_waker();
     let mut cx = Context::from_waker(&waker);
     loop {
         if let Poll::Ready(value) = poll(&mut cx) {
