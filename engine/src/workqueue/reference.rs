@@ -5,7 +5,7 @@
 //! `done` of an item that was never handed out queues it a second time if it is dirty
 //! (`add(a); done(a)` leaves `a` in the queue twice, and two `get`s hand it out twice).
 //!
-//! Async `get`s wait in a [waiter list](super::waiters) under the same mutex. A signal (client-go
+//! Async `get`s wait in a waiter list (`waiters.rs`) under the same mutex. A signal (client-go
 //! `cond.Signal`) goes to a blocked thread if one has not been signalled yet, else to the oldest
 //! waiting task, so each add wakes exactly one waiter, thread or task.
 

@@ -5,7 +5,7 @@
 //! Items are split into `N` shards (a power of two) by their [`Key`]'s precomputed hash. A shard
 //! is one mutex over a map `item -> phase` and a FIFO of its queued items; `add`, `get` and
 //! `done` each lock one shard. Shards with queued items hold one token each in a lock-free
-//! scheduler ([`ReadyShards`], the sharded DeltaFIFO's design with async waiters), which `get`s
+//! scheduler (`ReadyShards`, the sharded DeltaFIFO's design with async waiters), which `get`s
 //! take round-robin: a `get` takes a token, hands out the head of that shard, and puts the
 //! token back at the tail if the shard has more.
 //!
@@ -94,7 +94,26 @@ impl Shard {
     }
 }
 
-/// The sharded work queue; see the [module docs](self) for its design and its fairness bound.
+/// The sharded work queue: client-go's per-item rules, one lock per shard, and a lock-free
+/// scheduler of shards with queued items.
+///
+/// # Guarantees
+///
+/// - **Dedup and exclusivity** are client-go's: an item queued or dirty is not queued again; an
+///   item being processed is never handed to a second worker; added meanwhile, it is queued
+///   again by `done`.
+/// - **One shard** hands items out in exactly the reference's order.
+/// - **Order and fairness with `N` shards**: items of one shard come out in the order they were
+///   queued (an item re-queued by `done` goes to the back). Each `get` serves the next shard in
+///   a round-robin of the shards with queued items, one item per visit. An item with `p` items
+///   ahead of it in its shard is handed out within `p + 1` visits to its shard, and every other
+///   shard is visited at most once between two of those: at most `(p + 1) · (N − 1)` items of
+///   other shards are handed out before it, however many are added meanwhile.
+/// - `done` of an item not being processed is refused ([`NotProcessing`]); client-go's
+///   double-queueing quirk is not reproduced.
+///
+/// Blocked `get`s poll for about 50 µs before they sleep, since an item usually follows within
+/// microseconds under load.
 ///
 /// ```
 /// use kcache::Key;
