@@ -13,6 +13,10 @@
 //!   process them with no lock held; several consumers may run at once, each key exclusive to
 //!   one of them until it is done; the store's readers never wait on a global lock.
 //!
+//! Beside them, [`workqueue`] is client-go's `util/workqueue` (the queue of keys a controller's
+//! workers take from, with delayed and rate-limited retries), again as a faithful port and a
+//! sharded queue for many workers; its module docs show a controller loop.
+//!
 //! Shared vocabulary lives at the top: [`Key`] (hashed once), [`Delta`], [`Deltas`],
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`]. Around them,
 //! `informer` (feature `informer`, on by default) builds the whole pipeline: a reflector that
@@ -210,6 +214,7 @@ pub(crate) mod sync;
 pub mod informer;
 pub mod reference;
 pub mod sharded;
+pub mod workqueue;
 
 pub use consumer::{apply_deltas_coalesced, process_deltas, EventHandler, NoopHandler};
 pub use delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};

@@ -15,6 +15,13 @@ pub(crate) use loom::sync::{
     Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
 };
 
+/// Thread parking, for the workqueue's blocking `get` (see `workqueue/waiters.rs`).
+#[cfg(kcache_loom)]
+pub(crate) use loom::thread::{current as current_thread, park, Thread};
+
+#[cfg(not(kcache_loom))]
+pub(crate) use std::thread::{current as current_thread, park, Thread};
+
 #[cfg(not(kcache_loom))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering},

@@ -1,6 +1,6 @@
 //! `loadgen`: replays ops traces and synthetic watch events through kcache's engines.
 //!
-//! - `loadgen ops --engine reference|sharded [--shards N]`: docs/traces.md trace replay, stdin → stdout.
+//! - `loadgen ops --engine reference|sharded|workqueue-reference|workqueue [--shards N]`: docs/traces.md trace replay, stdin → stdout.
 //! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.

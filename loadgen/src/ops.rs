@@ -30,6 +30,7 @@
 mod output;
 mod replayer;
 mod trace;
+pub mod workqueue;
 
 use std::fmt;
 use std::io::{self, BufRead, Write};
@@ -47,7 +48,8 @@ pub struct OpsArgs {
     /// The engine to replay the trace through.
     #[arg(long, value_enum)]
     pub engine: EngineArg,
-    /// Shards of the sharded engine, a power of two from 1 to 65536; ignored by `reference`.
+    /// Shards of the sharded engines, a power of two from 1 to 65536; ignored by `reference`
+    /// and `workqueue-reference`.
     #[arg(long, default_value_t = 1, value_parser = crate::driver::parse_shards)]
     pub shards: usize,
 }
@@ -59,6 +61,10 @@ pub enum EngineArg {
     Reference,
     /// The sharded engine (`kcache::sharded`).
     Sharded,
+    /// client-go's work queue, ported (`kcache::workqueue::ReferenceQueue`); a workqueue trace.
+    WorkqueueReference,
+    /// The sharded work queue (`kcache::workqueue::ShardedQueue`, `--shards`); a workqueue trace.
+    Workqueue,
 }
 
 /// Which engine a replay runs, with its parameters.
@@ -73,13 +79,24 @@ pub enum EngineChoice {
     },
 }
 
-impl From<&OpsArgs> for EngineChoice {
+/// The engine `loadgen ops` replays through: a DeltaFIFO one, or a work queue.
+enum Chosen {
+    Fifo(EngineChoice),
+    Workqueue(workqueue::WorkqueueEngine),
+}
+
+impl From<&OpsArgs> for Chosen {
     fn from(args: &OpsArgs) -> Self {
+        let shards = args.shards;
         match args.engine {
-            EngineArg::Reference => EngineChoice::Reference,
-            EngineArg::Sharded => EngineChoice::Sharded {
-                shards: args.shards,
-            },
+            EngineArg::Reference => Chosen::Fifo(EngineChoice::Reference),
+            EngineArg::Sharded => Chosen::Fifo(EngineChoice::Sharded { shards }),
+            EngineArg::WorkqueueReference => {
+                Chosen::Workqueue(workqueue::WorkqueueEngine::Reference)
+            }
+            EngineArg::Workqueue => {
+                Chosen::Workqueue(workqueue::WorkqueueEngine::Sharded { shards })
+            }
         }
     }
 }
@@ -208,10 +225,14 @@ pub fn replay_logged(
 
 /// Runs `loadgen ops`: stdin → the engine → stdout, diagnostics on stderr.
 pub fn main(args: OpsArgs) -> ExitCode {
+    let engine = match Chosen::from(&args) {
+        Chosen::Fifo(engine) => engine,
+        Chosen::Workqueue(engine) => return workqueue::main(engine),
+    };
     let stdin = io::stdin().lock();
     let stdout = io::BufWriter::new(io::stdout().lock());
     let mut stderr = io::stderr().lock();
-    match replay_logged(stdin, stdout, &mut stderr, EngineChoice::from(&args)) {
+    match replay_logged(stdin, stdout, &mut stderr, engine) {
         Ok(_) => ExitCode::SUCCESS,
         Err(err) => {
             match &err {

@@ -194,11 +194,12 @@ impl std::fmt::Debug for Scheduler {
 /// has halted, can take hundreds of microseconds; polling a little longer than a typical gap
 /// between events keeps a consumer under steady load awake, for at most this much CPU per idle
 /// period.
+#[cfg(not(kcache_loom))]
 const SPIN_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Poll, then give up (so the caller sleeps). Loom explores every interleaving of a sleep
+/// Poll, then give up (so the caller sleeps). Also used by the workqueue's `get`. Loom explores every interleaving of a sleep
 /// anyway, so under loom there is no polling at all.
-struct Backoff {
+pub(crate) struct Backoff {
     #[cfg(not(kcache_loom))]
     started: Option<std::time::Instant>,
     #[cfg(not(kcache_loom))]
@@ -206,7 +207,7 @@ struct Backoff {
 }
 
 impl Backoff {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             #[cfg(not(kcache_loom))]
             started: None,
@@ -216,7 +217,7 @@ impl Backoff {
     }
 
     /// Returns true while the caller should retry before sleeping.
-    fn snooze(&mut self) -> bool {
+    pub(crate) fn snooze(&mut self) -> bool {
         #[cfg(not(kcache_loom))]
         {
             self.polls += 1;
@@ -240,9 +241,9 @@ impl Backoff {
     }
 }
 
-/// The lock-free FIFO of shard tokens: crossbeam's `SegQueue`, or under loom a mutex-guarded
+/// The lock-free FIFO of shard tokens (also the workqueue's, `workqueue/ready.rs`): crossbeam's `SegQueue`, or under loom a mutex-guarded
 /// deque (loom cannot see inside crossbeam, and the FIFO itself is not what we model).
-struct TokenQueue {
+pub(crate) struct TokenQueue {
     #[cfg(not(kcache_loom))]
     inner: crossbeam_queue::SegQueue<usize>,
     #[cfg(kcache_loom)]
@@ -250,20 +251,20 @@ struct TokenQueue {
 }
 
 impl TokenQueue {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             inner: Default::default(),
         }
     }
 
-    fn push(&self, shard: usize) {
+    pub(crate) fn push(&self, shard: usize) {
         #[cfg(not(kcache_loom))]
         self.inner.push(shard);
         #[cfg(kcache_loom)]
         lock(&self.inner).push_back(shard);
     }
 
-    fn pop(&self) -> Option<usize> {
+    pub(crate) fn pop(&self) -> Option<usize> {
         #[cfg(not(kcache_loom))]
         return self.inner.pop();
         #[cfg(kcache_loom)]

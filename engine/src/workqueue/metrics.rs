@@ -1,0 +1,420 @@
+//! Work queue metrics, client-go's (`util/workqueue/metrics.go`): names, meanings and the
+//! provider interface.
+//!
+//! A queue built with a name and a [`MetricsProvider`] (see [`QueueConfig`]) asks the provider
+//! for one metric of each kind, labelled with its name, and keeps them current:
+//!
+//! | metric | kind | meaning |
+//! |---|---|---|
+//! | `depth` | gauge | items added and not yet handed out by `get` |
+//! | `adds_total` | counter | `add`s that marked an item dirty (not the ones deduplicated) |
+//! | `queue_duration_seconds` | histogram | from an item's first `add` to the `get` that hands it out |
+//! | `work_duration_seconds` | histogram | from `get` to `done` |
+//! | `unfinished_work_seconds` | gauge | sum of the ages of the items being processed (set by [`update_unfinished_work`](super::WorkQueue::update_unfinished_work)) |
+//! | `longest_running_processor_seconds` | gauge | age of the oldest item being processed (same) |
+//! | `retries_total` | counter | `add_after` calls not refused by shutdown (the delaying layer) |
+//!
+//! Durations are read from the queue's [`Clock`], so they are deterministic on a
+//! [`FakeClock`](super::FakeClock). Without a name, or with the [`NoopMetricsProvider`], a
+//! queue keeps no metrics and reads no clock for them (client-go's behaviour too).
+//!
+//! With the `prometheus` feature, [`PrometheusMetrics`](super::PrometheusMetrics) is a provider
+//! that registers the metrics in a `prometheus_client` registry as `workqueue_*` with a `name`
+//! label, as Kubernetes components export them.
+
+use std::fmt;
+use std::sync::Arc;
+
+use super::clock::{Clock, RealClock, Time};
+
+/// A gauge that goes up and down by one (client-go `GaugeMetric`).
+pub trait GaugeMetric: Send + Sync {
+    /// Adds one.
+    fn inc(&self);
+    /// Subtracts one.
+    fn dec(&self);
+}
+
+/// A gauge set to a value (client-go `SettableGaugeMetric`).
+pub trait SettableGaugeMetric: Send + Sync {
+    /// Sets the value.
+    fn set(&self, value: f64);
+}
+
+/// A monotonic counter (client-go `CounterMetric`).
+pub trait CounterMetric: Send + Sync {
+    /// Adds one.
+    fn inc(&self);
+}
+
+/// A distribution of observations, in seconds (client-go `HistogramMetric`).
+pub trait HistogramMetric: Send + Sync {
+    /// Records one observation.
+    fn observe(&self, value: f64);
+}
+
+/// Makes a queue's metrics; `name` is the queue's name (client-go `MetricsProvider`).
+pub trait MetricsProvider: Send + Sync {
+    /// `depth`.
+    fn new_depth_metric(&self, name: &str) -> Arc<dyn GaugeMetric>;
+    /// `adds_total`.
+    fn new_adds_metric(&self, name: &str) -> Arc<dyn CounterMetric>;
+    /// `queue_duration_seconds`.
+    fn new_latency_metric(&self, name: &str) -> Arc<dyn HistogramMetric>;
+    /// `work_duration_seconds`.
+    fn new_work_duration_metric(&self, name: &str) -> Arc<dyn HistogramMetric>;
+    /// `unfinished_work_seconds`.
+    fn new_unfinished_work_seconds_metric(&self, name: &str) -> Arc<dyn SettableGaugeMetric>;
+    /// `longest_running_processor_seconds`.
+    fn new_longest_running_processor_seconds_metric(
+        &self,
+        name: &str,
+    ) -> Arc<dyn SettableGaugeMetric>;
+    /// `retries_total`.
+    fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric>;
+
+    /// True for a provider whose metrics record nothing: the queue then skips metrics
+    /// altogether, clock reads included.
+    fn is_noop(&self) -> bool {
+        false
+    }
+}
+
+/// The default provider: metrics that record nothing.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoopMetricsProvider;
+
+struct Noop;
+
+impl GaugeMetric for Noop {
+    fn inc(&self) {}
+    fn dec(&self) {}
+}
+impl SettableGaugeMetric for Noop {
+    fn set(&self, _: f64) {}
+}
+impl CounterMetric for Noop {
+    fn inc(&self) {}
+}
+impl HistogramMetric for Noop {
+    fn observe(&self, _: f64) {}
+}
+
+impl MetricsProvider for NoopMetricsProvider {
+    fn new_depth_metric(&self, _: &str) -> Arc<dyn GaugeMetric> {
+        Arc::new(Noop)
+    }
+    fn new_adds_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+        Arc::new(Noop)
+    }
+    fn new_latency_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+        Arc::new(Noop)
+    }
+    fn new_work_duration_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+        Arc::new(Noop)
+    }
+    fn new_unfinished_work_seconds_metric(&self, _: &str) -> Arc<dyn SettableGaugeMetric> {
+        Arc::new(Noop)
+    }
+    fn new_longest_running_processor_seconds_metric(
+        &self,
+        _: &str,
+    ) -> Arc<dyn SettableGaugeMetric> {
+        Arc::new(Noop)
+    }
+    fn new_retries_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+        Arc::new(Noop)
+    }
+    fn is_noop(&self) -> bool {
+        true
+    }
+}
+
+/// How to build a queue (client-go `QueueConfig`): its name (the metrics' label), its metrics
+/// provider, and the clock every time-dependent part reads.
+///
+/// Pass the same config to the queue and to the layers over it (delaying, rate limiting) so
+/// they share the clock and label their metrics alike.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache::workqueue::{FakeClock, QueueConfig};
+/// let config = QueueConfig::new().name("pods").clock(Arc::new(FakeClock::new()));
+/// assert_eq!(config.get_name(), "pods");
+/// ```
+#[derive(Clone)]
+pub struct QueueConfig {
+    name: String,
+    provider: Arc<dyn MetricsProvider>,
+    clock: Arc<dyn Clock>,
+}
+
+impl QueueConfig {
+    /// Unnamed (no metrics), the no-op provider, and a [`RealClock`].
+    pub fn new() -> Self {
+        Self {
+            name: String::new(),
+            provider: Arc::new(NoopMetricsProvider),
+            clock: Arc::new(RealClock::new()),
+        }
+    }
+
+    /// Names the queue; a queue keeps metrics only if it is named.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Sets the metrics provider.
+    pub fn metrics_provider(mut self, provider: Arc<dyn MetricsProvider>) -> Self {
+        self.provider = provider;
+        self
+    }
+
+    /// Sets the clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The queue's name.
+    pub fn get_name(&self) -> &str {
+        &self.name
+    }
+
+    /// The clock.
+    pub fn get_clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    fn metrics_enabled(&self) -> bool {
+        !self.name.is_empty() && !self.provider.is_noop()
+    }
+
+    /// The queue's own metrics, or `None` when metrics are off.
+    pub(crate) fn queue_metrics(&self) -> Option<QueueMetrics> {
+        self.metrics_enabled().then(|| QueueMetrics {
+            clock: Arc::clone(&self.clock),
+            depth: self.provider.new_depth_metric(&self.name),
+            adds: self.provider.new_adds_metric(&self.name),
+            latency: self.provider.new_latency_metric(&self.name),
+            work_duration: self.provider.new_work_duration_metric(&self.name),
+            unfinished_work: self.provider.new_unfinished_work_seconds_metric(&self.name),
+            longest_running: self
+                .provider
+                .new_longest_running_processor_seconds_metric(&self.name),
+        })
+    }
+
+    /// The delaying layer's `retries_total`, or `None` when metrics are off.
+    pub(crate) fn retries_metric(&self) -> Option<Arc<dyn CounterMetric>> {
+        self.metrics_enabled()
+            .then(|| self.provider.new_retries_metric(&self.name))
+    }
+}
+
+impl Default for QueueConfig {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("name", &self.name)
+            .field("metrics", &self.metrics_enabled())
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+/// A queue's metrics. The queue keeps, per item, when it was first added (until `get`) and
+/// when it was handed out (until `done`), as client-go's `addTimes`/`processingStartTimes`.
+pub(crate) struct QueueMetrics {
+    clock: Arc<dyn Clock>,
+    depth: Arc<dyn GaugeMetric>,
+    adds: Arc<dyn CounterMetric>,
+    latency: Arc<dyn HistogramMetric>,
+    work_duration: Arc<dyn HistogramMetric>,
+    unfinished_work: Arc<dyn SettableGaugeMetric>,
+    longest_running: Arc<dyn SettableGaugeMetric>,
+}
+
+fn seconds(nanos: i64) -> f64 {
+    nanos as f64 / 1e9
+}
+
+impl QueueMetrics {
+    /// An item was marked dirty; returns the time to keep as its add time (if it has none).
+    pub(crate) fn added(&self) -> Time {
+        self.adds.inc();
+        self.depth.inc();
+        self.clock.now()
+    }
+
+    /// An item was handed out; `added_at` is its kept add time. Returns its start time.
+    pub(crate) fn got(&self, added_at: Option<Time>) -> Time {
+        self.depth.dec();
+        let now = self.clock.now();
+        if let Some(added_at) = added_at {
+            self.latency.observe(seconds(now.nanos_since(added_at)));
+        }
+        now
+    }
+
+    /// An item was done; `started_at` is its kept start time.
+    pub(crate) fn done(&self, started_at: Option<Time>) {
+        if let Some(started_at) = started_at {
+            let now = self.clock.now();
+            self.work_duration
+                .observe(seconds(now.nanos_since(started_at)));
+        }
+    }
+
+    /// Sets the unfinished-work gauges from the start times of the items being processed.
+    pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
+        let now = self.clock.now();
+        let (mut total, mut oldest) = (0.0, 0.0);
+        for started_at in started {
+            let age = seconds(now.nanos_since(started_at));
+            total += age;
+            if age > oldest {
+                oldest = age;
+            }
+        }
+        self.unfinished_work.set(total);
+        self.longest_running.set(oldest);
+    }
+}
+
+impl fmt::Debug for QueueMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueMetrics").finish_non_exhaustive()
+    }
+}
+
+#[cfg(all(test, not(kcache_loom)))]
+mod tests {
+    use super::*;
+    use crate::sync::{lock, Mutex};
+    use crate::workqueue::{
+        DelayingQueue, FakeClock, ReferenceQueue, ShardedQueue, TryGet, WorkQueue,
+    };
+    use crate::Key;
+
+    /// Records every metric event as a line.
+    #[derive(Default)]
+    struct Recorder(Arc<Mutex<Vec<String>>>);
+
+    struct Metric(Arc<Mutex<Vec<String>>>, &'static str);
+    impl GaugeMetric for Metric {
+        fn inc(&self) {
+            lock(&self.0).push(format!("{} +1", self.1));
+        }
+        fn dec(&self) {
+            lock(&self.0).push(format!("{} -1", self.1));
+        }
+    }
+    impl SettableGaugeMetric for Metric {
+        fn set(&self, value: f64) {
+            lock(&self.0).push(format!("{} ={value}", self.1));
+        }
+    }
+    impl CounterMetric for Metric {
+        fn inc(&self) {
+            lock(&self.0).push(format!("{} +1", self.1));
+        }
+    }
+    impl HistogramMetric for Metric {
+        fn observe(&self, value: f64) {
+            lock(&self.0).push(format!("{} {value}", self.1));
+        }
+    }
+
+    impl MetricsProvider for Recorder {
+        fn new_depth_metric(&self, _: &str) -> Arc<dyn GaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "depth"))
+        }
+        fn new_adds_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+            Arc::new(Metric(self.0.clone(), "adds_total"))
+        }
+        fn new_latency_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+            Arc::new(Metric(self.0.clone(), "queue_duration_seconds"))
+        }
+        fn new_work_duration_metric(&self, _: &str) -> Arc<dyn HistogramMetric> {
+            Arc::new(Metric(self.0.clone(), "work_duration_seconds"))
+        }
+        fn new_unfinished_work_seconds_metric(&self, _: &str) -> Arc<dyn SettableGaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "unfinished_work_seconds"))
+        }
+        fn new_longest_running_processor_seconds_metric(
+            &self,
+            _: &str,
+        ) -> Arc<dyn SettableGaugeMetric> {
+            Arc::new(Metric(self.0.clone(), "longest_running_processor_seconds"))
+        }
+        fn new_retries_metric(&self, _: &str) -> Arc<dyn CounterMetric> {
+            Arc::new(Metric(self.0.clone(), "retries_total"))
+        }
+    }
+
+    const MS: i64 = 1_000_000;
+
+    /// The same client-go metric events, in the same order, from both queues.
+    fn events<Q: WorkQueue + 'static>(make: impl FnOnce(&QueueConfig) -> Q) -> Vec<String> {
+        let clock = Arc::new(FakeClock::new());
+        let recorder = Recorder::default();
+        let log = recorder.0.clone();
+        let config = QueueConfig::new()
+            .name("test")
+            .metrics_provider(Arc::new(recorder))
+            .clock(clock.clone());
+        let q = DelayingQueue::with_config(make(&config), &config);
+        let a = Key::new("a");
+        q.add(a.clone());
+        q.add(a.clone()); // dirty: not counted
+        clock.step(5 * MS).unwrap();
+        assert_eq!(q.try_get(), TryGet::Item(a.clone()));
+        q.add(a.clone()); // processing: counted, re-queued by done
+        clock.step(7 * MS).unwrap();
+        q.update_unfinished_work();
+        q.done(&a).unwrap();
+        q.add_after(Key::new("b"), MS);
+        let log = lock(&log).clone();
+        log
+    }
+
+    #[test]
+    fn both_queues_report_client_gos_metrics() {
+        let expected = [
+            "adds_total +1",
+            "depth +1",
+            "depth -1",
+            "queue_duration_seconds 0.005",
+            "adds_total +1",
+            "depth +1",
+            "unfinished_work_seconds =0.007",
+            "longest_running_processor_seconds =0.007",
+            "work_duration_seconds 0.007",
+            "retries_total +1",
+        ];
+        assert_eq!(events(ReferenceQueue::with_config), expected);
+        assert_eq!(events(|c| ShardedQueue::with_config(4, c)), expected);
+    }
+
+    #[test]
+    fn unnamed_or_noop_queues_keep_no_metrics() {
+        assert!(QueueConfig::new().queue_metrics().is_none());
+        assert!(QueueConfig::new().name("x").queue_metrics().is_none());
+        assert!(QueueConfig::new()
+            .metrics_provider(Arc::new(Recorder::default()))
+            .queue_metrics()
+            .is_none());
+        assert!(QueueConfig::new()
+            .name("x")
+            .metrics_provider(Arc::new(Recorder::default()))
+            .queue_metrics()
+            .is_some());
+    }
+}

@@ -1,0 +1,230 @@
+//! The Prometheus exporter for the work queue metrics (feature `prometheus`).
+//!
+//! [`PrometheusMetrics`] registers client-go's seven metrics in a `prometheus_client`
+//! [`Registry`] under the `workqueue_` prefix, one time series per queue name (label `name`),
+//! as Kubernetes components export them; `prometheus_client` writes the text exposition format.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use super::metrics::{
+    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
+};
+
+/// The `name` label.
+type Labels = Vec<(String, String)>;
+
+/// A gauge holding an `f64` (the settable ones).
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// Kubernetes' buckets for both duration histograms: 10 ns to 10 s... 100 s, by tens.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-8, 10.0, 10))
+}
+
+/// A [`MetricsProvider`] that feeds a `prometheus_client` registry.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache::Key;
+/// use kcache::workqueue::{PrometheusMetrics, QueueConfig, ShardedQueue, WorkQueue};
+/// use prometheus_client::registry::Registry;
+///
+/// let mut registry = Registry::default();
+/// let metrics = Arc::new(PrometheusMetrics::new(&mut registry));
+/// let q = ShardedQueue::with_config(4, &QueueConfig::new().name("pods").metrics_provider(metrics));
+/// q.add(Key::new("ns/a"));
+/// let mut text = String::new();
+/// prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+/// assert!(text.contains("workqueue_adds_total{name=\"pods\"} 1"));
+/// assert!(text.contains("workqueue_depth{name=\"pods\"} 1"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct PrometheusMetrics {
+    depth: Family<Labels, Gauge>,
+    adds: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    work_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    unfinished_work: Family<Labels, FloatGauge>,
+    longest_running: Family<Labels, FloatGauge>,
+    retries: Family<Labels, Counter>,
+}
+
+impl PrometheusMetrics {
+    /// Registers the metrics in `registry` under the `workqueue` prefix.
+    pub fn new(registry: &mut Registry) -> Self {
+        let metrics = Self {
+            depth: Family::default(),
+            adds: Family::default(),
+            latency: Family::new_with_constructor(duration_histogram),
+            work_duration: Family::new_with_constructor(duration_histogram),
+            unfinished_work: Family::default(),
+            longest_running: Family::default(),
+            retries: Family::default(),
+        };
+        let r = registry.sub_registry_with_prefix("workqueue");
+        r.register("depth", "Current depth of workqueue", metrics.depth.clone());
+        // prometheus_client appends `_total` to counters.
+        r.register(
+            "adds",
+            "Total number of adds handled by workqueue",
+            metrics.adds.clone(),
+        );
+        r.register(
+            "queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            metrics.latency.clone(),
+        );
+        r.register(
+            "work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            metrics.work_duration.clone(),
+        );
+        r.register(
+            "unfinished_work_seconds",
+            "How many seconds of work has done that is in progress and hasn't been observed by \
+             work_duration. Large values indicate stuck threads.",
+            metrics.unfinished_work.clone(),
+        );
+        r.register(
+            "longest_running_processor_seconds",
+            "How many seconds has the longest running processor for workqueue been running.",
+            metrics.longest_running.clone(),
+        );
+        r.register(
+            "retries",
+            "Total number of retries handled by workqueue",
+            metrics.retries.clone(),
+        );
+        metrics
+    }
+}
+
+fn labels(name: &str) -> Labels {
+    vec![("name".to_string(), name.to_string())]
+}
+
+struct IntGauge(Gauge);
+impl GaugeMetric for IntGauge {
+    fn inc(&self) {
+        self.0.inc();
+    }
+    fn dec(&self) {
+        self.0.dec();
+    }
+}
+
+struct SetGauge(FloatGauge);
+impl SettableGaugeMetric for SetGauge {
+    fn set(&self, value: f64) {
+        self.0.set(value);
+    }
+}
+
+struct Count(Counter);
+impl CounterMetric for Count {
+    fn inc(&self) {
+        self.0.inc();
+    }
+}
+
+struct Hist(Histogram);
+impl HistogramMetric for Hist {
+    fn observe(&self, value: f64) {
+        self.0.observe(value);
+    }
+}
+
+impl MetricsProvider for PrometheusMetrics {
+    fn new_depth_metric(&self, name: &str) -> Arc<dyn GaugeMetric> {
+        Arc::new(IntGauge(self.depth.get_or_create(&labels(name)).clone()))
+    }
+    fn new_adds_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
+        Arc::new(Count(self.adds.get_or_create(&labels(name)).clone()))
+    }
+    fn new_latency_metric(&self, name: &str) -> Arc<dyn HistogramMetric> {
+        Arc::new(Hist(self.latency.get_or_create(&labels(name)).clone()))
+    }
+    fn new_work_duration_metric(&self, name: &str) -> Arc<dyn HistogramMetric> {
+        Arc::new(Hist(
+            self.work_duration.get_or_create(&labels(name)).clone(),
+        ))
+    }
+    fn new_unfinished_work_seconds_metric(&self, name: &str) -> Arc<dyn SettableGaugeMetric> {
+        Arc::new(SetGauge(
+            self.unfinished_work.get_or_create(&labels(name)).clone(),
+        ))
+    }
+    fn new_longest_running_processor_seconds_metric(
+        &self,
+        name: &str,
+    ) -> Arc<dyn SettableGaugeMetric> {
+        Arc::new(SetGauge(
+            self.longest_running.get_or_create(&labels(name)).clone(),
+        ))
+    }
+    fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
+        Arc::new(Count(self.retries.get_or_create(&labels(name)).clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workqueue::{
+        DelayingQueue, FakeClock, QueueConfig, ReferenceQueue, ShardedQueue, WorkQueue,
+    };
+    use crate::Key;
+    use prometheus_client::encoding::text::encode;
+
+    #[test]
+    fn exports_every_metric_in_the_text_format_per_queue_name() {
+        let mut registry = Registry::default();
+        let metrics = Arc::new(PrometheusMetrics::new(&mut registry));
+        let clock = Arc::new(FakeClock::new());
+        let config = |name: &str| {
+            QueueConfig::new()
+                .name(name)
+                .metrics_provider(metrics.clone())
+                .clock(clock.clone())
+        };
+        let sharded = DelayingQueue::with_config(
+            ShardedQueue::with_config(4, &config("sharded")),
+            &config("sharded"),
+        );
+        let reference = ReferenceQueue::with_config(&config("reference"));
+        for q in [&sharded as &dyn WorkQueue, &reference] {
+            q.add(Key::new("a"));
+            q.add(Key::new("b"));
+            clock.step(2_000_000).unwrap();
+            let a = q.get().unwrap();
+            clock.step(3_000_000).unwrap();
+            q.update_unfinished_work();
+            q.done(&a).unwrap();
+        }
+        sharded.add_after(Key::new("c"), 1_000_000);
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "# TYPE workqueue_depth gauge",
+            "workqueue_depth{name=\"sharded\"} 1",
+            "workqueue_depth{name=\"reference\"} 1",
+            "workqueue_adds_total{name=\"sharded\"} 2",
+            "workqueue_retries_total{name=\"sharded\"} 1",
+            "# TYPE workqueue_queue_duration_seconds histogram",
+            "workqueue_queue_duration_seconds_sum{name=\"reference\"} 0.002",
+            "workqueue_queue_duration_seconds_count{name=\"reference\"} 1",
+            "workqueue_work_duration_seconds_sum{name=\"sharded\"} 0.003",
+            "workqueue_unfinished_work_seconds{name=\"sharded\"} 0.003",
+            "workqueue_longest_running_processor_seconds{name=\"reference\"} 0.003",
+            "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"sharded\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Loom models of the work queues' own synchronisation: the sharded queue's hand-off through
+//! its lock-free ready-shard scheduler to blocked threads and async waiters, per-item
+//! exclusivity, drain on shutdown, and the pass-on of a wake-up received by a cancelled async
+//! `get` (the reference queue's too).
+//!
+//! Run with:
+//! `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --test loom_workqueue`
+#![cfg(kcache_loom)]
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use kcache::workqueue::{AsyncGet, ReferenceQueue, ShardedQueue, ShutDown, TryGet, WorkQueue};
+use kcache::Key;
+use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use loom::thread;
+
+fn model(f: impl Fn() + Sync + Send + 'static) {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.check(f);
+}
+
+fn k(name: &str) -> Key {
+    Key::new(name)
+}
+
+/// Wakes a parked loom thread: a minimal executor for one future (an async runtime's waker does
+/// the same job for a task).
+struct Unpark(thread::Thread);
+impl Wake for Unpark {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+fn block_on<F: Future>(future: F) -> F::Output {
+    let waker = Waker::from(Arc::new(Unpark(thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = pin!(future);
+    loop {
+        if let Poll::Ready(value) = future.as_mut().poll(&mut cx) {
+            return value;
+        }
+        thread::park();
+    }
+}
+
+/// A waker for polling by hand; the models check the queue's wake-ups through the *other*
+/// waiters, whose wakers unpark loom threads.
+struct NoWake;
+impl Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// A thread blocked in `get` is woken by an add: no lost wake-up in any interleaving of the
+/// scheduler's permit word and its waiter list (loom reports a deadlock if one exists).
+#[test]
+fn blocked_get_is_woken_by_add() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}
+
+/// The same for an async `get` on a loom executor.
+#[test]
+fn async_get_is_woken_by_add() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || block_on(q.get_async()))
+        };
+        q.add(k("a"));
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}
+
+/// An item re-added while it is processed is not handed to a second worker until `done`, and
+/// is handed out again afterwards: two workers and a producer on one item.
+#[test]
+fn a_processing_item_is_never_handed_out_twice_at_once() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(1));
+        let busy = Arc::new(AtomicBool::new(false));
+        let gets = Arc::new(AtomicUsize::new(0));
+        q.add(k("a"));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (q, busy, gets) = (Arc::clone(&q), Arc::clone(&busy), Arc::clone(&gets));
+                thread::spawn(move || {
+                    while let TryGet::Item(key) = q.try_get() {
+                        assert!(!busy.swap(true, Ordering::SeqCst), "handed out twice");
+                        gets.fetch_add(1, Ordering::SeqCst);
+                        busy.store(false, Ordering::SeqCst);
+                        q.done(&key).unwrap();
+                    }
+                })
+            })
+            .collect();
+        q.add(k("a"));
+        for w in workers {
+            w.join().unwrap();
+        }
+        // Whatever the workers left is still queued: the second add is never lost.
+        while let TryGet::Item(key) = q.try_get() {
+            gets.fetch_add(1, Ordering::SeqCst);
+            q.done(&key).unwrap();
+        }
+        let n = gets.load(Ordering::SeqCst);
+        assert!((1..=2).contains(&n), "{n} gets");
+        assert_eq!(q.try_get(), TryGet::Empty);
+    });
+}
+
+/// `shut_down_with_drain` returns once the processing item is done, and wakes a blocked `get`
+/// with `ShutDown`.
+#[test]
+fn drain_waits_for_done_and_shutdown_wakes_getters() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        q.add(k("a"));
+        let a = q.try_get();
+        let getter = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        let drainer = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.shut_down_with_drain())
+        };
+        let TryGet::Item(a) = a else {
+            panic!("a was queued")
+        };
+        q.done(&a).unwrap();
+        drainer.join().unwrap();
+        assert_eq!(getter.join().unwrap(), Err(ShutDown));
+    });
+}
+
+/// An async `get` that is woken and then dropped passes the wake-up on to the next waiter.
+fn cancelled_get_passes_the_wake_up_on(q: Arc<dyn WorkQueue>) {
+    let waker = Waker::from(Arc::new(NoWake));
+    let mut cx = Context::from_waker(&waker);
+    let mut first = Box::pin(q.get_async());
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    let second = {
+        let q = Arc::clone(&q);
+        thread::spawn(move || q.get())
+    };
+    q.add(k("a"));
+    // `first` is the oldest waiter and may have received the wake-up; dropping it must not
+    // strand the item with `second` asleep.
+    drop(first);
+    assert_eq!(second.join().unwrap(), Ok(k("a")));
+}
+
+#[test]
+fn cancelled_async_get_passes_the_wake_up_on_sharded() {
+    model(|| cancelled_get_passes_the_wake_up_on(Arc::new(ShardedQueue::new(2))));
+}
+
+#[test]
+fn cancelled_async_get_passes_the_wake_up_on_reference() {
+    model(|| cancelled_get_passes_the_wake_up_on(Arc::new(ReferenceQueue::new())));
+}
+
+/// Two items, two blocked workers of different kinds (a thread and an async task): both are
+/// served; wake-ups are neither lost nor spent on the wrong waiter.
+#[test]
+fn a_thread_and_a_task_waiting_are_both_served() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        let thread_worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        let task_worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || block_on(q.get_async()))
+        };
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got = vec![
+            thread_worker.join().unwrap().unwrap(),
+            task_worker.join().unwrap().unwrap(),
+        ];
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
+    });
+}
