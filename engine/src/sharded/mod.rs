@@ -7,4 +7,4 @@ mod scheduler;
 pub use delta_fifo::{DeltaFifo, DEFAULT_SHARDS};
 
 mod indexer;
-pub use indexer::IndexedStore;
+pub use indexer::{IndexedStore, ReadGuard};
