@@ -69,6 +69,14 @@ pub struct RunArgs {
     /// backlog; with a rate both engines can absorb, latency is the engine's own hand-off.
     #[arg(long)]
     pub rate: Option<u64>,
+    /// Bound both engines' backlog: the producer waits while this many deltas are queued
+    /// (0: unbounded, as client-go; the default).
+    #[arg(long, default_value_t = 0)]
+    pub max_queued_deltas: usize,
+    /// Both engines compact consecutive updates of a key into the newest (level-triggered
+    /// mode; off by default).
+    #[arg(long)]
+    pub compact_updates: bool,
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -109,6 +117,8 @@ impl RunArgs {
                 .handler_us
                 .map_or(own.handler_cost, Duration::from_micros),
             rate: self.rate,
+            max_queued_deltas: self.max_queued_deltas,
+            compact_updates: self.compact_updates,
         }
     }
 }
@@ -155,6 +165,15 @@ pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -
     .to_vec();
     if let Some(rate) = cfg.rate {
         args.extend(["--rate".to_string(), rate.to_string()]);
+    }
+    if cfg.max_queued_deltas > 0 {
+        args.extend([
+            "--max-queued-deltas".to_string(),
+            cfg.max_queued_deltas.to_string(),
+        ]);
+    }
+    if cfg.compact_updates {
+        args.push("--compact-updates".to_string());
     }
     args
 }
