@@ -440,4 +440,54 @@ mod tests {
         assert_eq!(d.newest().map(|d| d.kind), Some(DeltaType::Deleted));
         assert_eq!(d.oldest().map(|d| d.kind), Some(DeltaType::Updated));
     }
+
+    fn pushed(kinds: &[DeltaType], compact: bool) -> (Vec<(DeltaType, u32)>, Vec<bool>) {
+        let mut list = DeltaList::new();
+        let grew = kinds
+            .iter()
+            .enumerate()
+            .map(|(v, &kind)| {
+                let delta = Delta::new(kind, obj(v as u32));
+                let predicted = push_grows(&list, kind, compact);
+                let grew = push_delta(&mut list, delta, compact);
+                assert_eq!(predicted, grew, "push_grows predicts push_delta");
+                grew
+            })
+            .collect();
+        let got = list
+            .iter()
+            .map(|d| (d.kind, **d.object.object().unwrap()))
+            .collect();
+        (got, grew)
+    }
+
+    #[test]
+    fn compaction_replaces_a_newest_state_with_the_newer_one() {
+        use DeltaType::*;
+        for old in [Updated, Sync, Replaced] {
+            for new in [Updated, Sync, Replaced] {
+                let (list, grew) = pushed(&[old, new], true);
+                assert_eq!(list, [(new, 1)], "{old} then {new}");
+                assert_eq!(grew, [true, false]);
+                // Off: both stay.
+                assert_eq!(pushed(&[old, new], false).0, [(old, 0), (new, 1)]);
+            }
+        }
+    }
+
+    #[test]
+    fn compaction_never_touches_added_or_deleted() {
+        use DeltaType::*;
+        for (kinds, kept) in [
+            (&[Added, Updated][..], 2),
+            (&[Updated, Added], 2),
+            (&[Added, Added], 2),
+            (&[Updated, Deleted, Updated], 3),
+            (&[Deleted, Sync], 2),
+        ] {
+            assert_eq!(pushed(kinds, true).0.len(), kept, "{kinds:?}");
+        }
+        // Dedup still applies, and still keeps the older real delete.
+        assert_eq!(pushed(&[Deleted, Deleted], true).0, [(Deleted, 0)]);
+    }
 }
