@@ -404,6 +404,9 @@ fn scale() -> usize {
 }
 
 const STRESS_BOUND: usize = 64;
+
+/// What consumers saw of each key, in delivery order: (type, version).
+type PerKey = Vec<Mutex<Vec<(DeltaType, u64)>>>;
 const PRODUCERS: usize = 4;
 const CONSUMERS: usize = 2;
 const KEYS_PER_PRODUCER: usize = 16;
@@ -447,7 +450,7 @@ fn small_bound_under_four_producers_and_two_consumers() {
             let q = q.clone();
             let store = Arc::clone(&store);
             thread::spawn(move || {
-                let seen: Arc<Vec<Mutex<Vec<(DeltaType, u64)>>>> =
+                let seen: Arc<PerKey> =
                     Arc::new((0..keys).map(|_| Mutex::new(Vec::new())).collect());
                 let stop = Arc::new(AtomicBool::new(false));
                 let max_seen = Arc::new(AtomicUsize::new(0));

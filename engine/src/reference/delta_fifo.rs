@@ -46,6 +46,10 @@ use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 ///   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
 ///   sorted, so pop order is reproducible and traces can be compared line for line.
 /// - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
+/// - **Two opt-in modes**, off by default: a backlog bound
+///   ([`QueueOptions::max_queued_deltas`]: producers wait on the one condition variable, which
+///   pops signal when they make room) and update compaction
+///   ([`QueueOptions::compact_updates`]).
 ///
 /// ```
 /// use std::sync::Arc;

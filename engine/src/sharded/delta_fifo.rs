@@ -248,6 +248,12 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// operation changes nothing; known keys are walked sorted), plus the per-key exclusivity,
 /// the processing outside the lock and the *processed* meaning of `has_synced` above.
 ///
+/// # Opt-in modes
+///
+/// [`QueueOptions::max_queued_deltas`] bounds the backlog with one count shared by all shards
+/// (touched only when a bound is set); [`QueueOptions::compact_updates`] compacts updates per
+/// key. Both behave exactly as in the reference (docs/sharded.md).
+///
 /// ```
 /// use std::sync::Arc;
 /// use kcache::{sharded::DeltaFifo, DeltaQueue, DeltaType, Key, QueueOptions};
