@@ -316,6 +316,28 @@ mod tests {
     }
 
     #[test]
+    fn a_child_gets_the_queue_modes_of_its_parent() {
+        let parent = parse(&["--workload", "w2"]);
+        assert_eq!(parent.config().max_queued_deltas, 0, "unbounded by default");
+        assert!(!parent.config().compact_updates, "no compaction by default");
+        let parent = parse(&[
+            "--workload",
+            "w2",
+            "--max-queued-deltas",
+            "100000",
+            "--compact-updates",
+        ]);
+        let cfg = parent.config();
+        assert_eq!(
+            (cfg.max_queued_deltas, cfg.compact_updates),
+            (100_000, true)
+        );
+        let args = child_args(&parent.spec(), EngineKind::Reference, &cfg);
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.config(), cfg);
+    }
+
+    #[test]
     fn w5_burns_two_microseconds_per_delta_unless_told_otherwise() {
         let w5 = parse(&["--workload", "w5"]);
         assert_eq!(w5.config().handler_cost, Duration::from_micros(2));
