@@ -443,11 +443,11 @@ fn produce<Q: DeltaQueue<Pod>>(
 }
 
 /// The producer checks its schedule every this many ops (bursts of this size are fine).
-const PACE_EVERY: usize = 16;
+pub const PACE_EVERY: usize = 16;
 
 /// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
 /// off, spins for the last stretch (a sleep overshoots by tens of microseconds).
-fn pace(start: Instant, n: usize, rate: u64) {
+pub fn pace(start: Instant, n: usize, rate: u64) {
     let due = Duration::from_nanos((n as u128 * 1_000_000_000 / u128::from(rate.max(1))) as u64);
     loop {
         let now = start.elapsed();

@@ -12,6 +12,8 @@
 //! | [`report`] | one run's measured result; the table, the JSON report, the exit code |
 //! | [`isolate`] | runs each engine in a child process of its own |
 //! | [`run`] | `loadgen run`: one workload through one engine or both |
+//! | [`through_informer`] | `loadgen run --through informer`: the same events through the whole informer pipeline |
+//! | [`informer_verdict`] | judges each handler of a run through the informer |
 //! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
 //! | [`chart`] | the SVG charts of `compare` |
 //! | [`machine`] | what machine a comparison ran on |
@@ -23,6 +25,7 @@
 pub mod chart;
 pub mod compare;
 pub mod driver;
+pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;
 pub mod machine;
@@ -30,6 +33,7 @@ pub mod ops;
 pub mod report;
 pub mod rss;
 pub mod run;
+pub mod through_informer;
 pub mod ui;
 pub mod verdict;
 pub mod watch_stream;
