@@ -133,6 +133,9 @@ pub enum RunError {
     /// An engine refused the workload.
     #[error(transparent)]
     Engine(#[from] crate::driver::EngineError),
+    /// A run through the informer could not go on (`--through informer`).
+    #[error("the informer run failed: {0}")]
+    Informer(String),
     /// A child process for one engine failed.
     #[error(transparent)]
     Isolate(#[from] crate::isolate::IsolateError),

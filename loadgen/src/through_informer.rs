@@ -25,7 +25,8 @@
 //! - **Timing.** From the informer's start (the initial list) until every handler's view
 //!   equals the final state; each handler's own time is reported too. Latency: from the
 //!   producer's write into the server to the first (fast) handler's notification, on a
-//!   sample of the events.
+//!   sample of the events. In the report's row, `deltas` counts the first handler's
+//!   notifications and `pops` is 0 (the informer does not expose its pops).
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -355,7 +356,7 @@ pub fn execute(
     let plan = Arc::new(Plan::of(gen));
     let server = MemoryListerWatcher::with_window(served_key_fn(), SERVER_WINDOW);
     for op in &gen.ops[..plan.initial_ops] {
-        write(&server, op).map_err(RunError::Invalid)?;
+        write(&server, op).map_err(RunError::Informer)?;
     }
     let errors = Arc::new(AtomicU64::new(0));
     let builder = {
@@ -508,7 +509,7 @@ where
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .map_err(|e| RunError::Invalid(format!("cannot start a tokio runtime: {e}")))?;
+        .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
     let start = Instant::now();
     let mut handlers = Vec::with_capacity(icfg.handlers);
     for h in 0..icfg.handlers {
@@ -522,7 +523,7 @@ where
         let shared = Arc::clone(&recorder.shared);
         informer
             .add_event_handler(recorder)
-            .map_err(|e| RunError::Invalid(format!("cannot register a handler: {e}")))?;
+            .map_err(|e| RunError::Informer(format!("cannot register a handler: {e}")))?;
         handlers.push(shared);
     }
     let mut failures = Vec::new();
@@ -534,7 +535,7 @@ where
                 informer.wait_for_sync().await;
                 Ok::<_, kcache::informer::InformerError>(())
             })
-            .map_err(|e| RunError::Invalid(format!("the informer did not start: {e}")))?;
+            .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
         let producer = scope.spawn(|| {
             let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
             produced.store(true, Ordering::Release);
@@ -555,7 +556,7 @@ where
         let skipped = producer
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-            .map_err(|e| RunError::Invalid(format!("the server refused the workload: {e}")))?;
+            .map_err(|e| RunError::Informer(format!("the server refused the workload: {e}")))?;
         Ok::<_, RunError>((skipped, wall))
     })?;
     runtime.block_on(informer.shutdown());
