@@ -893,3 +893,77 @@ pub fn handler_table(results: &[RunResult]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> RunArgs {
+        Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
+    }
+
+    #[test]
+    fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
+        let parent = parse(&[
+            "--workload",
+            "w3",
+            "--through",
+            "informer",
+            "--handlers",
+            "5",
+            "--slow-handler-us",
+            "7",
+            "--keys",
+            "300",
+            "--rate",
+            "1000",
+        ]);
+        let (spec, cfg, icfg) = (parent.spec(), parent.config(), config(&parent));
+        assert_eq!(icfg.handlers, 5);
+        let args = child_args(&spec, EngineKind::Reference, &cfg, &icfg);
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.through, Through::Informer);
+        assert_eq!(
+            (child.spec(), child.config(), config(&child)),
+            (spec, cfg, icfg)
+        );
+        assert!(child.in_process);
+    }
+
+    #[test]
+    fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
+        let args = parse(&["--workload", "w1"]);
+        assert_eq!(args.through, Through::Queue);
+        assert_eq!(config(&args), InformerConfig::default());
+        assert!(parse_handlers("65").is_err());
+    }
+
+    #[test]
+    fn one_engine_in_process_passes_with_every_handler_ok() {
+        let args = parse(&[
+            "--workload",
+            "w5",
+            "--through",
+            "informer",
+            "--engine",
+            "reference",
+            "--keys",
+            "100",
+            "--events",
+            "1000",
+        ]);
+        let results = run(&args, Ui::Quiet).expect("tiny run");
+        assert_eq!(results.len(), 1);
+        assert!(results[0].is_ok(), "{:?}", results[0].failures);
+        assert_eq!(results[0].handlers.len(), 3);
+        assert!(results[0].handlers[2].slow);
+        assert!(handler_table(&results).contains("2 (slow)"));
+    }
+}
