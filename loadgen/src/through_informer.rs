@@ -528,6 +528,7 @@ where
     }
     let mut failures = Vec::new();
     let produced = AtomicBool::new(false);
+    let producer_failed = AtomicBool::new(false);
     let (skipped, wall) = thread::scope(|scope| {
         runtime
             .block_on(async {
@@ -538,12 +539,15 @@ where
             .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
         let producer = scope.spawn(|| {
             let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
+            // Relaxed: read only to stop waiting; the error itself comes back through join.
+            producer_failed.store(result.is_err(), Ordering::Relaxed);
             produced.store(true, Ordering::Release);
             result
         });
         runtime.block_on(wait_until_final(
             &handlers,
             &produced,
+            &producer_failed,
             server,
             &informer,
             &mut failures,
@@ -613,10 +617,12 @@ where
     })
 }
 
-/// Polls until the producer is done and every handler's view is final, or a handler stalls.
+/// Polls until the producer is done and every handler's view is final, or a handler stalls,
+/// or the producer or the informer failed.
 async fn wait_until_final<Q, I>(
     handlers: &[Arc<Progressing>],
     produced: &AtomicBool,
+    producer_failed: &AtomicBool,
     server: &MemoryListerWatcher<ServedPod>,
     informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
     failures: &mut Vec<String>,
@@ -627,7 +633,8 @@ async fn wait_until_final<Q, I>(
     let mut heard: Vec<(u64, Instant)> = vec![(0, Instant::now()); handlers.len()];
     loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
-        if informer.failure().is_some() {
+        // Either way the run is over: the error is reported after this returns.
+        if informer.failure().is_some() || producer_failed.load(Ordering::Relaxed) {
             return;
         }
         // Acquire pairs with the producer's Release: its last write is in the server.
