@@ -1054,6 +1054,8 @@ mod tests {
             } else {
                 vec!["lost".into()]
             },
+            handlers: Vec::new(),
+            informer: None,
         }
     }
 

@@ -469,7 +469,7 @@ fn produce<Q: DeltaQueue<Pod>>(
 }
 
 /// The producer checks its schedule every this many ops (bursts of this size are fine).
-const PACE_EVERY: usize = 16;
+pub const PACE_EVERY: usize = 16;
 
 /// A paced producer keeps its schedule when its largest lag is at most this share of the run's
 /// scheduled length (docs/workloads.md, "Capacity").
@@ -498,7 +498,7 @@ pub fn kept_schedule(lag: Duration, ops: usize, rate: u64) -> bool {
 /// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
 /// off, spins for the last stretch (a sleep overshoots by tens of microseconds). Returns how
 /// late op `n` already was (zero when it was early).
-fn pace(start: Instant, n: usize, rate: u64) -> Duration {
+pub fn pace(start: Instant, n: usize, rate: u64) -> Duration {
     let due = due_time(n, rate);
     loop {
         let now = start.elapsed();

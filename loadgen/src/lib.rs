@@ -13,6 +13,8 @@
 //! | [`isolate`] | runs each engine in a child process of its own |
 //! | [`run`] | `loadgen run`: one workload through one engine or both |
 //! | [`capacity`] | `loadgen capacity`: the highest offered rate an engine keeps up with, and its latency curve |
+//! | [`through_informer`] | `loadgen run --through informer`: the same events through the whole informer pipeline |
+//! | [`informer_verdict`] | judges each handler of a run through the informer |
 //! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
 //! | [`chart`] | the SVG charts of `compare` and `capacity` |
 //! | [`machine`] | what machine a comparison ran on |
@@ -25,6 +27,7 @@ pub mod capacity;
 pub mod chart;
 pub mod compare;
 pub mod driver;
+pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;
 pub mod machine;
@@ -32,6 +35,7 @@ pub mod ops;
 pub mod report;
 pub mod rss;
 pub mod run;
+pub mod through_informer;
 pub mod ui;
 pub mod verdict;
 pub mod watch_stream;

@@ -71,6 +71,44 @@ pub struct RunResult {
     pub verdict: String,
     /// Every failed rule (empty when `ok`).
     pub failures: Vec<String>,
+    /// `--through informer`: one verdict per handler (absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handlers: Vec<HandlerResult>,
+    /// `--through informer`: what the reflector did (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub informer: Option<InformerStats>,
+}
+
+/// One handler of a run through the informer (`loadgen run --through informer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandlerResult {
+    /// Its number, in registration order.
+    pub handler: usize,
+    /// Whether it is the slow one.
+    pub slow: bool,
+    /// Handler calls.
+    pub notifications: u64,
+    /// Deletions it learnt from a relist (tombstones).
+    pub tombstones: u64,
+    /// When its view became the final state, from the informer's start; `null` if never.
+    pub caught_up_s: Option<f64>,
+    /// `ok`, or `FAIL: ...`.
+    pub verdict: String,
+    /// Every failed rule of this handler.
+    pub failures: Vec<String>,
+}
+
+/// What the reflector of a run through the informer did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InformerStats {
+    /// List calls served (pages count one each).
+    pub lists: u64,
+    /// Watch calls served.
+    pub watches: u64,
+    /// Errors the reflector reported (the scripted outages and 410s among them).
+    pub reflector_errors: u64,
+    /// Workload resyncs left out (the informer resyncs on its own timer).
+    pub skipped_resyncs: u64,
 }
 
 impl RunResult {
@@ -142,6 +180,8 @@ pub fn measure(
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
+        handlers: Vec::new(),
+        informer: None,
     })
 }
 
@@ -365,6 +405,8 @@ mod tests {
                 format!("FAIL: {}", failures[0])
             },
             failures: failures.iter().map(|f| f.to_string()).collect(),
+            handlers: Vec::new(),
+            informer: None,
         }
     }
 

@@ -80,6 +80,17 @@ pub struct RunArgs {
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// How the events reach the engine: `queue` (a producer calls the queue, consumers apply
+    /// pops to the indexer: the engine bare) or `informer` (through an in-memory API server,
+    /// the reflector and a shared informer with `--handlers` handlers; W4 has no such path).
+    #[arg(long, value_enum, default_value = "queue")]
+    pub through: crate::through_informer::Through,
+    /// `--through informer`: handler registrations; the last one is the slow one.
+    #[arg(long, default_value_t = crate::through_informer::DEFAULT_HANDLERS, value_parser = crate::through_informer::parse_handlers)]
+    pub handlers: usize,
+    /// `--through informer`: CPU microseconds the slow handler spins per notification.
+    #[arg(long, default_value_t = crate::through_informer::DEFAULT_SLOW_HANDLER_US)]
+    pub slow_handler_us: u64,
     /// Run every engine in this process, one after another, instead of one child process per
     /// engine. Faster to debug and profile, but the peak memory of every run after the first
     /// is understated: the allocator hands the next run what the previous one freed.
@@ -133,6 +144,9 @@ pub enum RunError {
     /// An engine refused the workload.
     #[error(transparent)]
     Engine(#[from] crate::driver::EngineError),
+    /// A run through the informer could not go on (`--through informer`).
+    #[error("the informer run failed: {0}")]
+    Informer(String),
     /// A child process for one engine failed.
     #[error(transparent)]
     Isolate(#[from] crate::isolate::IsolateError),
@@ -225,6 +239,9 @@ pub fn run_engines(
 
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    if args.through == crate::through_informer::Through::Informer {
+        return crate::through_informer::run(args, ui);
+    }
     run_spec(
         &args.spec(),
         &args.engine.engines(),
@@ -261,12 +278,15 @@ pub fn run_spec(
 /// Runs `loadgen run`.
 pub fn main(args: RunArgs) -> ExitCode {
     match run(&args, Ui::detect()) {
-        Ok(results) => finish("run", &table(&results), &results, || match &args.json {
-            Some(path) => {
-                write_json(path, &Report { results: &results }).map_err(|e| e.to_string())
-            }
-            None => Ok(()),
-        }),
+        Ok(results) => {
+            let shown = table(&results) + &crate::through_informer::handler_table(&results);
+            finish("run", &shown, &results, || match &args.json {
+                Some(path) => {
+                    write_json(path, &Report { results: &results }).map_err(|e| e.to_string())
+                }
+                None => Ok(()),
+            })
+        }
         Err(e) => refuse("run", e),
     }
 }

@@ -10,7 +10,8 @@
 //!
 //! Scripting hooks make the failures an informer must survive happen on demand: end every open
 //! watch, answer 410 to the next watches, fail the next lists or watches as a refused
-//! connection would, forget the window, slow every call down.
+//! connection would, go down for a while (writes go on unseen), forget the window, slow every
+//! call down.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -106,6 +107,8 @@ struct Faults {
     fail_lists: usize,
     fail_watches: usize,
     expire_watches: usize,
+    /// Every list and watch fails as a refused connection until this is cleared.
+    unavailable: bool,
     latency: Duration,
 }
 
@@ -260,6 +263,19 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         self.state().faults.fail_watches += n;
     }
 
+    /// Takes the server down (`true`: every list and watch call fails as a refused connection,
+    /// and the open watches end) or brings it back (`false`). Writes go on while it is down:
+    /// no watch sees them, so a client learns of them only from its next list (or from a
+    /// watch that resumes from a version still in the window). Scripted failures counted by
+    /// the other hooks wait for the server to be back.
+    pub fn set_unavailable(&self, down: bool) {
+        let mut state = self.state();
+        state.faults.unavailable = down;
+        if down {
+            state.watchers.clear();
+        }
+    }
+
     /// Every later list and watch call waits this long before it is served.
     pub fn set_latency(&self, latency: Duration) {
         self.state().faults.latency = latency;
@@ -325,6 +341,9 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     fn serve_list(&self, options: ListOptions) -> Result<Page<T>, Error> {
         let mut state = self.state();
         state.list_calls += 1;
+        if state.faults.unavailable {
+            return Err(injected_connection_refused("list"));
+        }
         if state.faults.fail_lists > 0 {
             state.faults.fail_lists -= 1;
             return Err(injected_connection_refused("list"));
@@ -392,6 +411,9 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     fn serve_watch(&self, options: WatchOptions) -> Result<WatchStream<T>, Error> {
         let mut state = self.state();
         state.watch_calls += 1;
+        if state.faults.unavailable {
+            return Err(injected_connection_refused("watch"));
+        }
         if state.faults.fail_watches > 0 {
             state.faults.fail_watches -= 1;
             return Err(injected_connection_refused("watch"));
@@ -642,6 +664,35 @@ mod tests {
             let before = tokio::time::Instant::now();
             assert!(s.list(ListOptions::default()).await.is_ok());
             assert_eq!(before.elapsed(), Duration::from_millis(250));
+        });
+    }
+
+    #[test]
+    fn a_server_that_is_down_refuses_everything_and_keeps_its_scripted_410_for_later() {
+        rt().block_on(async {
+            let s = server(10);
+            s.upsert(obj("a")).unwrap();
+            let mut open = s.watch(WatchOptions::default()).await.unwrap();
+            assert_eq!(describe(next(&mut open).await), "added a 1");
+            s.expire_next_watches(1);
+            s.set_unavailable(true);
+            assert_eq!(describe(next(&mut open).await), "end");
+            s.delete(&Key::new("a"));
+            assert!(s.list(ListOptions::default()).await.is_err());
+            let refused = s.watch(WatchOptions::default()).await.err().unwrap();
+            assert!(refused.is_retriable_watch_error());
+            s.set_unavailable(false);
+            let from = WatchOptions {
+                resource_version: "1".into(),
+                ..Default::default()
+            };
+            let mut expired = s.watch(from).await.unwrap();
+            assert_eq!(describe(next(&mut expired).await), "error 410");
+            let list = s.list(ListOptions::default()).await.unwrap();
+            assert!(
+                list.items.is_empty(),
+                "the list shows the deletion made while down"
+            );
         });
     }
 

@@ -1,0 +1,981 @@
+//! `loadgen run --through informer`: a workload's events through the whole informer pipeline,
+//! with a verdict per handler.
+//!
+//! The path: the producer thread writes the workload's events into an in-memory API server
+//! ([`MemoryListerWatcher`]); a [`SharedInformer`] (its reflector lists and watches the
+//! server, its consumers apply what they pop to the indexer) fans the notifications out to H
+//! handlers, the last of which is slow (it spins a few microseconds per notification).
+//!
+//! - **The initial list.** The workload's initial population (W1, W2, W5: the first add of
+//!   every key; W3: its first relist) is written into the server before the clock starts, so
+//!   it is the informer's initial list. The churn starts once the informer has synced, which
+//!   makes the initial-list flag exact: a key's first notification is `on_add(initial=true)`
+//!   if and only if the key was in that list.
+//! - **W3's relists** are real: at each relist of the workload the server goes down (the
+//!   watch ends, every call is refused), performs the deletions the relist "missed" (so no
+//!   watch sees them), scripts a `410 Expired` for the next watch, and comes back. The
+//!   reflector's retried watch gets the 410, it lists again, and the `replace` turns the
+//!   missing keys into tombstones. The producer waits for that list before it goes on.
+//!   W3's resyncs are left out: the informer resyncs on its own timer (periods of a second
+//!   or more), not on request.
+//! - **Each handler** keeps what it heard per key and checks every notification as it comes
+//!   ([`HandlerRecord`]): adds and deletes alternate, versions never go back, an update's
+//!   `old` (and a delete's object) is the state it was last told, the initial flag is right.
+//!   After the run, [`judge`] holds its final view to the server's final state.
+//! - **Timing.** From the informer's start (the initial list) until every handler's view
+//!   equals the final state; each handler's own time is reported too. Latency: from the
+//!   producer's write into the server to the first (fast) handler's notification, on a
+//!   sample of the events. In the report's row, `deltas` counts the first handler's
+//!   notifications and `pops` is 0 (the informer does not expose its pops).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use kcache::informer::{
+    Backoff, MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned,
+};
+use kcache::KeyFn;
+use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, IndexValues, Indexer, Indexers};
+use smallvec::smallvec;
+
+use crate::driver::{pace, EngineConfig, EngineKind, Progress, PACE_EVERY, SHARDED_BATCH};
+use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
+use crate::latency::{new_histogram, Percentiles, SAMPLE_EVERY};
+use crate::report::{aligned, si, LatencyUs};
+use crate::report::{HandlerResult, RunResult};
+use crate::rss::{PeakSource, RssProbe};
+use crate::run::{child_args as queue_child_args, generate_with_progress, RunArgs, RunError};
+use crate::ui::Ui;
+use crate::verdict::Verdict;
+use crate::workload::{Generated, Op, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
+
+/// Handlers unless told otherwise.
+pub const DEFAULT_HANDLERS: usize = 3;
+
+/// What the slow handler spins per notification unless told otherwise, in microseconds.
+pub const DEFAULT_SLOW_HANDLER_US: u64 = 1;
+
+/// A handler that hears nothing for this long, while its view is not final, has stalled.
+const STALL: Duration = Duration::from_secs(60);
+
+/// How long the producer waits for the reflector to relist after an outage.
+const RELIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Events the in-memory server keeps for watches that resume. Large enough that the watch a
+/// reflector opens after a relist resumes even while the producer writes at full speed, so
+/// the only relists are the workload's (a small window turns each into a chain of 410s).
+const SERVER_WINDOW: usize = 200_000;
+
+/// How a run's events reach the engine (`--through`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Through {
+    /// The producer calls the queue; consumers apply pops to the indexer (the engines bare).
+    #[default]
+    Queue,
+    /// Through an in-memory API server, the reflector and a shared informer with handlers.
+    Informer,
+}
+
+/// The informer path's own knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InformerConfig {
+    /// Handler registrations; the last one is slow.
+    pub handlers: usize,
+    /// What the slow handler spins per notification.
+    pub slow_handler: Duration,
+}
+
+impl Default for InformerConfig {
+    fn default() -> Self {
+        Self {
+            handlers: DEFAULT_HANDLERS,
+            slow_handler: Duration::from_micros(DEFAULT_SLOW_HANDLER_US),
+        }
+    }
+}
+
+/// Parses `--handlers`: at least one.
+///
+/// ```
+/// use loadgen::through_informer::parse_handlers;
+/// assert_eq!(parse_handlers("3"), Ok(3));
+/// assert!(parse_handlers("0").is_err());
+/// ```
+pub fn parse_handlers(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if (1..=64).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "--handlers must be a whole number from 1 to 64 (got {s:?})"
+        )),
+    }
+}
+
+/// What the in-memory server stores: a workload pod and the resource version the server gave
+/// its write. Cloning copies the version string and shares the pod.
+#[derive(Debug, Clone)]
+pub struct ServedPod {
+    /// The workload's object.
+    pub pod: Arc<Pod>,
+    /// The server's resource version of the write that made this state.
+    pub rv: String,
+}
+
+impl ServedPod {
+    /// A pod not yet written (the server stamps the version).
+    pub fn new(pod: Arc<Pod>) -> Self {
+        Self {
+            pod,
+            rv: String::new(),
+        }
+    }
+}
+
+impl Versioned for ServedPod {
+    fn resource_version(&self) -> &str {
+        &self.rv
+    }
+}
+
+impl SetResourceVersion for ServedPod {
+    fn set_resource_version(&mut self, resource_version: &str) {
+        self.rv.clear();
+        self.rv.push_str(resource_version);
+    }
+}
+
+/// The key function of the served pods: the pod's precomputed key.
+pub fn served_key_fn() -> KeyFn<ServedPod> {
+    Arc::new(|p: &ServedPod| Ok(p.pod.key.clone()))
+}
+
+/// The `namespace` and `node` indexes of the served pods (the bare path's, one level down).
+pub fn served_indexers() -> Indexers<ServedPod> {
+    let by_namespace: IndexFunc<ServedPod> =
+        Arc::new(|p: &ServedPod| -> IndexValues { smallvec![p.pod.namespace.clone()] });
+    let by_node: IndexFunc<ServedPod> =
+        Arc::new(|p: &ServedPod| -> IndexValues { p.pod.node.iter().cloned().collect() });
+    vec![
+        (NAMESPACE_INDEX.to_string(), by_namespace),
+        (NODE_INDEX.to_string(), by_node),
+    ]
+}
+
+/// A handler's progress, shared with the driver while it runs.
+#[derive(Debug, Default)]
+struct Progressing {
+    /// Keys whose view is not yet the final one.
+    mismatches: AtomicUsize,
+    notifications: AtomicU64,
+    /// When `mismatches` last fell to zero.
+    caught_up: Mutex<Option<Instant>>,
+    /// The record, handed over when the delivery thread drops the handler.
+    record: Mutex<Option<(HandlerRecord, Option<Histogram<u64>>)>>,
+}
+
+/// A registered handler: records and checks what it hears, spins if it is the slow one.
+struct Recorder {
+    record: HandlerRecord,
+    plan: Arc<Plan>,
+    shared: Arc<Progressing>,
+    mismatches: usize,
+    cost: Duration,
+    /// The fast handler that measures latency: from the write's stamp to this notification.
+    latency: Option<(Instant, Histogram<u64>)>,
+}
+
+impl Recorder {
+    fn new(plan: Arc<Plan>, cost: Duration, latency_from: Option<Instant>) -> Self {
+        let keys = plan.final_views.len();
+        let mismatches = plan
+            .final_views
+            .iter()
+            .filter(|v| !same_state(KeyView::default(), **v))
+            .count();
+        let shared = Arc::new(Progressing::default());
+        shared.mismatches.store(mismatches, Ordering::Relaxed);
+        Self {
+            record: HandlerRecord::new(keys),
+            plan,
+            shared,
+            mismatches,
+            cost,
+            latency: latency_from.map(|start| (start, new_histogram())),
+        }
+    }
+
+    fn matches_final(&self, id: usize) -> bool {
+        same_state(self.record.views[id], self.plan.final_views[id])
+    }
+
+    /// Runs `change` on key `id`'s view and keeps the count of keys not yet final.
+    fn track(&mut self, id: usize, change: impl FnOnce(&mut HandlerRecord)) {
+        let before = self.matches_final(id);
+        change(&mut self.record);
+        let after = self.matches_final(id);
+        if before != after {
+            if after {
+                self.mismatches -= 1;
+            } else {
+                self.mismatches += 1;
+            }
+            // Relaxed: the driver only polls for progress; the verdict reads the record after
+            // the thread has been joined.
+            self.shared
+                .mismatches
+                .store(self.mismatches, Ordering::Relaxed);
+            if self.mismatches == 0 {
+                *self
+                    .shared
+                    .caught_up
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+            }
+        }
+        self.shared
+            .notifications
+            .store(self.record.notifications, Ordering::Relaxed);
+        self.burn();
+    }
+
+    fn sample(&mut self, pod: &Pod) {
+        if let Some((start, hist)) = &mut self.latency {
+            // Relaxed: the stamp travelled with the object through the server's channel and
+            // the queue, whose synchronisation orders the producer's store before this.
+            let stamped = pod.enqueued_ns.swap(0, Ordering::Relaxed);
+            if stamped != 0 {
+                let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX) + 1;
+                hist.saturating_record(now.saturating_sub(stamped).max(1));
+            }
+        }
+    }
+
+    fn burn(&self) {
+        if self.cost.is_zero() {
+            return;
+        }
+        let t = Instant::now();
+        while t.elapsed() < self.cost {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+impl EventHandler<ServedPod> for Recorder {
+    fn on_add(&mut self, obj: &Arc<ServedPod>, is_in_initial_list: bool) {
+        let (id, version) = (obj.pod.id as usize, obj.pod.version);
+        self.sample(&obj.pod);
+        let listed = self.plan.in_initial_list[id];
+        self.track(id, |r| r.add(id, version, is_in_initial_list, listed));
+    }
+
+    fn on_update(&mut self, old: &Arc<ServedPod>, new: &Arc<ServedPod>) {
+        let id = new.pod.id as usize;
+        self.sample(&new.pod);
+        let (old, new) = (old.pod.version, new.pod.version);
+        self.track(id, |r| r.update(id, old, new));
+    }
+
+    fn on_delete(&mut self, obj: &DeltaObject<ServedPod>) {
+        let (pod, tombstone) = match obj {
+            DeltaObject::Object(o) => (&o.pod, false),
+            DeltaObject::Tombstone(t) => match &t.last_known {
+                Some(o) => (&o.pod, true),
+                None => {
+                    self.record.stateless_tombstone(t.key.as_str());
+                    return;
+                }
+            },
+        };
+        let (id, version) = (pod.id as usize, pod.version);
+        self.track(id, |r| r.delete(id, version, tombstone));
+    }
+}
+
+impl Drop for Recorder {
+    fn drop(&mut self) {
+        let record = std::mem::take(&mut self.record);
+        let latency = self.latency.take().map(|(_, h)| h);
+        *self.shared.record.lock().unwrap_or_else(|e| e.into_inner()) = Some((record, latency));
+    }
+}
+
+/// What a run through the informer leaves behind.
+#[derive(Debug)]
+pub struct InformerFinished {
+    /// Per handler: its record, and when its view became final (from the start).
+    pub handlers: Vec<(HandlerRecord, Option<Duration>)>,
+    /// The plan the run followed.
+    pub plan: Arc<Plan>,
+    /// The server's final state, by pod id.
+    pub server_final: Vec<KeyView>,
+    /// Failures of the run as a whole (the server or the informer's store off the model, a
+    /// stall, the informer's own failure).
+    pub failures: Vec<String>,
+    /// From the informer's start until every handler's view was final.
+    pub wall: Duration,
+    /// Write-to-notification latency at the first handler, in nanoseconds.
+    pub latency: Histogram<u64>,
+    /// List and watch calls the server served, and errors the reflector reported.
+    pub lists: u64,
+    /// Watch calls.
+    pub watches: u64,
+    /// Errors reported to the watch error handler (the scripted outages and 410s among them).
+    pub reflector_errors: u64,
+    /// W3's resyncs, left out (see the module docs).
+    pub skipped_resyncs: u64,
+}
+
+/// The reflector's waits between failed attempts: short, so that a scripted outage costs the
+/// run the pipeline's work and not client-go's 800 ms first wait.
+fn loadgen_backoff() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(1),
+        max: Duration::from_millis(20),
+        factor: 2.0,
+        jitter: 0.5,
+        reset_after: Duration::from_secs(1),
+    }
+}
+
+/// Runs `gen` through the informer pipeline on `engine`.
+pub fn execute(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    icfg: &InformerConfig,
+    progress: &dyn Progress,
+) -> Result<InformerFinished, RunError> {
+    if u32::try_from(gen.universe.keys.len()).is_err() {
+        return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
+    }
+    gen.reset_delivery();
+    let plan = Arc::new(Plan::of(gen));
+    let server = MemoryListerWatcher::with_window(served_key_fn(), SERVER_WINDOW);
+    for op in &gen.ops[..plan.initial_ops] {
+        write(&server, op).map_err(RunError::Informer)?;
+    }
+    let errors = Arc::new(AtomicU64::new(0));
+    let builder = {
+        let errors = Arc::clone(&errors);
+        SharedInformer::builder(server.clone(), served_key_fn())
+            .indexers(served_indexers())
+            .shards(cfg.shards)
+            .consumers(cfg.consumers)
+            .batch(SHARDED_BATCH)
+            .backoff(loadgen_backoff())
+            .watch_error_handler(Arc::new(move |_| {
+                errors.fetch_add(1, Ordering::Relaxed);
+            }))
+    };
+    let mut done = match engine {
+        EngineKind::Reference => drive(
+            builder.build_reference(),
+            &server,
+            gen,
+            &plan,
+            cfg,
+            icfg,
+            progress,
+        )?,
+        EngineKind::Sharded => drive(builder.build(), &server, gen, &plan, cfg, icfg, progress)?,
+    };
+    done.reflector_errors = errors.load(Ordering::Relaxed);
+    Ok(done)
+}
+
+/// Writes one op into the server; an error names an op the server could not mirror.
+fn write(server: &MemoryListerWatcher<ServedPod>, op: &Op) -> Result<(), String> {
+    match op {
+        Op::Add(p) | Op::Update(p) => server
+            .upsert(ServedPod::new(Arc::clone(p)))
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Op::Delete(p) => server
+            .delete(&p.key)
+            .map(drop)
+            .ok_or_else(|| format!("the server has no {} to delete", p.key)),
+        Op::Replace(relist) => {
+            for p in &relist.objects {
+                server
+                    .upsert(ServedPod::new(Arc::clone(p)))
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        Op::Resync => Ok(()),
+    }
+}
+
+/// A relist of the workload, made real: the server goes down, deletes what the relist leaves
+/// out, scripts a 410 for the next watch and comes back; then the reflector's list is waited
+/// for.
+fn relist(
+    server: &MemoryListerWatcher<ServedPod>,
+    listed: &[Arc<Pod>],
+    keys: usize,
+) -> Result<(), String> {
+    let mut in_list = vec![false; keys];
+    for p in listed {
+        in_list[p.id as usize] = true;
+    }
+    server.set_unavailable(true);
+    server.expire_next_watches(1);
+    for obj in server.objects() {
+        if !in_list[obj.pod.id as usize] {
+            server.delete(&obj.pod.key);
+        }
+    }
+    if server.len() != listed.len() {
+        server.set_unavailable(false);
+        return Err(format!(
+            "the server holds {} objects, the workload's relist {}",
+            server.len(),
+            listed.len()
+        ));
+    }
+    let lists_before = server.list_calls();
+    server.set_unavailable(false);
+    let waited = Instant::now();
+    while server.list_calls() == lists_before {
+        if waited.elapsed() > RELIST_TIMEOUT {
+            return Err(format!(
+                "the reflector did not relist within {RELIST_TIMEOUT:?} of the scripted 410"
+            ));
+        }
+        thread::sleep(Duration::from_micros(100));
+    }
+    Ok(())
+}
+
+/// The producer: every op after the initial population into the server, paced if asked.
+/// Returns the resyncs it left out.
+fn produce(
+    server: &MemoryListerWatcher<ServedPod>,
+    gen: &Generated,
+    from: usize,
+    start: Instant,
+    rate: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<u64, String> {
+    let mut skipped = 0;
+    let keys = gen.universe.keys.len();
+    for (n, op) in gen.ops.iter().enumerate().skip(from) {
+        let done = n - from;
+        if let Some(rate) = rate {
+            if done % PACE_EVERY == 0 {
+                pace(start, done, rate);
+            }
+        }
+        match op {
+            Op::Add(p) | Op::Update(p) | Op::Delete(p) => {
+                if n % SAMPLE_EVERY == 0 {
+                    // Relaxed: the server's channel and the queue order this before the
+                    // handler's read.
+                    let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    p.enqueued_ns.store(now + 1, Ordering::Relaxed);
+                }
+                write(server, op)?;
+            }
+            Op::Replace(r) => relist(server, &r.objects, keys)?,
+            Op::Resync => skipped += 1,
+        }
+        if n % (1 << 14) == 0 {
+            progress.set(n as u64);
+        }
+    }
+    progress.set(gen.ops.len() as u64);
+    Ok(skipped)
+}
+
+/// Starts `informer` with its handlers, feeds the server, waits for every handler to reach the
+/// final state, shuts the informer down and collects what everyone saw.
+fn drive<Q, I>(
+    informer: SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+    server: &MemoryListerWatcher<ServedPod>,
+    gen: &Generated,
+    plan: &Arc<Plan>,
+    cfg: &EngineConfig,
+    icfg: &InformerConfig,
+    progress: &dyn Progress,
+) -> Result<InformerFinished, RunError>
+where
+    Q: DeltaQueue<ServedPod> + 'static,
+    I: Indexer<ServedPod> + 'static,
+{
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
+    let start = Instant::now();
+    let mut handlers = Vec::with_capacity(icfg.handlers);
+    for h in 0..icfg.handlers {
+        let slow = h + 1 == icfg.handlers;
+        let cost = if slow {
+            icfg.slow_handler
+        } else {
+            Duration::ZERO
+        };
+        let recorder = Recorder::new(Arc::clone(plan), cost, (h == 0).then_some(start));
+        let shared = Arc::clone(&recorder.shared);
+        informer
+            .add_event_handler(recorder)
+            .map_err(|e| RunError::Informer(format!("cannot register a handler: {e}")))?;
+        handlers.push(shared);
+    }
+    let mut failures = Vec::new();
+    let produced = AtomicBool::new(false);
+    let producer_failed = AtomicBool::new(false);
+    let (skipped, wall) = thread::scope(|scope| {
+        runtime
+            .block_on(async {
+                informer.start()?;
+                informer.wait_for_sync().await;
+                Ok::<_, kcache::informer::InformerError>(())
+            })
+            .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
+        let producer = scope.spawn(|| {
+            let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
+            // Relaxed: read only to stop waiting; the error itself comes back through join.
+            producer_failed.store(result.is_err(), Ordering::Relaxed);
+            produced.store(true, Ordering::Release);
+            result
+        });
+        runtime.block_on(wait_until_final(
+            &handlers,
+            &produced,
+            &producer_failed,
+            server,
+            &informer,
+            &mut failures,
+        ));
+        let wall = handlers
+            .iter()
+            .filter_map(|h| *h.caught_up.lock().unwrap_or_else(|e| e.into_inner()))
+            .max()
+            .map_or_else(|| start.elapsed(), |at| at.saturating_duration_since(start));
+        let skipped = producer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            .map_err(|e| RunError::Informer(format!("the server refused the workload: {e}")))?;
+        Ok::<_, RunError>((skipped, wall))
+    })?;
+    runtime.block_on(informer.shutdown());
+    if let Some(why) = informer.failure() {
+        failures.push(format!("the informer failed: {why}"));
+    }
+    let server_final = server_views(server, gen.universe.keys.len());
+    if server_final != plan.final_views {
+        let differ = server_final
+            .iter()
+            .zip(&plan.final_views)
+            .filter(|(a, b)| !same_state(**a, **b))
+            .count();
+        if differ > 0 {
+            failures.push(format!(
+                "the server's final state differs from the workload's model on {differ} keys"
+            ));
+        }
+    }
+    check_store(&informer.store(), &server_final, &mut failures);
+    let mut latency = new_histogram();
+    let mut records = Vec::with_capacity(handlers.len());
+    for (h, shared) in handlers.iter().enumerate() {
+        let taken = shared
+            .record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        let Some((record, hist)) = taken else {
+            failures.push(format!("handler {h}: its record was never handed over"));
+            continue;
+        };
+        if let Some(hist) = hist {
+            latency.add(&hist).unwrap_or_default();
+        }
+        let caught_up = shared
+            .caught_up
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .map(|at| at.saturating_duration_since(start));
+        records.push((record, caught_up));
+    }
+    Ok(InformerFinished {
+        handlers: records,
+        plan: Arc::clone(plan),
+        server_final,
+        failures,
+        wall,
+        latency,
+        lists: server.list_calls(),
+        watches: server.watch_calls(),
+        reflector_errors: 0,
+        skipped_resyncs: skipped,
+    })
+}
+
+/// Polls until the producer is done and every handler's view is final, or a handler stalls,
+/// or the producer or the informer failed.
+async fn wait_until_final<Q, I>(
+    handlers: &[Arc<Progressing>],
+    produced: &AtomicBool,
+    producer_failed: &AtomicBool,
+    server: &MemoryListerWatcher<ServedPod>,
+    informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+    failures: &mut Vec<String>,
+) where
+    Q: DeltaQueue<ServedPod> + 'static,
+    I: Indexer<ServedPod> + 'static,
+{
+    let mut heard: Vec<(u64, Instant)> = vec![(0, Instant::now()); handlers.len()];
+    loop {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Either way the run is over: the error is reported after this returns.
+        if informer.failure().is_some() || producer_failed.load(Ordering::Relaxed) {
+            return;
+        }
+        // Acquire pairs with the producer's Release: its last write is in the server.
+        let all_written = produced.load(Ordering::Acquire);
+        let server_rv = if all_written {
+            server.resource_version()
+        } else {
+            String::new()
+        };
+        let mut all_final = true;
+        for (h, shared) in handlers.iter().enumerate() {
+            let notifications = shared.notifications.load(Ordering::Relaxed);
+            if notifications != heard[h].0 {
+                heard[h] = (notifications, Instant::now());
+            }
+            if shared.mismatches.load(Ordering::Relaxed) != 0 {
+                all_final = false;
+                if heard[h].1.elapsed() > STALL {
+                    failures.push(format!(
+                        "handler {h}: stalled, nothing heard for {STALL:?} with {} keys not final",
+                        shared.mismatches.load(Ordering::Relaxed)
+                    ));
+                    return;
+                }
+            }
+        }
+        // The reflector has put the server's last write into the queue: nothing is left in the
+        // watch for a handler to hear (a key deleted again after a handler saw it go away
+        // would otherwise look final while its re-creation is still on the way).
+        if all_written && all_final && informer.last_sync_resource_version() == server_rv {
+            return;
+        }
+    }
+}
+
+/// The server's state by pod id.
+fn server_views(server: &MemoryListerWatcher<ServedPod>, keys: usize) -> Vec<KeyView> {
+    let mut views = vec![KeyView::default(); keys];
+    for obj in server.objects() {
+        views[obj.pod.id as usize] = KeyView {
+            version: obj.pod.version,
+            alive: true,
+        };
+    }
+    views
+}
+
+/// The informer's store must hold exactly the server's objects, each at its version, with both
+/// indexes answering for them.
+fn check_store<I: Indexer<ServedPod>>(
+    store: &kcache::informer::StoreReader<ServedPod, I>,
+    server_final: &[KeyView],
+    failures: &mut Vec<String>,
+) {
+    let alive = server_final.iter().filter(|v| v.alive).count();
+    if store.len() != alive {
+        failures.push(format!(
+            "the informer's store holds {} objects, the server {alive}",
+            store.len()
+        ));
+    }
+    let mut wrong = 0usize;
+    let mut by_node = 0usize;
+    for obj in store.list() {
+        let want = server_final[obj.pod.id as usize];
+        if !want.alive || want.version != obj.pod.version {
+            wrong += 1;
+        }
+    }
+    for value in store.list_index_func_values(NODE_INDEX).unwrap_or_default() {
+        by_node += store
+            .by_index(NODE_INDEX, value.as_str())
+            .map_or(0, |v| v.len());
+    }
+    if wrong > 0 {
+        failures.push(format!(
+            "the informer's store holds {wrong} objects the server does not (or at another version)"
+        ));
+    }
+    if by_node != alive {
+        failures.push(format!(
+            "the informer's node index lists {by_node} objects, the server holds {alive}"
+        ));
+    }
+}
+
+/// Runs, measures and judges `gen` through the informer on `engine`.
+pub fn measure(
+    engine: EngineKind,
+    gen: &Generated,
+    workload: Workload,
+    cfg: &EngineConfig,
+    icfg: &InformerConfig,
+    progress: &dyn Progress,
+) -> Result<RunResult, RunError> {
+    let probe = RssProbe::start();
+    let done = execute(engine, gen, cfg, icfg, progress)?;
+    let peak = probe.finish();
+    let mut failures = done.failures.clone();
+    let mut handlers = Vec::with_capacity(done.handlers.len());
+    for (h, (record, caught_up)) in done.handlers.iter().enumerate() {
+        let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
+        let slow = h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero();
+        failures.extend(
+            verdict
+                .failures()
+                .iter()
+                .map(|f| format!("handler {h}: {f}")),
+        );
+        handlers.push(HandlerResult {
+            handler: h,
+            slow,
+            notifications: record.notifications,
+            tombstones: record.tombstones,
+            caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+            verdict: verdict.summary(),
+            failures: verdict.failures().to_vec(),
+        });
+    }
+    let wall_s = done.wall.as_secs_f64().max(1e-9);
+    let events = gen.event_count();
+    let latency = Percentiles::of(&done.latency).map_or(LatencyUs::default(), |p| LatencyUs {
+        p50: Some(p.p50),
+        p99: Some(p.p99),
+        p999: Some(p.p999),
+    });
+    let summary = Verdict::from_failures(failures.clone()).summary();
+    Ok(RunResult {
+        engine: engine.name().to_string(),
+        workload: format!("{workload}/informer"),
+        keys: gen.universe.keys.len(),
+        events,
+        wall_s,
+        events_per_s: events as f64 / wall_s,
+        pops: 0,
+        deltas_per_pop: None,
+        latency_us: latency,
+        peak_rss_bytes: peak.map(|(bytes, _)| bytes),
+        peak_rss_source: peak.map(|(_, source)| {
+            match source {
+                PeakSource::HighWaterMark => "hwm",
+                PeakSource::EndResident => "rss_end",
+            }
+            .to_string()
+        }),
+        reads_per_s: None,
+        // The informer path paces the server's writes but does not judge the schedule: capacity
+        // searches run on the bare queue path.
+        offered_rate: None,
+        producer_lag_ms: None,
+        kept_up: None,
+        threads: cfg.consumers + icfg.handlers,
+        shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
+        deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications),
+        verdict: summary,
+        failures,
+        handlers,
+        informer: Some(crate::report::InformerStats {
+            lists: done.lists,
+            watches: done.watches,
+            reflector_errors: done.reflector_errors,
+            skipped_resyncs: done.skipped_resyncs,
+        }),
+    })
+}
+
+/// The informer path's knobs from `loadgen run`'s arguments.
+pub fn config(args: &RunArgs) -> InformerConfig {
+    InformerConfig {
+        handlers: args.handlers,
+        slow_handler: Duration::from_micros(args.slow_handler_us),
+    }
+}
+
+/// The command line of a child that runs `engine` alone through the informer.
+pub fn child_args(
+    spec: &WorkloadSpec,
+    engine: EngineKind,
+    cfg: &EngineConfig,
+    icfg: &InformerConfig,
+) -> Vec<String> {
+    let mut args = queue_child_args(spec, engine, cfg);
+    args.extend([
+        "--through".to_string(),
+        "informer".to_string(),
+        "--handlers".to_string(),
+        icfg.handlers.to_string(),
+        "--slow-handler-us".to_string(),
+        icfg.slow_handler.as_micros().to_string(),
+    ]);
+    args
+}
+
+/// `loadgen run --through informer`: every chosen engine, each in a child process unless
+/// `--in-process`.
+pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    if !args.workload.uses_queue() {
+        return Err(RunError::Invalid(format!(
+            "{} writes straight into the indexer: it has no informer path (use w1, w2, w3 or w5)",
+            args.workload
+        )));
+    }
+    let (spec, cfg, icfg) = (args.spec(), args.config(), config(args));
+    crate::isolate::run_each(
+        &args.engine.engines(),
+        args.in_process,
+        |engine| child_args(&spec, engine, &cfg, &icfg),
+        |engines| {
+            let gen = generate_with_progress(&spec, ui)?;
+            let mut results = Vec::with_capacity(engines.len());
+            for &engine in engines {
+                let label = format!("{} {engine} informer", spec.workload);
+                let phase = ui.phase(label, gen.ops.len() as u64);
+                let result = measure(engine, &gen, spec.workload, &cfg, &icfg, &phase)?;
+                phase.finish(&format!(
+                    "{} events/s, verdict {}",
+                    si(result.events_per_s),
+                    result.verdict
+                ));
+                results.push(result);
+            }
+            Ok(results)
+        },
+    )
+}
+
+/// One row per handler of every informer run; empty when no run went through the informer.
+pub fn handler_table(results: &[RunResult]) -> String {
+    let mut rows = vec![[
+        "engine",
+        "workload",
+        "handler",
+        "notifications",
+        "tombstones",
+        "final at s",
+        "verdict",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in results {
+        for h in &r.handlers {
+            rows.push(vec![
+                r.engine.clone(),
+                r.workload.clone(),
+                format!("{}{}", h.handler, if h.slow { " (slow)" } else { "" }),
+                h.notifications.to_string(),
+                h.tombstones.to_string(),
+                h.caught_up_s
+                    .map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
+                h.verdict.clone(),
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return String::new();
+    }
+    let mut out = String::from("\n");
+    out.push_str(&aligned(&rows));
+    for r in results {
+        if let Some(s) = &r.informer {
+            let _ = writeln!(
+                out,
+                "{} {}: {} lists, {} watches, {} reflector errors (scripted outages and 410s \
+                 included), {} resyncs left out",
+                r.engine, r.workload, s.lists, s.watches, s.reflector_errors, s.skipped_resyncs
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn parse(args: &[&str]) -> RunArgs {
+        Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
+    }
+
+    #[test]
+    fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
+        let parent = parse(&[
+            "--workload",
+            "w3",
+            "--through",
+            "informer",
+            "--handlers",
+            "5",
+            "--slow-handler-us",
+            "7",
+            "--keys",
+            "300",
+            "--rate",
+            "1000",
+        ]);
+        let (spec, cfg, icfg) = (parent.spec(), parent.config(), config(&parent));
+        assert_eq!(icfg.handlers, 5);
+        let args = child_args(&spec, EngineKind::Reference, &cfg, &icfg);
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.through, Through::Informer);
+        assert_eq!(
+            (child.spec(), child.config(), config(&child)),
+            (spec, cfg, icfg)
+        );
+        assert!(child.in_process);
+    }
+
+    #[test]
+    fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
+        let args = parse(&["--workload", "w1"]);
+        assert_eq!(args.through, Through::Queue);
+        assert_eq!(config(&args), InformerConfig::default());
+        assert!(parse_handlers("65").is_err());
+    }
+
+    #[test]
+    fn one_engine_in_process_passes_with_every_handler_ok() {
+        let args = parse(&[
+            "--workload",
+            "w5",
+            "--through",
+            "informer",
+            "--engine",
+            "reference",
+            "--keys",
+            "100",
+            "--events",
+            "1000",
+        ]);
+        let results = run(&args, Ui::Quiet).expect("tiny run");
+        assert_eq!(results.len(), 1);
+        assert!(results[0].is_ok(), "{:?}", results[0].failures);
+        assert_eq!(results[0].handlers.len(), 3);
+        assert!(results[0].handlers[2].slow);
+        assert!(handler_table(&results).contains("2 (slow)"));
+    }
+}

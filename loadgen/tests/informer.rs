@@ -1,0 +1,143 @@
+//! `loadgen run --through informer`: W3 through the whole pipeline on both engines with a
+//! verdict ok for every handler, and a handler's verdict failing when it misses a notification.
+
+#![forbid(unsafe_code)]
+
+mod common;
+
+use loadgen::driver::{EngineConfig, EngineKind, NoProgress};
+use loadgen::informer_verdict::{judge, HandlerRecord, KeyView};
+use loadgen::through_informer::{execute, InformerConfig};
+use loadgen::workload::{generate, Workload, WorkloadSpec};
+
+#[test]
+fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {
+    let path = std::env::temp_dir().join(format!("loadgen-informer-{}.json", std::process::id()));
+    let json = path.to_string_lossy().to_string();
+    let output = common::run_loadgen(
+        &[
+            "run",
+            "--workload",
+            "w3",
+            "--through",
+            "informer",
+            "--engine",
+            "all",
+            "--keys",
+            "2000",
+            "--events",
+            "20000",
+            "--json",
+            &json,
+        ],
+        b"",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("the report")).expect("JSON");
+    std::fs::remove_file(&path).ok();
+    let results = report["results"].as_array().expect("results");
+    let engines: Vec<&str> = results
+        .iter()
+        .filter_map(|r| r["engine"].as_str())
+        .collect();
+    assert_eq!(engines, ["reference", "sharded"]);
+    for r in results {
+        let engine = r["engine"].as_str().unwrap_or("?");
+        assert_eq!(r["workload"], "w3/informer");
+        assert_eq!(r["verdict"], "ok", "{engine}: {}", r["failures"]);
+        let handlers = r["handlers"].as_array().expect("one verdict per handler");
+        assert_eq!(handlers.len(), 3, "{engine}: three handlers by default");
+        assert_eq!(handlers[2]["slow"], true, "{engine}: the last one is slow");
+        for h in handlers {
+            assert_eq!(h["verdict"], "ok", "{engine}: {h}");
+            // Each relist of W3 leaves ~1% of the keys out; the server deleted them while the
+            // watch was down, so only the relist's tombstones can tell the handlers.
+            assert!(h["tombstones"].as_u64().unwrap_or(0) > 0, "{engine}: {h}");
+        }
+        // The initial list and one per relist of W3 (pages count one each), each relist
+        // forced by a scripted 410 that the reflector reported.
+        let lists = r["informer"]["lists"].as_u64().unwrap_or(0);
+        assert!(lists >= 11, "{engine}: {lists} list calls");
+        let errors = r["informer"]["reflector_errors"].as_u64().unwrap_or(0);
+        assert!(errors >= 10, "{engine}: {errors} reflector errors");
+    }
+    assert!(
+        stdout.contains("2 (slow)"),
+        "the per-handler table: {stdout}"
+    );
+}
+
+#[test]
+fn w4_has_no_informer_path_and_says_so() {
+    let output = common::run_loadgen(&["run", "--workload", "w4", "--through", "informer"], b"");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no informer path"), "{stderr}");
+}
+
+#[test]
+fn a_handler_that_misses_a_notification_fails_its_verdict() {
+    // A real run: every handler's record passes.
+    let gen = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(3_000));
+    let cfg = EngineConfig {
+        consumers: 2,
+        shards: 4,
+        ..EngineConfig::default()
+    };
+    let icfg = InformerConfig {
+        handlers: 2,
+        ..InformerConfig::default()
+    };
+    let done = execute(EngineKind::Sharded, &gen, &cfg, &icfg, &NoProgress).expect("runs");
+    assert!(done.failures.is_empty(), "{:?}", done.failures);
+    let initial = &done.plan.in_initial_list;
+    for (record, _) in &done.handlers {
+        let verdict = judge(record, initial, &done.server_final);
+        assert!(verdict.is_ok(), "{verdict}");
+    }
+
+    // Corrupted: the handler never heard the last update of one live key.
+    let (mut record, _) = done.handlers[0].clone();
+    let id = done
+        .server_final
+        .iter()
+        .position(|v| v.alive && v.version > 1)
+        .expect("W1 updates some key that stays alive");
+    record.views[id].version -= 1;
+    let verdict = judge(&record, initial, &done.server_final);
+    assert!(!verdict.is_ok());
+    assert!(
+        verdict
+            .failures()
+            .iter()
+            .any(|f| f.contains("final state: 1 keys differ")),
+        "{verdict}"
+    );
+
+    // Fed by hand: the same key's updates with one left out are caught as it happens, and
+    // the final state is still wrong where the missed one was a deletion.
+    let mut record = HandlerRecord::new(1);
+    record.add(0, 1, true, true);
+    record.update(0, 1, 2);
+    // update 2 -> 3 missed
+    record.update(0, 3, 4);
+    // the deletion of v4 missed
+    let server = [KeyView {
+        version: 4,
+        alive: false,
+    }];
+    let verdict = judge(&record, &[true], &server);
+    let failures = verdict.failures().join("\n");
+    assert!(
+        failures.contains("missed notification: 1 times"),
+        "{failures}"
+    );
+    assert!(failures.contains("on_update from v3"), "{failures}");
+    assert!(
+        failures.contains("final state: 1 keys differ"),
+        "{failures}"
+    );
+}
