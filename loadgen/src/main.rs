@@ -4,6 +4,7 @@
 //! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
+//! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
 
 #![forbid(unsafe_code)]
 
@@ -36,6 +37,9 @@ enum Command {
     Compare(loadgen::compare::CompareArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
     Replay(loadgen::watch_stream::ReplayArgs),
+    /// Serve pods as a Kubernetes API server (docs/wire.md), churning them at a chosen rate.
+    #[cfg(feature = "wire")]
+    Serve(loadgen::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,5 +49,7 @@ fn main() -> ExitCode {
         Command::Run(args) => loadgen::run::main(args),
         Command::Compare(args) => loadgen::compare::main(args),
         Command::Replay(args) => loadgen::watch_stream::main(args),
+        #[cfg(feature = "wire")]
+        Command::Serve(args) => loadgen::serve::main(args),
     }
 }
