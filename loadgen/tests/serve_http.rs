@@ -339,3 +339,41 @@ async fn thousands_of_watchers_each_get_every_event_once_in_order() {
     assert_eq!(server_state(&server).len(), server.store().len());
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_too_slow_for_the_window_gets_410_instead_of_a_growing_backlog() {
+    // 40,000 events (~25 MB of lines) against a window of 500 events: a client that reads
+    // nothing until the churn is over is far behind once its socket buffers are full.
+    let server = start(100, 40_000, 40_000.0, 500).await;
+    let mut conn = connect(server.addr()).await;
+    let (_, list) = get_json(&mut conn, "/api/v1/pods?limit=1").await;
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    conn.ready().await.unwrap();
+    let response = conn
+        .send_request(get(&format!("/api/v1/pods?watch=1&resourceVersion={from}")))
+        .await
+        .expect("an answer");
+    assert_eq!(response.status(), 200);
+    churn_done(&server, Duration::from_secs(20)).await;
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let lines: Vec<&[u8]> = body
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .collect();
+    let last: Value = serde_json::from_slice(lines.last().unwrap()).unwrap();
+    assert_eq!(last["type"], "ERROR", "{last}");
+    assert_eq!(last["object"]["code"], 410);
+    assert_eq!(last["object"]["reason"], "Expired");
+    assert!(
+        lines.len() < 60_000,
+        "{} events reached the slow reader",
+        lines.len()
+    );
+    // What it did receive is whole events, in order.
+    let versions: Vec<u64> = lines[..lines.len() - 1].iter().map(|l| raw_rv(l)).collect();
+    assert!(versions.windows(2).all(|w| w[1] == w[0] + 1));
+    server.stop().await.unwrap();
+}

@@ -38,30 +38,36 @@ fn scratch(name: &str) -> PathBuf {
 /// `loadgen serve` as a child, on a free port, writing its kubeconfig to `kubeconfig`.
 struct ServeChild {
     child: Child,
+    /// Its stderr, shown if the test fails.
+    log: PathBuf,
 }
 
 impl ServeChild {
     fn start(args: &[&str], kubeconfig: &Path) -> Self {
         let _ = std::fs::remove_file(kubeconfig);
+        let log = kubeconfig.with_extension("log");
         let child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
             .arg("serve")
             .args(["--addr", "127.0.0.1:0", "--kubeconfig"])
             .arg(kubeconfig)
             .args(args)
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .expect("loadgen serve starts");
+        let server = Self { child, log };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !kubeconfig.exists() {
             assert!(Instant::now() < deadline, "no kubeconfig after 20 s");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Self { child }
+        server
     }
 
     /// Ctrl-C (SIGINT), and the server must stop cleanly.
     fn interrupt(mut self) {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        assert!(log.contains("listening on"), "{log}");
         let pid = self.child.id().to_string();
         let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
         assert!(sent.success());
@@ -82,6 +88,10 @@ impl Drop for ServeChild {
         // Only if a test failed before `interrupt`: never leave the server running.
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("loadgen serve said:\n{log}");
+        }
     }
 }
 

@@ -219,6 +219,9 @@ impl Churn {
     /// Publishes every event into `store` at `rate` events per second, until the workload runs
     /// out or `stop` is set.
     pub fn run(mut self, store: &Store, rate: f64, stop: &AtomicBool) -> ChurnSummary {
+        // A batch reaches every watcher at once: one larger than the window would put each
+        // watcher past it before it could read a single event.
+        let batch = BATCH.min((store.window() as u64 / 4).max(1));
         let start = Instant::now();
         let mut sent: u64 = 0;
         let mut queue = VecDeque::new();
@@ -237,7 +240,7 @@ impl Churn {
                 std::thread::sleep(wait);
                 continue;
             }
-            let want = (due - sent).min(BATCH) as usize;
+            let want = (due - sent).min(batch) as usize;
             while queue.len() < want && !exhausted {
                 exhausted = !self.next_events(&mut queue);
             }

@@ -329,7 +329,7 @@ fn watch(
         }
         // The real server answers a watch from a version it no longer has with 200 and one
         // ERROR event; other refusals are plain error responses.
-        Err(status) if status.code == 410 => Body::from(Watcher::error_only(&status)),
+        Err(status) if status.code == 410 => Body::from(objects::error_line(&status)),
         Err(status) => return Err(status),
     };
     Ok(Response::builder()

@@ -63,12 +63,36 @@ pub struct Change {
     pub line: Arc<WatchLine>,
 }
 
+/// What a watch sends before its live events.
+#[derive(Debug)]
+pub enum Backlog {
+    /// The window's events after the watch's resource version (shared lines).
+    Events(Vec<Bytes>),
+    /// An `ADDED` for each of these pods (the lines are written straight into the stream's
+    /// chunks, so a thousand watchers starting this way do not each copy every pod first).
+    Added(Vec<Arc<StoredPod>>),
+}
+
+impl Backlog {
+    /// How many events it holds.
+    pub fn len(&self) -> usize {
+        match self {
+            Backlog::Events(lines) => lines.len(),
+            Backlog::Added(pods) => pods.len(),
+        }
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// Where a watch starts.
 #[derive(Debug)]
 pub struct WatchStart {
-    /// Lines to send before the live events: the catch-up from the window, or one `ADDED`
-    /// per current pod.
-    pub backlog: Vec<Bytes>,
+    /// What to send before the live events.
+    pub backlog: Backlog,
     /// The resource version the backlog brings the watcher to.
     pub resource_version: u64,
     /// The live events after it.
@@ -146,6 +170,11 @@ impl Store {
         // A panic while holding the lock cannot leave the state half-changed in a way that
         // matters here (publish changes the map, then the window), so poisoning is ignored.
         self.state.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// How many recent events it keeps.
+    pub fn window(&self) -> usize {
+        self.window
     }
 
     /// The newest resource version.
@@ -250,9 +279,7 @@ impl Store {
         // exactly the events after `state.resource_version`.
         let live = self.live.subscribe();
         let backlog = match from {
-            None => select(&state, namespace)
-                .map(|pod| super::objects::event_line(EventType::Added, &pod.object).0)
-                .collect(),
+            None => Backlog::Added(select(&state, namespace).cloned().collect()),
             Some(from) if from > state.resource_version => {
                 return Err(Status::too_large(from, state.resource_version));
             }
@@ -265,13 +292,15 @@ impl Store {
             Some(from) => {
                 // Event `n` sits at index `n - oldest - 1`.
                 let skip = (from - state.oldest) as usize;
-                state
-                    .window
-                    .iter()
-                    .skip(skip)
-                    .filter(|e| namespace.is_none_or(|ns| *e.namespace == *ns))
-                    .map(|e| e.line.clone())
-                    .collect()
+                Backlog::Events(
+                    state
+                        .window
+                        .iter()
+                        .skip(skip)
+                        .filter(|e| namespace.is_none_or(|ns| *e.namespace == *ns))
+                        .map(|e| e.line.clone())
+                        .collect(),
+                )
             }
         };
         Ok(WatchStart {

@@ -13,7 +13,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
 
 use super::objects::{bookmark_line, error_line, Status};
-use super::store::{WatchLine, WatchStart};
+use super::store::{Backlog, StoredPod, WatchLine, WatchStart};
 
 /// Roughly how many bytes one chunk of the stream carries at most.
 const CHUNK: usize = 256 * 1024;
@@ -40,6 +40,7 @@ pub struct WatchOptions {
 #[derive(Debug)]
 pub struct Watcher {
     backlog: std::vec::IntoIter<Bytes>,
+    added: std::vec::IntoIter<Arc<StoredPod>>,
     /// The bookmark that ends the initial events, sent right after the backlog.
     initial_end: Option<Bytes>,
     live: broadcast::Receiver<Arc<WatchLine>>,
@@ -66,8 +67,13 @@ impl Watcher {
         let initial_end = options
             .initial_events_end
             .then(|| bookmark_line(start.resource_version, true));
+        let (backlog, added) = match start.backlog {
+            Backlog::Events(lines) => (lines, Vec::new()),
+            Backlog::Added(pods) => (Vec::new(), pods),
+        };
         Self {
-            backlog: start.backlog.into_iter(),
+            backlog: backlog.into_iter(),
+            added: added.into_iter(),
             initial_end,
             live: start.live,
             resource_version: start.resource_version,
@@ -80,11 +86,6 @@ impl Watcher {
         }
     }
 
-    /// A stream that is one `ERROR` event carrying `status`.
-    pub fn error_only(status: &Status) -> Bytes {
-        error_line(status)
-    }
-
     /// The next chunk of the body, or `None` when the watch ends.
     pub async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.done {
@@ -93,6 +94,14 @@ impl Watcher {
         let mut chunk = BytesMut::new();
         for line in self.backlog.by_ref() {
             chunk.extend_from_slice(&line);
+            if chunk.len() >= CHUNK {
+                return Some(chunk.freeze());
+            }
+        }
+        for pod in self.added.by_ref() {
+            chunk.extend_from_slice(br#"{"type":"ADDED","object":"#);
+            chunk.extend_from_slice(&pod.object);
+            chunk.extend_from_slice(b"}\n");
             if chunk.len() >= CHUNK {
                 return Some(chunk.freeze());
             }
@@ -199,5 +208,124 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::objects::{event_line, pod_json, EventType, PodState};
+    use crate::serve::store::{Change, Store};
+    use serde_json::Value;
+
+    fn change(i: u32, rv: u64) -> Change {
+        let (namespace, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
+        let json = pod_json(&PodState {
+            namespace: &namespace,
+            name: &name,
+            node: None,
+            id: i,
+            incarnation: 0,
+            version: 1,
+            resource_version: rv,
+        });
+        let (line, range) = event_line(EventType::Added, &json);
+        let namespace: Arc<str> = namespace.into();
+        Change {
+            kind: EventType::Added,
+            pod: Arc::new(StoredPod {
+                namespace: namespace.clone(),
+                name: name.into(),
+                resource_version: rv,
+                object: line.slice(range),
+            }),
+            line: Arc::new(WatchLine {
+                resource_version: rv,
+                namespace,
+                line,
+            }),
+        }
+    }
+
+    fn options(namespace: Option<&str>, bookmarks: bool) -> WatchOptions {
+        WatchOptions {
+            namespace: namespace.map(Arc::from),
+            bookmarks,
+            initial_events_end: false,
+            timeout: None,
+            bookmark_interval: Duration::from_millis(50),
+        }
+    }
+
+    fn events(chunk: &[u8]) -> Vec<Value> {
+        chunk
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_watcher_that_falls_out_of_the_window_gets_410_and_ends() {
+        let store = Store::new(Vec::new(), 0, 8);
+        let (_stop, shutdown) = watch::channel(false);
+        let start = store.watch(None, Some(0)).unwrap();
+        let mut watcher = Watcher::new(start, options(None, false), shutdown);
+        // 40 events while the watcher reads nothing: it is far past the window of 8.
+        store.publish((1..=40).map(|rv| change(rv as u32, rv)).collect());
+        let chunk = watcher.next_chunk().await.expect("the 410");
+        let got = events(&chunk);
+        let last = got.last().unwrap();
+        assert_eq!(last["type"], "ERROR");
+        assert_eq!(last["object"]["code"], 410);
+        assert_eq!(last["object"]["reason"], "Expired");
+        assert!(watcher.next_chunk().await.is_none(), "then the stream ends");
+    }
+
+    #[tokio::test]
+    async fn live_events_are_filtered_by_namespace_and_bookmarks_follow_them() {
+        let store = Store::new(Vec::new(), 0, 1000);
+        let (stop, shutdown) = watch::channel(false);
+        let start = store.watch(Some("ns-1"), Some(0)).unwrap();
+        let mut watcher = Watcher::new(start, options(Some("ns-1"), true), shutdown);
+        store.publish((1..=10).map(|rv| change(rv as u32, rv)).collect());
+        let got = events(&watcher.next_chunk().await.unwrap());
+        let versions: Vec<&str> = got
+            .iter()
+            .map(|e| e["object"]["metadata"]["resourceVersion"].as_str().unwrap())
+            .collect();
+        assert_eq!(versions, ["1", "3", "5", "7", "9"], "ns-1 only, in order");
+        let bookmark = events(&watcher.next_chunk().await.unwrap());
+        assert_eq!(bookmark[0]["type"], "BOOKMARK");
+        assert_eq!(
+            bookmark[0]["object"]["metadata"]["resourceVersion"], "10",
+            "the filtered-out event 10 is covered too"
+        );
+        stop.send(true).unwrap();
+        assert!(
+            watcher.next_chunk().await.is_none(),
+            "stopping ends the watch"
+        );
+    }
+
+    #[tokio::test]
+    async fn initial_events_then_the_end_bookmark() {
+        let store = Store::new(Vec::new(), 0, 1000);
+        store.publish((1..=4).map(|rv| change(rv as u32, rv)).collect());
+        let (_stop, shutdown) = watch::channel(false);
+        let mut opts = options(None, true);
+        opts.initial_events_end = true;
+        let mut watcher = Watcher::new(store.watch(None, None).unwrap(), opts, shutdown);
+        let got = events(&watcher.next_chunk().await.unwrap());
+        assert_eq!(got.len(), 5);
+        assert!(got[..4]
+            .iter()
+            .all(|e| e["type"] == "ADDED" && e["object"]["kind"] == "Pod"));
+        assert_eq!(got[4]["type"], "BOOKMARK");
+        assert_eq!(
+            got[4]["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
+            "true"
+        );
+        assert_eq!(got[4]["object"]["metadata"]["resourceVersion"], "4");
     }
 }
