@@ -5,6 +5,8 @@
 mod serve_common;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -197,15 +199,23 @@ async fn a_watch_from_before_the_window_gets_410_expired() {
 }
 
 /// `watcher` + `reflector` (list then watch, or a streaming list) end with the server's state.
-async fn reflector_converges(config: watcher::Config) {
-    let server = start(2_000, 4_000, 4_000.0, 100_000).await;
+/// Returns how many errors the watcher reported (and recovered from) on the way.
+async fn reflector_converges(config: watcher::Config, window: usize) -> usize {
+    let server = start(2_000, 4_000, 4_000.0, window).await;
     let api: Api<Pod> = Api::all(client(&server.url()));
     let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, config)).applied_objects();
+    let stream = reflector(writer, watcher(api, config).default_backoff()).applied_objects();
+    let errors = Arc::new(AtomicUsize::new(0));
+    let seen_errors = Arc::clone(&errors);
     let driver = tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
         while let Some(item) = stream.next().await {
-            item.expect("the watcher works");
+            if let Err(e) = item {
+                // A 410 makes the watcher relist; anything else is a real failure.
+                let text = e.to_string();
+                assert!(text.contains("410") || text.contains("Expired"), "{text}");
+                seen_errors.fetch_add(1, Ordering::Relaxed);
+            }
         }
     });
     churn_done(&server, Duration::from_secs(20)).await;
@@ -226,14 +236,33 @@ async fn reflector_converges(config: watcher::Config) {
     }
     driver.abort();
     server.stop().await.unwrap();
+    errors.load(Ordering::Relaxed)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_reflector_converge_with_paged_lists() {
-    reflector_converges(watcher::Config::default().page_size(300).timeout(5)).await;
+    let config = watcher::Config::default().page_size(300).timeout(5);
+    assert_eq!(
+        reflector_converges(config, 100_000).await,
+        0,
+        "no 410 in a wide window"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_reflector_converge_with_streaming_lists() {
-    reflector_converges(watcher::Config::default().streaming_lists().timeout(5)).await;
+    let config = watcher::Config::default().streaming_lists().timeout(5);
+    assert_eq!(
+        reflector_converges(config, 100_000).await,
+        0,
+        "no 410 in a wide window"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watcher_and_reflector_recover_from_410_by_relisting() {
+    // A window of 20 events at 4,000 events/s is 5 ms: the watch after each list (or a watcher
+    // that falls behind) is likely to be expired, and the watcher must relist until it keeps up.
+    let recovered = reflector_converges(watcher::Config::default().timeout(5), 20).await;
+    eprintln!("the watcher recovered from {recovered} expired watches");
 }

@@ -151,7 +151,9 @@ impl Server {
                 .map_err(io::Error::other)?;
         let initial_pods = initial.len();
         let store = Arc::new(Store::new(initial, resource_version, config.window));
-        let listener = listen(config.addr)?;
+        let listener = listen(config.addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.addr))
+        })?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = signal::channel(false);
         let app = App {
@@ -314,6 +316,15 @@ pub fn main(args: ServeArgs) -> ExitCode {
     runtime.block_on(serve(config, args.kubeconfig))
 }
 
+async fn wait_for_ctrl_c() {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        // Without a signal handler nothing could stop the server but a kill: say so, and keep
+        // serving until then.
+        eprintln!("loadgen serve: cannot listen for Ctrl-C ({e}); stop it with a kill");
+        std::future::pending::<()>().await;
+    }
+}
+
 async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCode {
     let label = format!(
         "{} keys={} events={} seed={} rate={}/s window={}",
@@ -353,9 +364,9 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
                 "loadgen serve: churn done: {} events in {:.1} s, {} pods at resourceVersion {}; still serving (Ctrl-C stops)",
                 summary.events, summary.seconds, summary.pods, summary.resource_version
             );
-            let _ = tokio::signal::ctrl_c().await;
+            wait_for_ctrl_c().await;
         }
-        _ = tokio::signal::ctrl_c() => {}
+        _ = wait_for_ctrl_c() => {}
     }
     eprintln!("loadgen serve: stopping");
     match server.stop().await {
