@@ -50,6 +50,8 @@ pub struct Churn {
     last: Vec<Option<Arc<Pod>>>,
     /// How many times each key was created after the start (part of its uid).
     incarnation: Vec<u32>,
+    /// When each key's incarnation was created, in Unix seconds.
+    created: Vec<i64>,
     resource_version: u64,
     pods: usize,
 }
@@ -72,6 +74,7 @@ impl Churn {
             alive: vec![false; keys],
             last: vec![None; keys],
             incarnation: vec![0; keys],
+            created: vec![unix_now(); keys],
             resource_version: 0,
             pods: 0,
         };
@@ -143,6 +146,7 @@ impl Churn {
             incarnation: self.incarnation[pod.id as usize],
             version: pod.version,
             resource_version,
+            created: self.created[pod.id as usize],
         })
     }
 
@@ -150,6 +154,7 @@ impl Churn {
     fn change(&mut self, kind: EventType, pod: &Arc<Pod>) -> Change {
         if kind == EventType::Added && !self.alive[pod.id as usize] {
             self.incarnation[pod.id as usize] += 1;
+            self.created[pod.id as usize] = unix_now();
         }
         self.mark(pod, kind != EventType::Deleted);
         self.resource_version += 1;
@@ -259,6 +264,13 @@ impl Churn {
             stopped,
         }
     }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is set before it).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 #[cfg(test)]

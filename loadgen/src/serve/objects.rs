@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 
 use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{json, Value};
 
 /// The Kubernetes version `/version` claims: kubectl 1.32 (the version CI installs) talks to it
@@ -66,6 +66,9 @@ pub struct PodState<'a> {
     pub version: u64,
     /// `metadata.resourceVersion`.
     pub resource_version: u64,
+    /// `metadata.creationTimestamp`, in seconds since the Unix epoch (when this incarnation
+    /// was created: kubectl's AGE).
+    pub created: i64,
 }
 
 /// The `v1.Pod` for `state`, serialised (starting with [`POD_HEAD`]).
@@ -79,6 +82,9 @@ pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
                 state.incarnation, state.id
             )),
             resource_version: Some(state.resource_version.to_string()),
+            creation_timestamp: k8s_openapi::jiff::Timestamp::from_second(state.created)
+                .ok()
+                .map(Time),
             labels: Some(
                 [
                     ("app".to_string(), "loadgen".to_string()),
@@ -315,6 +321,7 @@ mod tests {
             incarnation: 1,
             version: 7,
             resource_version: 1234,
+            created: 1_700_000_000,
         };
         let json = pod_json(&state);
         assert!(json.starts_with(POD_HEAD));
@@ -326,6 +333,8 @@ mod tests {
             Some("00000001-0000-4000-8000-000000000003")
         );
         assert_eq!(pod.metadata.labels.unwrap()[VERSION_LABEL], "7");
+        let created = pod.metadata.creation_timestamp.unwrap();
+        assert_eq!(created.0.as_second(), 1_700_000_000);
         assert_eq!(
             pod.spec.unwrap().node_name.as_deref(),
             Some("node-3"),

@@ -340,6 +340,7 @@ mod tests {
             incarnation: 0,
             version: rv,
             resource_version: rv,
+            created: 0,
         });
         let (line, range) = event_line(kind, &json);
         let namespace: Arc<str> = namespace.into();

@@ -228,6 +228,7 @@ mod tests {
             incarnation: 0,
             version: 1,
             resource_version: rv,
+            created: 0,
         });
         let (line, range) = event_line(EventType::Added, &json);
         let namespace: Arc<str> = namespace.into();
