@@ -165,6 +165,12 @@ async fn discovery_answers_with_and_without_a_trailing_slash() {
         assert!(item["metadata"]["uid"].is_string());
         assert!(item["spec"]["nodeName"].is_string());
     }
+    churn_done(&server, Duration::from_secs(5)).await;
+    let (code, body) = get_json(&mut conn, "/loadgen/status").await;
+    assert_eq!(code, 200);
+    assert_eq!(body["churn"]["done"], true, "no events: done at once");
+    assert_eq!(body["resourceVersion"], "50");
+    assert_eq!(body["pods"], 50);
     let (code, body) = get_json(&mut conn, "/api/v1/namespaces/ns-1/pods/pod-1/").await;
     assert_eq!((code, body["kind"].as_str()), (200, Some("Pod")));
     assert_eq!(body["apiVersion"], "v1");

@@ -240,7 +240,8 @@ impl Churn {
             }
             let due = (start.elapsed().as_secs_f64() * rate) as u64;
             if due <= sent {
-                let next = Duration::from_secs_f64((sent + 1) as f64 / rate);
+                let next =
+                    Duration::try_from_secs_f64((sent + 1) as f64 / rate).unwrap_or(Duration::MAX);
                 let wait = next.saturating_sub(start.elapsed()).min(STOP_POLL);
                 std::thread::sleep(wait);
                 continue;

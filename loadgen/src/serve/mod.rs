@@ -144,6 +144,15 @@ impl Server {
     /// Generates the workload, binds, and starts serving and churning. Must be called within a
     /// tokio runtime; the churn runs on a thread of its own.
     pub async fn start(config: ServeConfig) -> io::Result<Server> {
+        if !(config.rate.is_finite() && config.rate > 0.0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "rate {} is not a number of events per second above 0",
+                    config.rate
+                ),
+            ));
+        }
         let spec = config.workload;
         let (churn, initial, resource_version) =
             tokio::task::spawn_blocking(move || Churn::new(generate(&spec)))
@@ -156,11 +165,14 @@ impl Server {
         })?;
         let addr = listener.local_addr()?;
         let (shutdown, shutdown_rx) = signal::channel(false);
+        let (churn_done, churn_rx) = signal::channel(None);
         let app = App {
             store: Arc::clone(&store),
             addr,
             bookmark_interval: config.bookmark_interval,
             shutdown: shutdown_rx.clone(),
+            churn: churn_rx.clone(),
+            label: workload_label(&config),
         };
         let router = axum::Router::new().fallback(routes::handle).with_state(app);
         let mut graceful = shutdown_rx;
@@ -174,7 +186,6 @@ impl Server {
         });
 
         let stop_churn = Arc::new(AtomicBool::new(false));
-        let (churn_done, churn_rx) = signal::channel(None);
         let (churn_store, churn_stop, rate) =
             (Arc::clone(&store), Arc::clone(&stop_churn), config.rate);
         std::thread::Builder::new()
@@ -325,8 +336,9 @@ async fn wait_for_ctrl_c() {
     }
 }
 
-async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCode {
-    let label = format!(
+/// What a server serves, in one line.
+fn workload_label(config: &ServeConfig) -> String {
+    format!(
         "{} keys={} events={} seed={} rate={}/s window={}",
         config.workload.workload,
         config.workload.keys,
@@ -334,7 +346,11 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
         config.workload.seed,
         config.rate,
         config.window
-    );
+    )
+}
+
+async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCode {
+    let label = workload_label(&config);
     let server = match Server::start(config).await {
         Ok(server) => server,
         Err(e) => {

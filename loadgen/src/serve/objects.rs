@@ -273,7 +273,7 @@ fn go_arch() -> &'static str {
 
 /// `GET /`: the paths the server answers.
 pub fn root_paths() -> Value {
-    json!({ "paths": ["/api", "/api/v1", "/apis", "/version"] })
+    json!({ "paths": ["/api", "/api/v1", "/apis", "/loadgen/status", "/version"] })
 }
 
 /// `GET /api`: the core group's versions.

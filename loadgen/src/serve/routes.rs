@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::churn::ChurnSummary;
 use super::objects::{self, Status};
 use super::store::{Snapshot, Store};
 use super::watch::{WatchOptions, Watcher};
@@ -31,6 +32,10 @@ pub struct App {
     pub bookmark_interval: Duration,
     /// Turns true when the server stops; open watches end then.
     pub shutdown: watch::Receiver<bool>,
+    /// The churn's summary once it is done.
+    pub churn: watch::Receiver<Option<ChurnSummary>>,
+    /// What is served (workload, sizes, rate, window), for `/loadgen/status`.
+    pub label: String,
 }
 
 /// Every request.
@@ -54,6 +59,7 @@ fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
         ["api"] => Ok(json_response(&objects::api_versions(app.addr))),
         ["apis"] => Ok(json_response(&objects::api_group_list())),
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
+        ["loadgen", "status"] => Ok(json_response(&status(app))),
         ["api", "v1", "pods"] => collection(app, None, &query),
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
             collection(app, Some(ns), &query)
@@ -66,6 +72,27 @@ fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
         }
         _ => Err(Status::no_such_path()),
     }
+}
+
+/// `GET /loadgen/status` (not a Kubernetes path): what is served and whether the churn is done,
+/// so a client driving the server from outside knows when the state is final.
+fn status(app: &App) -> Value {
+    let churn = match *app.churn.borrow() {
+        Some(summary) => serde_json::json!({
+            "done": true,
+            "events": summary.events,
+            "seconds": summary.seconds,
+            "stopped": summary.stopped,
+        }),
+        None => serde_json::json!({ "done": false }),
+    };
+    serde_json::json!({
+        "serving": app.label,
+        "resourceVersion": app.store.resource_version().to_string(),
+        "oldestResourceVersion": app.store.oldest().to_string(),
+        "pods": app.store.len(),
+        "churn": churn,
+    })
 }
 
 /// The query parameters of a collection request, checked.
