@@ -117,6 +117,9 @@ impl Watcher {
             let final_bookmark = self.final_bookmark;
             tokio::select! {
                 biased;
+                // The receiver is a clone of one that never looked, so a stop sent before this
+                // watch started counts as a change too: the watch ends at once rather than
+                // holding the shutdown up.
                 _ = self.shutdown.changed() => {
                     self.done = true;
                     return None;
@@ -307,6 +310,17 @@ mod tests {
             watcher.next_chunk().await.is_none(),
             "stopping ends the watch"
         );
+    }
+
+    #[tokio::test]
+    async fn a_watch_started_while_the_server_stops_ends_at_once() {
+        let store = Store::new(Vec::new(), 0, 10);
+        let (stop, shutdown) = watch::channel(false);
+        stop.send(true).unwrap();
+        let start = store.watch(None, Some(0)).unwrap();
+        let mut watcher = Watcher::new(start, options(None, false), shutdown);
+        let next = tokio::time::timeout(Duration::from_secs(5), watcher.next_chunk()).await;
+        assert_eq!(next, Ok(None));
     }
 
     #[tokio::test]
