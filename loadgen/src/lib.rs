@@ -20,6 +20,7 @@
 //! | [`machine`] | what machine a comparison ran on |
 //! | [`watch_stream`] | `loadgen replay`: reads a recorded kubectl watch stream and replays it |
 //! | [`ui`] | progress bars and notes on stderr |
+//! | `serve` (feature `wire`) | `loadgen serve`: a synthetic Kubernetes API server for pods (docs/wire.md) |
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +36,8 @@ pub mod ops;
 pub mod report;
 pub mod rss;
 pub mod run;
+#[cfg(feature = "wire")]
+pub mod serve;
 pub mod through_informer;
 pub mod ui;
 pub mod verdict;

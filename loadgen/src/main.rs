@@ -5,6 +5,7 @@
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
+//! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
 
 #![forbid(unsafe_code)]
 
@@ -40,6 +41,9 @@ enum Command {
     Capacity(loadgen::capacity::CapacityArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
     Replay(loadgen::watch_stream::ReplayArgs),
+    /// Serve pods as a Kubernetes API server (docs/wire.md), churning them at a chosen rate.
+    #[cfg(feature = "wire")]
+    Serve(loadgen::serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,5 +54,7 @@ fn main() -> ExitCode {
         Command::Compare(args) => loadgen::compare::main(args),
         Command::Capacity(args) => loadgen::capacity::main(args),
         Command::Replay(args) => loadgen::watch_stream::main(args),
+        #[cfg(feature = "wire")]
+        Command::Serve(args) => loadgen::serve::main(args),
     }
 }

@@ -1,0 +1,309 @@
+//! The churn: a workload of docs/workloads.md turned into pod events, published at an offered
+//! rate.
+//!
+//! The workload's leading adds (W3: its first relist) are the population present at start; they
+//! get resource versions `1..=K` and no events. After that every `Added`, `Updated` and
+//! `Deleted` op is one `ADDED`, `MODIFIED` or `DELETED` event; a later relist (W3) deletes the
+//! pods it leaves out, as `DELETED` events (the server has no watch to miss them); a resync
+//! changes nothing. Event `n` (counting from the start) gets resource version `K + n`.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use super::objects::{event_line, pod_json, EventType, PodState};
+use super::store::{Change, Store, StoredPod, WatchLine};
+use crate::workload::{Generated, Op, Pod};
+
+/// At most this many events go into the store under one lock.
+const BATCH: u64 = 4096;
+/// The churn looks at its stop flag at least this often.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// How the churn ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ChurnSummary {
+    /// Events published.
+    pub events: u64,
+    /// The resource version after the last of them.
+    pub resource_version: u64,
+    /// Pods alive at the end.
+    pub pods: usize,
+    /// Seconds from the first event's schedule to the last one's publication.
+    pub seconds: f64,
+    /// Whether the churn was stopped before the workload ran out.
+    pub stopped: bool,
+}
+
+/// The churn's state: the workload, and what the server made of it so far.
+#[derive(Debug)]
+pub struct Churn {
+    generated: Generated,
+    /// The first op after the initial population.
+    next_op: usize,
+    namespaces: Vec<Arc<str>>,
+    alive: Vec<bool>,
+    /// The last state of each key, for the deletions a relist implies.
+    last: Vec<Option<Arc<Pod>>>,
+    /// How many times each key was created after the start (part of its uid).
+    incarnation: Vec<u32>,
+    /// When each key's incarnation was created, in Unix seconds.
+    created: Vec<i64>,
+    resource_version: u64,
+    pods: usize,
+}
+
+impl Churn {
+    /// Takes the workload's initial population: the pods present at start and the resource
+    /// version after them.
+    pub fn new(generated: Generated) -> (Self, Vec<Arc<StoredPod>>, u64) {
+        let keys = generated.universe.keys.len();
+        let namespaces = generated
+            .universe
+            .namespaces
+            .iter()
+            .map(|ns| Arc::from(ns.as_str()))
+            .collect();
+        let mut churn = Self {
+            generated,
+            next_op: 0,
+            namespaces,
+            alive: vec![false; keys],
+            last: vec![None; keys],
+            incarnation: vec![0; keys],
+            created: vec![unix_now(); keys],
+            resource_version: 0,
+            pods: 0,
+        };
+        let mut initial = Vec::with_capacity(keys);
+        let initial_pod = |churn: &mut Self, pod: &Arc<Pod>, initial: &mut Vec<Arc<StoredPod>>| {
+            churn.resource_version += 1;
+            churn.mark(pod, true);
+            let (namespace, name) = churn.names(pod);
+            let json = churn.json(pod, &namespace, &name, churn.resource_version);
+            initial.push(Arc::new(StoredPod {
+                namespace,
+                name,
+                resource_version: churn.resource_version,
+                object: Bytes::from(json),
+            }));
+        };
+        let ops = std::mem::take(&mut churn.generated.ops);
+        match ops.first() {
+            Some(Op::Replace(relist)) => {
+                for pod in &relist.objects {
+                    initial_pod(&mut churn, pod, &mut initial);
+                }
+                churn.next_op = 1;
+            }
+            _ => {
+                for op in &ops {
+                    let Op::Add(pod) = op else { break };
+                    initial_pod(&mut churn, pod, &mut initial);
+                    churn.next_op += 1;
+                }
+            }
+        }
+        churn.generated.ops = ops;
+        let resource_version = churn.resource_version;
+        (churn, initial, resource_version)
+    }
+
+    /// How many ops remain after the initial population.
+    pub fn ops_left(&self) -> usize {
+        self.generated.ops.len() - self.next_op
+    }
+
+    fn names(&self, pod: &Pod) -> (Arc<str>, Arc<str>) {
+        let key = pod.key.as_str();
+        let name = key.split_once('/').map_or(key, |(_, name)| name);
+        (
+            Arc::clone(&self.namespaces[pod.id as usize % self.namespaces.len()]),
+            Arc::from(name),
+        )
+    }
+
+    fn mark(&mut self, pod: &Arc<Pod>, alive: bool) {
+        let id = pod.id as usize;
+        if alive && !self.alive[id] {
+            self.pods += 1;
+        } else if !alive && self.alive[id] {
+            self.pods -= 1;
+        }
+        self.alive[id] = alive;
+        self.last[id] = alive.then(|| Arc::clone(pod));
+    }
+
+    fn json(&self, pod: &Pod, namespace: &str, name: &str, resource_version: u64) -> Vec<u8> {
+        pod_json(&PodState {
+            namespace,
+            name,
+            node: pod.node.as_ref().map(|n| n.as_str()),
+            id: pod.id,
+            incarnation: self.incarnation[pod.id as usize],
+            version: pod.version,
+            resource_version,
+            created: self.created[pod.id as usize],
+        })
+    }
+
+    /// The next event for `pod`.
+    fn change(&mut self, kind: EventType, pod: &Arc<Pod>) -> Change {
+        if kind == EventType::Added && !self.alive[pod.id as usize] {
+            self.incarnation[pod.id as usize] += 1;
+            self.created[pod.id as usize] = unix_now();
+        }
+        self.mark(pod, kind != EventType::Deleted);
+        self.resource_version += 1;
+        let (namespace, name) = self.names(pod);
+        let json = self.json(pod, &namespace, &name, self.resource_version);
+        let (line, object) = event_line(kind, &json);
+        Change {
+            kind,
+            pod: Arc::new(StoredPod {
+                namespace: Arc::clone(&namespace),
+                name,
+                resource_version: self.resource_version,
+                object: line.slice(object),
+            }),
+            line: Arc::new(WatchLine {
+                resource_version: self.resource_version,
+                namespace,
+                line,
+            }),
+        }
+    }
+
+    /// The events of the next op into `out`; false when the workload is done.
+    fn next_events(&mut self, out: &mut VecDeque<Change>) -> bool {
+        // The ops move out while one is read, so `self` can change meanwhile.
+        let ops = std::mem::take(&mut self.generated.ops);
+        let more = match ops.get(self.next_op) {
+            None => false,
+            Some(op) => {
+                self.next_op += 1;
+                self.events_of(op, out);
+                true
+            }
+        };
+        self.generated.ops = ops;
+        more
+    }
+
+    fn events_of(&mut self, op: &Op, out: &mut VecDeque<Change>) {
+        match op {
+            Op::Add(pod) => out.push_back(self.change(EventType::Added, pod)),
+            Op::Update(pod) => out.push_back(self.change(EventType::Modified, pod)),
+            Op::Delete(pod) => out.push_back(self.change(EventType::Deleted, pod)),
+            Op::Replace(relist) => {
+                let mut listed = vec![false; self.alive.len()];
+                for pod in &relist.objects {
+                    let id = pod.id as usize;
+                    listed[id] = true;
+                    match &self.last[id] {
+                        None => out.push_back(self.change(EventType::Added, pod)),
+                        Some(last) if last.version != pod.version => {
+                            out.push_back(self.change(EventType::Modified, pod))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for (id, listed) in listed.into_iter().enumerate() {
+                    if let (false, Some(last)) = (listed, self.last[id].clone()) {
+                        out.push_back(self.change(EventType::Deleted, &last));
+                    }
+                }
+            }
+            Op::Resync => {}
+        }
+    }
+
+    /// Publishes every event into `store` at `rate` events per second, until the workload runs
+    /// out or `stop` is set.
+    pub fn run(mut self, store: &Store, rate: f64, stop: &AtomicBool) -> ChurnSummary {
+        // A batch reaches every watcher at once: one larger than the window would put each
+        // watcher past it before it could read a single event.
+        let batch = BATCH.min((store.window() as u64 / 4).max(1));
+        let start = Instant::now();
+        let mut sent: u64 = 0;
+        let mut queue = VecDeque::new();
+        let mut exhausted = false;
+        let mut stopped = false;
+        loop {
+            // Relaxed: the flag carries no data; the churn only needs to see it eventually.
+            if stop.load(Ordering::Relaxed) {
+                stopped = true;
+                break;
+            }
+            let due = (start.elapsed().as_secs_f64() * rate) as u64;
+            if due <= sent {
+                let next =
+                    Duration::try_from_secs_f64((sent + 1) as f64 / rate).unwrap_or(Duration::MAX);
+                let wait = next.saturating_sub(start.elapsed()).min(STOP_POLL);
+                std::thread::sleep(wait);
+                continue;
+            }
+            let want = (due - sent).min(batch) as usize;
+            while queue.len() < want && !exhausted {
+                exhausted = !self.next_events(&mut queue);
+            }
+            if queue.is_empty() {
+                break;
+            }
+            let batch: Vec<Change> = queue.drain(..want.min(queue.len())).collect();
+            sent += batch.len() as u64;
+            store.publish(batch);
+        }
+        ChurnSummary {
+            events: sent,
+            resource_version: store.resource_version(),
+            pods: store.len(),
+            seconds: start.elapsed().as_secs_f64(),
+            stopped,
+        }
+    }
+}
+
+/// Seconds since the Unix epoch (0 if the clock is set before it).
+fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{generate, Workload, WorkloadSpec};
+
+    #[test]
+    fn the_server_ends_in_the_workloads_final_state() {
+        for workload in [Workload::W1, Workload::W2, Workload::W3] {
+            let spec = WorkloadSpec::new(workload).keys(300).events(2000);
+            let generated = generate(&spec);
+            let model = generated.model.clone();
+            let (churn, initial, rv) = Churn::new(generated);
+            assert_eq!(initial.len(), 300, "{workload}");
+            assert_eq!(rv, 300);
+            let store = Store::new(initial, rv, 100_000);
+            let summary = churn.run(&store, 1e9, &AtomicBool::new(false));
+            assert!(!summary.stopped);
+            assert_eq!(summary.resource_version, 300 + summary.events);
+            assert_eq!(summary.pods, model.alive_count(), "{workload}");
+            for pod in model.alive.iter().flatten() {
+                let (ns, name) = pod.key.as_str().split_once('/').unwrap();
+                let stored = store.get(ns, name).expect("alive in the model");
+                let json: serde_json::Value = serde_json::from_slice(&stored.object).unwrap();
+                assert_eq!(
+                    json["metadata"]["labels"][super::super::objects::VERSION_LABEL],
+                    pod.version.to_string(),
+                    "{workload} {}",
+                    pod.key
+                );
+            }
+        }
+    }
+}

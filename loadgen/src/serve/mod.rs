@@ -1,0 +1,395 @@
+//! `loadgen serve`: a synthetic Kubernetes API server for `pods` that kubectl and kube-rs accept
+//! (docs/wire.md), churning its pods at an offered rate following a workload of
+//! docs/workloads.md.
+//!
+//! | module | what it does |
+//! |---|---|
+//! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents |
+//! | [`store`] | the pods, the window of recent events, the broadcast to watchers |
+//! | [`churn`] | the workload as pod events, paced |
+//! | [`watch`] | one watch's stream |
+//! | [`routes`] | paths, query parameters, lists, gets and watches |
+//!
+//! [`Server::start`] runs it inside a tokio runtime (tests, and an end-to-end run that wants
+//! it in-process); `loadgen serve` is the same behind a command line.
+
+pub mod churn;
+pub mod objects;
+pub mod routes;
+pub mod store;
+pub mod watch;
+
+use std::io;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch as signal;
+
+use crate::workload::{generate, Workload, WorkloadSpec};
+use churn::{Churn, ChurnSummary};
+use routes::App;
+use store::Store;
+
+/// The default window of recent events a watch can resume from.
+pub const DEFAULT_WINDOW: usize = 100_000;
+/// The default period of bookmarks (the real API server's).
+pub const DEFAULT_BOOKMARK_SECONDS: f64 = 60.0;
+
+/// Arguments of `loadgen serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The workload whose events churn the pods (W4 and W5 churn like W1).
+    #[arg(long, default_value = "w1")]
+    pub workload: Workload,
+    /// Offered rate of churn, in events per second.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Where to listen (plain HTTP; port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    /// How many recent events a watch can resume from; older resource versions get 410 Expired.
+    #[arg(long, default_value_t = DEFAULT_WINDOW, value_parser = parse_window)]
+    pub window: usize,
+    /// Write a kubeconfig pointing at the server here (instead of printing it on stdout).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Keys (pods) of the workload [default: the workload's K].
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Churn events; after the last one the server keeps serving its final state
+    /// [default: the workload's E].
+    #[arg(long)]
+    pub events: Option<usize>,
+    /// The workload's seed.
+    #[arg(long, default_value_t = crate::workload::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Seconds between the bookmarks of a watch with allowWatchBookmarks=true.
+    #[arg(long, default_value_t = DEFAULT_BOOKMARK_SECONDS, value_parser = parse_bookmark_seconds)]
+    pub bookmark_seconds: f64,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a rate: expected events per second, a number above 0"
+        )),
+    }
+}
+
+fn parse_window(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(w) if w > 0 => Ok(w),
+        _ => Err(format!(
+            "{s:?} is not a window: expected a number of events above 0"
+        )),
+    }
+}
+
+fn parse_bookmark_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(b) if b.is_finite() && b >= 0.001 => Ok(b),
+        _ => Err(format!(
+            "{s:?} is not a bookmark period: expected seconds, at least 0.001"
+        )),
+    }
+}
+
+/// What to serve.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// The workload, its sizes and seed.
+    pub workload: WorkloadSpec,
+    /// Offered churn rate, events per second (above 0).
+    pub rate: f64,
+    /// Where to listen.
+    pub addr: SocketAddr,
+    /// The window of recent events (at least 1).
+    pub window: usize,
+    /// Bookmark period.
+    pub bookmark_interval: Duration,
+}
+
+impl ServeConfig {
+    /// `workload` at `rate` on a free loopback port, with the default window and bookmarks.
+    pub fn new(workload: WorkloadSpec, rate: f64) -> Self {
+        Self {
+            workload,
+            rate,
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            window: DEFAULT_WINDOW,
+            bookmark_interval: Duration::from_secs_f64(DEFAULT_BOOKMARK_SECONDS),
+        }
+    }
+}
+
+/// A running server. Dropping it without [`Server::stop`] leaves the HTTP task running until
+/// the runtime ends; the churn stops either way.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    store: Arc<Store>,
+    shutdown: signal::Sender<bool>,
+    stop_churn: Arc<AtomicBool>,
+    churn: signal::Receiver<Option<ChurnSummary>>,
+    http: tokio::task::JoinHandle<io::Result<()>>,
+    initial_pods: usize,
+}
+
+impl Server {
+    /// Generates the workload, binds, and starts serving and churning. Must be called within a
+    /// tokio runtime; the churn runs on a thread of its own.
+    pub async fn start(config: ServeConfig) -> io::Result<Server> {
+        if !(config.rate.is_finite() && config.rate > 0.0) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "rate {} is not a number of events per second above 0",
+                    config.rate
+                ),
+            ));
+        }
+        let spec = config.workload;
+        let (churn, initial, resource_version) =
+            tokio::task::spawn_blocking(move || Churn::new(generate(&spec)))
+                .await
+                .map_err(io::Error::other)?;
+        let initial_pods = initial.len();
+        let store = Arc::new(Store::new(initial, resource_version, config.window));
+        let listener = listen(config.addr).map_err(|e| {
+            io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.addr))
+        })?;
+        let addr = listener.local_addr()?;
+        let (shutdown, shutdown_rx) = signal::channel(false);
+        let (churn_done, churn_rx) = signal::channel(None);
+        let app = App {
+            store: Arc::clone(&store),
+            addr,
+            bookmark_interval: config.bookmark_interval,
+            shutdown: shutdown_rx.clone(),
+            churn: churn_rx.clone(),
+            label: workload_label(&config),
+        };
+        let router = axum::Router::new().fallback(routes::handle).with_state(app);
+        let mut graceful = shutdown_rx;
+        let http = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    // An error means the sender is gone: the server is being dropped.
+                    let _ = graceful.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
+
+        let stop_churn = Arc::new(AtomicBool::new(false));
+        let (churn_store, churn_stop, rate) =
+            (Arc::clone(&store), Arc::clone(&stop_churn), config.rate);
+        std::thread::Builder::new()
+            .name("serve-churn".into())
+            .spawn(move || {
+                let summary = churn.run(&churn_store, rate, &churn_stop);
+                // Nobody waiting is fine.
+                let _ = churn_done.send(Some(summary));
+            })?;
+        Ok(Server {
+            addr,
+            store,
+            shutdown,
+            stop_churn,
+            churn: churn_rx,
+            http,
+            initial_pods,
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://ADDR`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// How many pods were present at start.
+    pub fn initial_pods(&self) -> usize {
+        self.initial_pods
+    }
+
+    /// The state it serves (for tests that compare a client's view to it).
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    /// A kubeconfig that points kubectl or kube-rs at it.
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig(&self.url())
+    }
+
+    /// Waits until the churn has published its last event (or was stopped).
+    pub async fn churn_finished(&self) -> ChurnSummary {
+        let mut rx = self.churn.clone();
+        let summary = match rx.wait_for(Option::is_some).await {
+            Ok(summary) => *summary,
+            // The churn thread is gone without a word only if it panicked.
+            Err(_) => None,
+        };
+        summary.expect("the churn thread ended without a summary (it panicked)")
+    }
+
+    /// Stops the churn, ends every watch, and waits for the HTTP server to finish.
+    pub async fn stop(mut self) -> io::Result<()> {
+        // Relaxed: the flag carries no data (see Churn::run).
+        self.stop_churn.store(true, Ordering::Relaxed);
+        // No receiver left means nothing is serving any more: fine.
+        let _ = self.shutdown.send(true);
+        (&mut self.http).await.map_err(io::Error::other)?
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // Relaxed: see `stop`.
+        self.stop_churn.store(true, Ordering::Relaxed);
+        let _ = self.shutdown.send(true);
+    }
+}
+
+/// How many connections may wait to be accepted: thousands of watchers connecting at once must
+/// not overflow the queue (tokio's default is 1024; the kernel caps it at `somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
+/// A kubeconfig for a plain-HTTP server at `url` (kubectl and kube-rs accept `http://`).
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: loadgen
+  cluster:
+    server: {url}
+contexts:
+- name: loadgen
+  context:
+    cluster: loadgen
+    user: loadgen
+current-context: loadgen
+users:
+- name: loadgen
+  user: {{}}
+"
+    )
+}
+
+/// `loadgen serve`: serves until Ctrl-C.
+pub fn main(args: ServeArgs) -> ExitCode {
+    let mut spec = WorkloadSpec::new(args.workload).seed(args.seed);
+    if let Some(keys) = args.keys {
+        if keys == 0 || keys > u32::MAX as usize {
+            eprintln!("loadgen serve: --keys must be between 1 and {}", u32::MAX);
+            return ExitCode::from(2);
+        }
+        spec = spec.keys(keys);
+    }
+    if let Some(events) = args.events {
+        spec = spec.events(events);
+    }
+    let config = ServeConfig {
+        workload: spec,
+        rate: args.rate,
+        addr: args.addr,
+        window: args.window,
+        bookmark_interval: Duration::from_secs_f64(args.bookmark_seconds),
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("loadgen serve: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(serve(config, args.kubeconfig))
+}
+
+async fn wait_for_ctrl_c() {
+    if let Err(e) = tokio::signal::ctrl_c().await {
+        // Without a signal handler nothing could stop the server but a kill: say so, and keep
+        // serving until then.
+        eprintln!("loadgen serve: cannot listen for Ctrl-C ({e}); stop it with a kill");
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What a server serves, in one line.
+fn workload_label(config: &ServeConfig) -> String {
+    format!(
+        "{} keys={} events={} seed={} rate={}/s window={}",
+        config.workload.workload,
+        config.workload.keys,
+        config.workload.events,
+        config.workload.seed,
+        config.rate,
+        config.window
+    )
+}
+
+async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCode {
+    let label = workload_label(&config);
+    let server = match Server::start(config).await {
+        Ok(server) => server,
+        Err(e) => {
+            eprintln!("loadgen serve: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match &kubeconfig_path {
+        Some(path) => {
+            if let Err(e) = std::fs::write(path, server.kubeconfig()) {
+                eprintln!("loadgen serve: cannot write {}: {e}", path.display());
+                return ExitCode::FAILURE;
+            }
+            eprintln!("loadgen serve: kubeconfig written to {}", path.display());
+        }
+        None => print!("{}", server.kubeconfig()),
+    }
+    eprintln!(
+        "loadgen serve: {label}: {} pods at resourceVersion {}, listening on {} (Ctrl-C stops)",
+        server.initial_pods(),
+        server.store().resource_version(),
+        server.url()
+    );
+    tokio::select! {
+        summary = server.churn_finished() => {
+            eprintln!(
+                "loadgen serve: churn done: {} events in {:.1} s, {} pods at resourceVersion {}; still serving (Ctrl-C stops)",
+                summary.events, summary.seconds, summary.pods, summary.resource_version
+            );
+            wait_for_ctrl_c().await;
+        }
+        _ = wait_for_ctrl_c() => {}
+    }
+    eprintln!("loadgen serve: stopping");
+    match server.stop().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("loadgen serve: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! What `loadgen serve` writes on the wire: pods (built with the `k8s-openapi` types, serialised
+//! once per change), watch-event lines, bookmarks, `Status` errors and the discovery documents.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use serde_json::{json, Value};
+
+/// The Kubernetes version `/version` claims: kubectl 1.32 (the version CI installs) talks to it
+/// without a skew warning.
+pub const CLAIMED_MAJOR: &str = "1";
+/// See [`CLAIMED_MAJOR`].
+pub const CLAIMED_MINOR: &str = "32";
+
+/// The label every pod carries with the workload's own version of the object (it counts the
+/// key's changes, while `resourceVersion` counts every change of every pod): lets a client check
+/// its final state against the workload's model.
+pub const VERSION_LABEL: &str = "loadgen/version";
+
+/// The annotation of the bookmark that ends `sendInitialEvents`.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// How `k8s-openapi` starts every serialised pod. A list item is the pod without it (the real
+/// server puts `kind` and `apiVersion` once, on the list).
+pub const POD_HEAD: &[u8] = br#"{"apiVersion":"v1","kind":"Pod","#;
+
+/// A watch event's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    /// A pod appeared.
+    Added,
+    /// A pod changed.
+    Modified,
+    /// A pod went away; the object is its last state at the deletion's resource version.
+    Deleted,
+}
+
+impl EventType {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One pod's state, as the churn describes it.
+#[derive(Debug, Clone, Copy)]
+pub struct PodState<'a> {
+    /// `metadata.namespace`.
+    pub namespace: &'a str,
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `spec.nodeName`.
+    pub node: Option<&'a str>,
+    /// The workload's dense key number (part of the uid).
+    pub id: u32,
+    /// How many times this key was created before this incarnation (part of the uid: a pod
+    /// deleted and created again is a new object with a new uid).
+    pub incarnation: u32,
+    /// The workload's version of the key ([`VERSION_LABEL`]).
+    pub version: u64,
+    /// `metadata.resourceVersion`.
+    pub resource_version: u64,
+    /// `metadata.creationTimestamp`, in seconds since the Unix epoch (when this incarnation
+    /// was created: kubectl's AGE).
+    pub created: i64,
+}
+
+/// The `v1.Pod` for `state`, serialised (starting with [`POD_HEAD`]).
+pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
+    let pod = Pod {
+        metadata: ObjectMeta {
+            namespace: Some(state.namespace.to_string()),
+            name: Some(state.name.to_string()),
+            uid: Some(format!(
+                "{:08x}-0000-4000-8000-{:012x}",
+                state.incarnation, state.id
+            )),
+            resource_version: Some(state.resource_version.to_string()),
+            creation_timestamp: k8s_openapi::jiff::Timestamp::from_second(state.created)
+                .ok()
+                .map(Time),
+            labels: Some(
+                [
+                    ("app".to_string(), "loadgen".to_string()),
+                    (VERSION_LABEL.to_string(), state.version.to_string()),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: state.node.map(str::to_string),
+            containers: vec![Container {
+                name: "app".to_string(),
+                image: Some("registry.k8s.io/pause:3.10".to_string()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    let json = serde_json::to_vec(&pod).expect("a Pod always serialises");
+    debug_assert!(
+        json.starts_with(POD_HEAD),
+        "k8s-openapi writes apiVersion and kind first"
+    );
+    json
+}
+
+/// A watch line `{"type":T,"object":O}\n` and the range of `O` in it, so that one allocation
+/// serves the watchers (the line) and lists and gets (the object, a slice of the line).
+pub fn event_line(kind: EventType, object: &[u8]) -> (Bytes, std::ops::Range<usize>) {
+    let head = format!(r#"{{"type":"{}","object":"#, kind.as_str());
+    let mut line = Vec::with_capacity(head.len() + object.len() + 2);
+    line.extend_from_slice(head.as_bytes());
+    let start = line.len();
+    line.extend_from_slice(object);
+    let end = line.len();
+    line.extend_from_slice(b"}\n");
+    (Bytes::from(line), start..end)
+}
+
+/// A `BOOKMARK` line at `resource_version`; `initial_events_end` adds the annotation that ends
+/// `sendInitialEvents`.
+pub fn bookmark_line(resource_version: u64, initial_events_end: bool) -> Bytes {
+    let mut metadata = json!({ "resourceVersion": resource_version.to_string() });
+    if initial_events_end {
+        metadata["annotations"] = json!({ INITIAL_EVENTS_END: "true" });
+    }
+    let event = json!({
+        "type": "BOOKMARK",
+        "object": { "kind": "Pod", "apiVersion": "v1", "metadata": metadata },
+    });
+    line_of(&event)
+}
+
+/// An `ERROR` line carrying `status`.
+pub fn error_line(status: &Status) -> Bytes {
+    line_of(&json!({ "type": "ERROR", "object": status.to_json() }))
+}
+
+fn line_of(value: &Value) -> Bytes {
+    let mut line = serde_json::to_vec(value).expect("a JSON value always serialises");
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// A failure, answered as a `v1.Status` with the HTTP status the real API server uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    /// The HTTP status, also `code` in the body.
+    pub code: u16,
+    /// `reason`: `NotFound`, `BadRequest`, `Expired`, …
+    pub reason: &'static str,
+    /// `message`, for people.
+    pub message: String,
+    /// `details`, when the real server gives some (the missing pod, a cause).
+    pub details: Option<Value>,
+}
+
+impl Status {
+    /// 400 `BadRequest`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+
+    /// 404 `NotFound` for a path the server does not serve.
+    pub fn no_such_path() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+    }
+
+    /// 404 `NotFound` for a pod that does not exist.
+    pub fn pod_not_found(name: &str) -> Self {
+        let mut status = Self::new(404, "NotFound", format!("pods \"{name}\" not found"));
+        status.details = Some(json!({ "name": name, "kind": "pods" }));
+        status
+    }
+
+    /// 405 `MethodNotAllowed`: the server only reads.
+    pub fn method_not_allowed(method: &str) -> Self {
+        Self::new(
+            405,
+            "MethodNotAllowed",
+            format!("the server does not allow this method on the requested resource: {method}"),
+        )
+    }
+
+    /// 410 `Expired`: a watch or list from a resource version the server no longer has.
+    pub fn expired(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+
+    /// 422 `Invalid`: list options that contradict each other.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(422, "Invalid", message)
+    }
+
+    /// 504 `Timeout` for a resource version newer than the server's, with the cause client-go
+    /// recognises (`ResourceVersionTooLarge`).
+    pub fn too_large(requested: u64, current: u64) -> Self {
+        let mut status = Self::new(
+            504,
+            "Timeout",
+            format!("Too large resource version: {requested}, current: {current}"),
+        );
+        status.details = Some(json!({
+            "causes": [{ "reason": "ResourceVersionTooLarge", "message": "Too large resource version" }],
+            "retryAfterSeconds": 1,
+        }));
+        status
+    }
+
+    fn new(code: u16, reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            reason,
+            message: message.into(),
+            details: None,
+        }
+    }
+
+    /// The `v1.Status` object.
+    pub fn to_json(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "code": self.code,
+        });
+        if let Some(details) = &self.details {
+            status["details"] = details.clone();
+        }
+        status
+    }
+}
+
+/// `GET /version`: every field `version.Info` has (kube-rs requires them all).
+pub fn version() -> Value {
+    json!({
+        "major": CLAIMED_MAJOR,
+        "minor": CLAIMED_MINOR,
+        "gitVersion": format!("v{CLAIMED_MAJOR}.{CLAIMED_MINOR}.0-loadgen"),
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": "1970-01-01T00:00:00Z",
+        "goVersion": "go1.23.0",
+        "compiler": "gc",
+        "platform": format!("{}/{}", std::env::consts::OS, go_arch()),
+    })
+}
+
+fn go_arch() -> &'static str {
+    match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    }
+}
+
+/// `GET /`: the paths the server answers.
+pub fn root_paths() -> Value {
+    json!({ "paths": ["/api", "/api/v1", "/apis", "/loadgen/status", "/version"] })
+}
+
+/// `GET /api`: the core group's versions.
+pub fn api_versions(addr: SocketAddr) -> Value {
+    json!({
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{ "clientCIDR": "0.0.0.0/0", "serverAddress": addr.to_string() }],
+    })
+}
+
+/// `GET /apis`: no named groups.
+pub fn api_group_list() -> Value {
+    json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [] })
+}
+
+/// `GET /api/v1`: the one resource, `pods`.
+pub fn api_resource_list() -> Value {
+    json!({
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": [{
+            "name": "pods",
+            "singularName": "pod",
+            "namespaced": true,
+            "kind": "Pod",
+            "verbs": ["get", "list", "watch"],
+            "shortNames": ["po"],
+            "categories": ["all"],
+        }],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pod_is_a_valid_v1_pod_and_its_line_slices_it() {
+        let state = PodState {
+            namespace: "ns-3",
+            name: "pod-3",
+            node: Some("node-3"),
+            id: 3,
+            incarnation: 1,
+            version: 7,
+            resource_version: 1234,
+            created: 1_700_000_000,
+        };
+        let json = pod_json(&state);
+        assert!(json.starts_with(POD_HEAD));
+        let pod: Pod = serde_json::from_slice(&json).unwrap();
+        assert_eq!(pod.metadata.namespace.as_deref(), Some("ns-3"));
+        assert_eq!(pod.metadata.resource_version.as_deref(), Some("1234"));
+        assert_eq!(
+            pod.metadata.uid.as_deref(),
+            Some("00000001-0000-4000-8000-000000000003")
+        );
+        assert_eq!(pod.metadata.labels.unwrap()[VERSION_LABEL], "7");
+        let created = pod.metadata.creation_timestamp.unwrap();
+        assert_eq!(created.0.as_second(), 1_700_000_000);
+        assert_eq!(
+            pod.spec.unwrap().node_name.as_deref(),
+            Some("node-3"),
+            "spec.nodeName"
+        );
+
+        let (line, range) = event_line(EventType::Deleted, &json);
+        assert_eq!(&line[range], &json[..]);
+        let event: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(event["type"], "DELETED");
+        assert_eq!(event["object"]["kind"], "Pod");
+        assert!(line.ends_with(b"}\n"));
+    }
+
+    #[test]
+    fn bookmarks_and_errors_carry_kind_and_api_version() {
+        let bookmark: Value = serde_json::from_slice(&bookmark_line(42, true)).unwrap();
+        assert_eq!(bookmark["type"], "BOOKMARK");
+        assert_eq!(bookmark["object"]["kind"], "Pod");
+        assert_eq!(bookmark["object"]["apiVersion"], "v1");
+        assert_eq!(bookmark["object"]["metadata"]["resourceVersion"], "42");
+        assert_eq!(
+            bookmark["object"]["metadata"]["annotations"][INITIAL_EVENTS_END],
+            "true"
+        );
+        let plain: Value = serde_json::from_slice(&bookmark_line(42, false)).unwrap();
+        assert!(plain["object"]["metadata"].get("annotations").is_none());
+
+        let error: Value =
+            serde_json::from_slice(&error_line(&Status::expired("too old resource version")))
+                .unwrap();
+        assert_eq!(error["type"], "ERROR");
+        assert_eq!(error["object"]["kind"], "Status");
+        assert_eq!(error["object"]["apiVersion"], "v1");
+        assert_eq!(error["object"]["code"], 410);
+        assert_eq!(error["object"]["reason"], "Expired");
+    }
+}

@@ -1,0 +1,416 @@
+//! The HTTP side: paths, query parameters, lists, gets and watches (docs/wire.md).
+//!
+//! One handler routes by hand rather than through axum's router, so that every path works with
+//! and without a trailing slash and everything unknown gets the real server's `Status` 404.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::churn::ChurnSummary;
+use super::objects::{self, Status};
+use super::store::{Snapshot, Store};
+use super::watch::{WatchOptions, Watcher};
+
+/// What every request handler shares.
+#[derive(Debug, Clone)]
+pub struct App {
+    /// The pods and their events.
+    pub store: Arc<Store>,
+    /// Where the server listens (for `/api`'s `serverAddressByClientCIDRs`).
+    pub addr: SocketAddr,
+    /// How often watches with `allowWatchBookmarks=true` get a bookmark.
+    pub bookmark_interval: Duration,
+    /// Turns true when the server stops; open watches end then.
+    pub shutdown: watch::Receiver<bool>,
+    /// The churn's summary once it is done.
+    pub churn: watch::Receiver<Option<ChurnSummary>>,
+    /// What is served (workload, sizes, rate, window), for `/loadgen/status`.
+    pub label: String,
+}
+
+/// Every request.
+pub async fn handle(State(app): State<App>, method: Method, uri: Uri) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return status_response(&Status::method_not_allowed(method.as_str()));
+    }
+    match route(&app, &uri) {
+        Ok(response) => response,
+        Err(status) => status_response(&status),
+    }
+}
+
+fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
+    let path = uri.path().trim_end_matches('/');
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let query = Query::parse(uri.query().unwrap_or(""));
+    match segments.as_slice() {
+        [] => Ok(json_response(&objects::root_paths())),
+        ["version"] => Ok(json_response(&objects::version())),
+        ["api"] => Ok(json_response(&objects::api_versions(app.addr))),
+        ["apis"] => Ok(json_response(&objects::api_group_list())),
+        ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
+        ["loadgen", "status"] => Ok(json_response(&status(app))),
+        ["api", "v1", "pods"] => collection(app, None, &query),
+        ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
+            collection(app, Some(ns), &query)
+        }
+        ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            match app.store.get(ns, name) {
+                Some(pod) => Ok(raw_json_response(StatusCode::OK, pod.object.clone())),
+                None => Err(Status::pod_not_found(name)),
+            }
+        }
+        _ => Err(Status::no_such_path()),
+    }
+}
+
+/// `GET /loadgen/status` (not a Kubernetes path): what is served and whether the churn is done,
+/// so a client driving the server from outside knows when the state is final.
+fn status(app: &App) -> Value {
+    let churn = match *app.churn.borrow() {
+        Some(summary) => serde_json::json!({
+            "done": true,
+            "events": summary.events,
+            "seconds": summary.seconds,
+            "stopped": summary.stopped,
+        }),
+        None => serde_json::json!({ "done": false }),
+    };
+    serde_json::json!({
+        "serving": app.label,
+        "resourceVersion": app.store.resource_version().to_string(),
+        "oldestResourceVersion": app.store.oldest().to_string(),
+        "pods": app.store.len(),
+        "churn": churn,
+    })
+}
+
+/// The query parameters of a collection request, checked.
+#[derive(Debug, Default)]
+struct Query {
+    params: HashMap<String, String>,
+}
+
+impl Query {
+    fn parse(raw: &str) -> Self {
+        let params = form_urlencoded::parse(raw.as_bytes())
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect();
+        Self { params }
+    }
+
+    fn get(&self, name: &str) -> Option<&str> {
+        self.params
+            .get(name)
+            .map(String::as_str)
+            .filter(|v| !v.is_empty())
+    }
+
+    fn flag(&self, name: &str) -> Result<bool, Status> {
+        match self.get(name) {
+            None | Some("0") | Some("false") => Ok(false),
+            Some("1") | Some("true") => Ok(true),
+            Some(other) => Err(Status::bad_request(format!(
+                "{name}: Invalid value: \"{other}\": expected true or false"
+            ))),
+        }
+    }
+
+    fn number(&self, name: &str) -> Result<Option<u64>, Status> {
+        self.get(name)
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    Status::bad_request(format!(
+                        "{name}: Invalid value: \"{v}\": expected a non-negative integer"
+                    ))
+                })
+            })
+            .transpose()
+    }
+
+    /// `resourceVersion`: `None` when unset, a number otherwise; anything else is 400.
+    fn resource_version(&self) -> Result<Option<u64>, Status> {
+        self.get("resourceVersion")
+            .map(|v| {
+                v.parse::<u64>().map_err(|_| {
+                    Status::bad_request(format!(
+                        "resourceVersion: Invalid value: \"{v}\": invalid resource version"
+                    ))
+                })
+            })
+            .transpose()
+    }
+
+    fn resource_version_match(&self) -> Result<Option<&str>, Status> {
+        match self.get("resourceVersionMatch") {
+            None => Ok(None),
+            Some(m @ ("NotOlderThan" | "Exact")) => Ok(Some(m)),
+            Some(other) => Err(Status::bad_request(format!(
+                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+            ))),
+        }
+    }
+
+    /// Selectors would filter what the server sends; it does not implement them, and
+    /// answering unfiltered would be wrong, so they are refused.
+    fn no_selectors(&self) -> Result<(), Status> {
+        for name in ["labelSelector", "fieldSelector"] {
+            if let Some(v) = self.get(name) {
+                return Err(Status::bad_request(format!(
+                    "{name}: \"{v}\": loadgen serve does not support selectors"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn collection(app: &App, namespace: Option<&str>, query: &Query) -> Result<Response, Status> {
+    query.no_selectors()?;
+    let resource_version = query.resource_version()?;
+    let version_match = query.resource_version_match()?;
+    if query.flag("watch")? {
+        watch(app, namespace, query, resource_version, version_match)
+    } else {
+        list(app, namespace, query, resource_version, version_match)
+    }
+}
+
+fn list(
+    app: &App,
+    namespace: Option<&str>,
+    query: &Query,
+    resource_version: Option<u64>,
+    version_match: Option<&str>,
+) -> Result<Response, Status> {
+    let limit = query.number("limit")?.filter(|&l| l > 0);
+    let (snapshot, offset) = match query.get("continue") {
+        Some(token) => {
+            let (rv, offset) = parse_continue(token)?;
+            let snapshot = app.store.kept_snapshot(rv, namespace).ok_or_else(|| {
+                Status::expired(
+                    "The provided continue parameter is too old to display a consistent list \
+                     result. You can start a new list without the continue parameter.",
+                )
+            })?;
+            if offset > snapshot.pods.len() {
+                return Err(Status::bad_request(format!(
+                    "continue: Invalid value: \"{token}\": offset past the end of the list"
+                )));
+            }
+            (snapshot, offset)
+        }
+        None => {
+            let current = app.store.resource_version();
+            match (resource_version, version_match) {
+                (Some(rv), _) if rv > current => return Err(Status::too_large(rv, current)),
+                // Only the newest state is kept: an exact older one is gone.
+                (Some(rv), Some("Exact")) if rv != current => {
+                    return Err(Status::expired(format!(
+                        "too old resource version: {rv} ({current})"
+                    )))
+                }
+                (None, Some(_)) => {
+                    return Err(Status::bad_request(
+                        "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden \
+                         unless resourceVersion is provided",
+                    ))
+                }
+                _ => {}
+            }
+            (Arc::new(app.store.snapshot(namespace)), 0)
+        }
+    };
+    let end = match limit {
+        Some(limit) => offset
+            .saturating_add(limit as usize)
+            .min(snapshot.pods.len()),
+        None => snapshot.pods.len(),
+    };
+    let next = (end < snapshot.pods.len()).then(|| {
+        app.store.keep_snapshot(Arc::clone(&snapshot));
+        format!("{}-{end}", snapshot.resource_version)
+    });
+    Ok(raw_json_response(
+        StatusCode::OK,
+        list_body(&snapshot, offset..end, next.as_deref()).into(),
+    ))
+}
+
+/// A `continue` token is `{resourceVersion}-{offset}`: which kept snapshot, and where in it.
+fn parse_continue(token: &str) -> Result<(u64, usize), Status> {
+    let malformed = || {
+        Status::bad_request(format!(
+            "continue: Invalid value: \"{token}\": continue key is not valid"
+        ))
+    };
+    let (rv, offset) = token.split_once('-').ok_or_else(malformed)?;
+    Ok((
+        rv.parse().map_err(|_| malformed())?,
+        offset.parse().map_err(|_| malformed())?,
+    ))
+}
+
+fn list_body(snapshot: &Snapshot, items: std::ops::Range<usize>, next: Option<&str>) -> Vec<u8> {
+    let pods = &snapshot.pods[items.clone()];
+    let mut metadata =
+        serde_json::json!({ "resourceVersion": snapshot.resource_version.to_string() });
+    if let Some(next) = next {
+        metadata["continue"] = next.into();
+        metadata["remainingItemCount"] = (snapshot.pods.len() - items.end).into();
+    }
+    let head = format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{metadata},"items":["#);
+    let size = head.len() + pods.iter().map(|p| p.object.len()).sum::<usize>() + pods.len() + 2;
+    let mut body = Vec::with_capacity(size);
+    body.extend_from_slice(head.as_bytes());
+    for (i, pod) in pods.iter().enumerate() {
+        if i > 0 {
+            body.push(b',');
+        }
+        body.push(b'{');
+        body.extend_from_slice(pod.list_item());
+    }
+    body.extend_from_slice(b"]}");
+    body
+}
+
+fn watch(
+    app: &App,
+    namespace: Option<&str>,
+    query: &Query,
+    resource_version: Option<u64>,
+    version_match: Option<&str>,
+) -> Result<Response, Status> {
+    let bookmarks = query.flag("allowWatchBookmarks")?;
+    let timeout = query.number("timeoutSeconds")?.map(Duration::from_secs);
+    let send_initial_events = query.get("sendInitialEvents").is_some();
+    let initial_events = if send_initial_events {
+        query.flag("sendInitialEvents")?
+    } else {
+        // The legacy rule: a watch from "" or "0" starts with the current state as ADDED.
+        matches!(resource_version, None | Some(0))
+    };
+    if send_initial_events {
+        if version_match != Some("NotOlderThan") {
+            return Err(Status::invalid(
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting \
+                 resourceVersionMatch to NotOlderThan",
+            ));
+        }
+        if !bookmarks {
+            return Err(Status::invalid(
+                "allowWatchBookmarks: Forbidden: sendInitialEvents requires \
+                 allowWatchBookmarks=true",
+            ));
+        }
+    } else if version_match.is_some() {
+        return Err(Status::invalid(
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch \
+             unless sendInitialEvents is provided",
+        ));
+    }
+    let from = if initial_events {
+        if let Some(rv) = resource_version {
+            let current = app.store.resource_version();
+            if rv > current {
+                return Err(Status::too_large(rv, current));
+            }
+        }
+        None
+    } else {
+        // Without initial events, "" and "0" mean "from now".
+        Some(match resource_version {
+            None | Some(0) => app.store.resource_version(),
+            Some(rv) => rv,
+        })
+    };
+    let options = WatchOptions {
+        namespace: namespace.map(Arc::from),
+        bookmarks,
+        initial_events_end: send_initial_events && initial_events,
+        timeout,
+        bookmark_interval: app.bookmark_interval,
+    };
+    let body = match app.store.watch(namespace, from) {
+        Ok(start) => {
+            let watcher = Watcher::new(start, options, app.shutdown.clone());
+            Body::from_stream(futures_util::stream::unfold(
+                watcher,
+                |mut watcher| async move {
+                    watcher
+                        .next_chunk()
+                        .await
+                        .map(|chunk| (Ok::<_, Infallible>(chunk), watcher))
+                },
+            ))
+        }
+        // The real server answers a watch from a version it no longer has with 200 and one
+        // ERROR event; other refusals are plain error responses.
+        Err(status) if status.code == 410 => Body::from(objects::error_line(&status)),
+        Err(status) => return Err(status),
+    };
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(body)
+        .expect("a static header is valid"))
+}
+
+fn json_response(value: &Value) -> Response {
+    raw_json_response(
+        StatusCode::OK,
+        serde_json::to_vec(value)
+            .expect("a JSON value always serialises")
+            .into(),
+    )
+}
+
+fn raw_json_response(status: StatusCode, body: bytes::Bytes) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn status_response(status: &Status) -> Response {
+    let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    raw_json_response(
+        code,
+        serde_json::to_vec(&status.to_json())
+            .expect("a JSON value always serialises")
+            .into(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_garbage_is_refused() {
+        assert_eq!(parse_continue("120-500").unwrap(), (120, 500));
+        for bad in ["garbage", "1-", "-3", "x-1", "1-y", "1-2-3"] {
+            assert_eq!(parse_continue(bad).unwrap_err().code, 400, "{bad}");
+        }
+    }
+
+    #[test]
+    fn query_values_are_checked() {
+        let q = Query::parse("watch=true&resourceVersion=abc&limit=-1&allowWatchBookmarks=maybe");
+        assert!(q.flag("watch").unwrap());
+        assert_eq!(q.resource_version().unwrap_err().code, 400);
+        assert_eq!(q.number("limit").unwrap_err().code, 400);
+        assert_eq!(q.flag("allowWatchBookmarks").unwrap_err().code, 400);
+        let q = Query::parse("resourceVersion=&watch=0");
+        assert_eq!(q.resource_version().unwrap(), None);
+        assert!(!q.flag("watch").unwrap());
+    }
+}

@@ -1,0 +1,39 @@
+//! Helpers shared by the `loadgen serve` tests (loadgen/tests/serve_*.rs).
+
+#![allow(dead_code)] // each test file uses a different subset
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use loadgen::serve::{ServeConfig, Server};
+use loadgen::workload::{Workload, WorkloadSpec};
+
+/// A server for W1 with `keys` pods churning `events` events at `rate` per second, with a
+/// window of `window` events and bookmarks every 200 ms (so tests see some).
+pub async fn start(keys: usize, events: usize, rate: f64, window: usize) -> Server {
+    let mut config = ServeConfig::new(
+        WorkloadSpec::new(Workload::W1).keys(keys).events(events),
+        rate,
+    );
+    config.window = window;
+    config.bookmark_interval = Duration::from_millis(200);
+    Server::start(config).await.expect("the server starts")
+}
+
+/// The server's pods now: `namespace/name` → resource version.
+pub fn server_state(server: &Server) -> BTreeMap<String, u64> {
+    server
+        .store()
+        .snapshot(None)
+        .pods
+        .iter()
+        .map(|p| (format!("{}/{}", p.namespace, p.name), p.resource_version))
+        .collect()
+}
+
+/// Waits for the churn, at most `limit`.
+pub async fn churn_done(server: &Server, limit: Duration) -> loadgen::serve::churn::ChurnSummary {
+    tokio::time::timeout(limit, server.churn_finished())
+        .await
+        .expect("the churn finishes in time")
+}

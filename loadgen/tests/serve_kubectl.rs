@@ -1,0 +1,282 @@
+//! kubectl against `loadgen serve` (the binary, as a child process): `get pods -A -o json` is
+//! the server's state, and a recorded `get --watch --output-watch-events -o json` stream
+//! replays through `loadgen replay` with verdict ok.
+//!
+//! kubectl must be on PATH (CI installs it); without it these tests say so and pass, except
+//! under CI (`CI` set), where a missing kubectl fails them.
+#![cfg(feature = "wire")]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+fn kubectl_available() -> bool {
+    let found = Command::new("kubectl")
+        .args(["version", "--client"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "kubectl is not installed (CI's .ci/run installs it)"
+        );
+        eprintln!("kubectl not found: skipping");
+    }
+    found
+}
+
+/// A scratch directory of this test's own.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loadgen-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `loadgen serve` as a child, on a free port, writing its kubeconfig to `kubeconfig`.
+struct ServeChild {
+    child: Child,
+    /// Its stderr, shown if the test fails.
+    log: PathBuf,
+}
+
+impl ServeChild {
+    fn start(args: &[&str], kubeconfig: &Path) -> Self {
+        let _ = std::fs::remove_file(kubeconfig);
+        let log = kubeconfig.with_extension("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+            .arg("serve")
+            .args(["--addr", "127.0.0.1:0", "--kubeconfig"])
+            .arg(kubeconfig)
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .expect("loadgen serve starts");
+        let server = Self { child, log };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !kubeconfig.exists() {
+            assert!(Instant::now() < deadline, "no kubeconfig after 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    /// Ctrl-C (SIGINT), and the server must stop cleanly.
+    fn interrupt(mut self) {
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        assert!(log.contains("listening on"), "{log}");
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "loadgen serve exited with {status}");
+                return;
+            }
+            assert!(Instant::now() < deadline, "loadgen serve ignored Ctrl-C");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServeChild {
+    fn drop(&mut self) {
+        // Only if a test failed before `interrupt`: never leave the server running.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+            eprintln!("loadgen serve said:\n{log}");
+        }
+    }
+}
+
+fn kubectl(kubeconfig: &Path, args: &[&str]) -> Output {
+    let output = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// `namespace/name` → resourceVersion of a list's items.
+fn items(list: &Value) -> BTreeMap<String, String> {
+    list["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|p| {
+            let m = &p["metadata"];
+            (
+                format!(
+                    "{}/{}",
+                    m["namespace"].as_str().unwrap(),
+                    m["name"].as_str().unwrap()
+                ),
+                m["resourceVersion"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The server's state, read in one request without paging.
+fn server_state(kubeconfig: &Path) -> BTreeMap<String, String> {
+    let raw = kubectl(kubeconfig, &["get", "--raw", "/api/v1/pods"]);
+    items(&serde_json::from_slice(&raw.stdout).unwrap())
+}
+
+/// Waits until the server's resource version stops at `final_rv`.
+fn wait_for_version(kubeconfig: &Path, final_rv: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let raw = kubectl(kubeconfig, &["get", "--raw", "/api/v1/pods?limit=1"]);
+        let list: Value = serde_json::from_slice(&raw.stdout).unwrap();
+        let rv: u64 = list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        if rv == final_rv {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the churn did not finish: at {rv}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn kubectl_get_pods_is_the_servers_state() {
+    if !kubectl_available() {
+        return;
+    }
+    let dir = scratch("kubectl-get");
+    let kubeconfig = dir.join("kubeconfig");
+    // 1,200 pods: kubectl's default chunk size (500) makes it page.
+    let server = ServeChild::start(
+        &[
+            "--workload",
+            "w2",
+            "--keys",
+            "1200",
+            "--events",
+            "1000",
+            "--rate",
+            "5000",
+        ],
+        &kubeconfig,
+    );
+    // W2 only updates, so the last version is K + E.
+    wait_for_version(&kubeconfig, 2_200);
+    let got = kubectl(&kubeconfig, &["get", "pods", "-A", "-o", "json"]);
+    let list: Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert_eq!(items(&list).len(), 1_200);
+    assert_eq!(items(&list), server_state(&kubeconfig));
+    assert_eq!(list["items"][0]["kind"], "Pod");
+
+    // One namespace, one pod, and kubectl's table (which asks for a Table and accepts a list).
+    let ns = kubectl(&kubeconfig, &["get", "pods", "-n", "ns-5", "-o", "json"]);
+    let ns: Value = serde_json::from_slice(&ns.stdout).unwrap();
+    assert_eq!(items(&ns).len(), 2, "pod-5 and pod-1005");
+    let pod = kubectl(
+        &kubeconfig,
+        &["get", "pod", "pod-5", "-n", "ns-5", "-o", "json"],
+    );
+    let pod: Value = serde_json::from_slice(&pod.stdout).unwrap();
+    assert_eq!(pod["spec"]["nodeName"], "node-5");
+    let table = kubectl(&kubeconfig, &["get", "pods", "-n", "ns-5"]);
+    assert!(String::from_utf8_lossy(&table.stdout).contains("pod-1005"));
+    server.interrupt();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
+    if !kubectl_available() {
+        return;
+    }
+    let dir = scratch("kubectl-watch");
+    let kubeconfig = dir.join("kubeconfig");
+    let trace = dir.join("watch.json");
+    // Churn for ~3 s while kubectl watches.
+    let server = ServeChild::start(
+        &[
+            "--workload",
+            "w1",
+            "--keys",
+            "400",
+            "--events",
+            "1500",
+            "--rate",
+            "500",
+        ],
+        &kubeconfig,
+    );
+    let mut watch = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args([
+            "get",
+            "pods",
+            "-A",
+            "--watch",
+            "--output-watch-events",
+            "-o",
+            "json",
+        ])
+        .stdout(std::fs::File::create(&trace).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("kubectl starts");
+    wait_for_version(&kubeconfig, 1_900);
+    let expected = server_state(&kubeconfig);
+    // Let the last events reach kubectl, then stop it (our own child, by its handle).
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    let bytes = std::fs::read(&trace).unwrap();
+    let parsed = loadgen::watch_stream::parse_trace(&bytes);
+    assert!(parsed.bad.is_empty(), "{:?}", parsed.bad.first());
+    assert!(parsed.errors.is_empty());
+    // The trace's final state is the server's.
+    let mut state = BTreeMap::new();
+    for e in &parsed.events {
+        match e.kind {
+            loadgen::watch_stream::WatchType::Deleted => {
+                state.remove(&e.key());
+            }
+            _ => {
+                state.insert(e.key(), e.resource_version.to_string());
+            }
+        }
+    }
+    assert_eq!(state, expected, "the watch saw every change");
+
+    let replay = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["replay", "--in-process", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(
+        replay.status.success(),
+        "replay: {}\n{}",
+        String::from_utf8_lossy(&replay.stdout),
+        String::from_utf8_lossy(&replay.stderr)
+    );
+    server.interrupt();
+    let _ = std::fs::remove_dir_all(dir);
+}
