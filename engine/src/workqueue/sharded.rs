@@ -366,6 +366,12 @@ impl WorkQueue for ShardedQueue {
             .sum()
     }
 
+    fn processing_len(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.lock_shard(i).processing)
+            .sum()
+    }
+
     fn shut_down(&self) {
         self.drain.store(false, Ordering::Release);
         // Release pairs with the Acquire load in `add`.
