@@ -92,8 +92,9 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
         .collect()
 }
 
-/// W6's churn events in a full comparison: its reference pipeline reconciles at a fraction of
-/// W1's rate, so this keeps both pipelines together under half a minute on the 2-core machine.
+/// W6's churn events in a full comparison: a fifth of its own size, so both pipelines together
+/// add about 12 s to a comparison on the 2-core machine (measured on a loaded machine: the
+/// reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events in each child).
 pub const W6_EVENTS: usize = 1_000_000;
 
 /// `latest.json`: the machine, the command, the same `results` as `run --json`, and the
