@@ -436,12 +436,16 @@ fn burn(cost: Duration) {
 /// handler adds can come (the DeltaFIFO is drained).
 ///
 /// The three counts are read one after another, not at one instant, so an item could move
-/// between them. Items move forward only — a retry becomes queued (the timer), a queued key
-/// becomes processing (`get`) — except through a worker's `add_rate_limited` or `done`, which
-/// happen while `finishing` is raised and raise `finished`. Reading waiting, then queued, then
+/// between them. Items move forward only — a retry becomes queued (the timer; or dirty, counted
+/// as processing, if a worker holds its key), a queued key becomes processing (`get`) — except
+/// through a worker's `add_rate_limited` or `done`, which happen while `finishing` is raised
+/// and raise `finished`. Reading waiting, then queued, then
 /// processing catches every forward move; a backward move between the first and last read
 /// shows as `finishing` non-zero or `finished` changed.
-fn wait_idle<Q: WorkQueue>(queue: &Controller<Q>, track: &Track) {
+///
+/// Returns early if `stopped` says a worker has stopped (it panicked: its key would stay
+/// processing forever); joining it then surfaces the panic.
+fn wait_idle<Q: WorkQueue>(queue: &Controller<Q>, track: &Track, stopped: impl Fn() -> bool) {
     loop {
         let before = track.finished.load(Ordering::SeqCst);
         let idle = track.finishing.load(Ordering::SeqCst) == 0
@@ -450,7 +454,7 @@ fn wait_idle<Q: WorkQueue>(queue: &Controller<Q>, track: &Track) {
             && queue.processing_len() == 0
             && track.finishing.load(Ordering::SeqCst) == 0
             && track.finished.load(Ordering::SeqCst) == before;
-        if idle {
+        if idle || stopped() {
             return;
         }
         thread::sleep(IDLE_POLL);
@@ -533,7 +537,7 @@ where
             counters.merge(&c);
             latency.add(&h).unwrap_or_default();
         }
-        wait_idle(queue, track);
+        wait_idle(queue, track, || workers.iter().any(|w| w.is_finished()));
         let wall = start.elapsed();
         queue.shut_down();
         let workers: Vec<WorkerStats> = workers
