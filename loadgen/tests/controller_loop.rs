@@ -190,3 +190,38 @@ fn a_workqueue_not_empty_at_the_end_fails_the_verdict() {
         );
     }
 }
+
+#[test]
+fn a_w6_child_command_line_asks_for_the_parents_workers_and_reconcile_cost() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let parent = Cli::parse_from([
+        "run",
+        "--workload",
+        "w6",
+        "--workers",
+        "7",
+        "--reconcile-us",
+        "11",
+        "--seed",
+        "3",
+    ])
+    .run;
+    let args = loadgen::controller_loop::child_args(
+        &parent.spec(),
+        loadgen::driver::EngineKind::Sharded,
+        &parent.config(),
+        &parent.controller(),
+    );
+    let child =
+        Cli::parse_from(std::iter::once("run").chain(args.iter().skip(1).map(String::as_str))).run;
+    assert_eq!(child.controller(), parent.controller());
+    assert_eq!(child.spec(), parent.spec());
+    assert!(child.in_process);
+    let zero = Cli::try_parse_from(["run", "--workload", "w6", "--workers", "0"]);
+    assert!(zero.is_err(), "no worker would never drain the workqueue");
+}
