@@ -222,3 +222,8 @@ pub use queue::{
     Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop, WaitForRoom,
 };
 pub use store::{IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, Store};
+
+/// The README's Rust examples, compiled and run as doctests so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

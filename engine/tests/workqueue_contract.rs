@@ -93,18 +93,27 @@ fn dirty_items_are_not_queued_twice_and_processing_items_wait_for_done() {
         q.add(k("b"));
         q.add(k("a"));
         assert_eq!(q.len(), 2, "{name}");
+        assert_eq!(q.processing_len(), 0, "{name}");
         let first = q.get().unwrap();
+        assert_eq!(q.processing_len(), 1, "{name}");
         q.add(first.clone());
         q.add(first.clone());
         assert_eq!(q.len(), 1, "{name}: a processing item is not queued by add");
         let second = q.get().unwrap();
         assert_ne!(first, second, "{name}");
+        assert_eq!(q.processing_len(), 2, "{name}");
         assert_eq!(q.try_get(), TryGet::Empty, "{name}: never handed out twice");
         q.done(&first).unwrap();
         assert_eq!(q.len(), 1, "{name}: done queues the dirty item again");
+        assert_eq!(
+            q.processing_len(),
+            1,
+            "{name}: a re-queued item is no longer processing"
+        );
         assert_eq!(q.try_get(), TryGet::Item(first.clone()), "{name}");
         q.done(&first).unwrap();
         q.done(&second).unwrap();
+        assert_eq!(q.processing_len(), 0, "{name}");
         assert_eq!(q.try_get(), TryGet::Empty, "{name}");
     });
 }

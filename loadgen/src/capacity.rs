@@ -286,6 +286,11 @@ pub fn check_workload(workload: Workload) -> Result<(), String> {
              has no queue and no enqueue-to-pop latency"
                 .to_string(),
         ),
+        Workload::W6 => Err(
+            "capacity is measured on w1, w2 and w5: w6's throughput is its workers' reconciles, \
+             which a paced producer does not measure; run it flat out with `loadgen run`"
+                .to_string(),
+        ),
     }
 }
 
@@ -1048,6 +1053,7 @@ mod tests {
             offered_rate: Some(100_000),
             producer_lag_ms: Some(if kept_up { 0.1 } else { 50.0 }),
             kept_up: Some(kept_up),
+            controller: None,
             verdict: if verdict_ok { "ok" } else { "FAIL: lost" }.into(),
             failures: if verdict_ok {
                 vec![]

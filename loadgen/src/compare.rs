@@ -1,4 +1,4 @@
-//! `loadgen compare`: W1–W5 through both engines, side by side, with the ratio
+//! `loadgen compare`: W1–W6 through both engines, side by side, with the ratio
 //! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
 //! [`capacity`](crate::capacity); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
 //! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
@@ -22,6 +22,7 @@ use crate::capacity::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
 use crate::chart::{capacity_svg, latency_svg, throughput_svg};
+use crate::controller_loop::{self, ControllerConfig};
 use crate::driver::{EngineConfig, EngineKind};
 use crate::machine::Machine;
 use crate::report::{aligned, finish, mib, refuse, si, write_file, write_json, RunResult};
@@ -68,16 +69,18 @@ pub struct CompareArgs {
 /// Full: W1, W2 and W3 at their sizes in docs/workloads.md (100,000 keys × 5,000,000 events; 1,000,000 ×
 /// 5,000,000; 150,000 × 10 rounds of 100,000); W4 at 100,000 keys × 3,000,000 events (its
 /// readers share the two cores with the writer, so full size would take half a minute per
-/// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta). About a
-/// minute and a half on the 2-core machine, child processes and generation included.
+/// engine); W5 at 100,000 × 2,000,000 (the handler alone costs 2 µs per delta); W6 at
+/// 100,000 × [`W6_EVENTS`]. About a minute and a half on the 2-core machine, child processes
+/// and generation included, plus W6's seconds.
 pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
-    let sizes: [(Workload, usize, usize); 5] = if quick {
+    let sizes: [(Workload, usize, usize); 6] = if quick {
         [
             (Workload::W1, 2_000, 20_000),
             (Workload::W2, 10_000, 20_000),
             (Workload::W3, 3_000, 20_000),
             (Workload::W4, 2_000, 20_000),
             (Workload::W5, 2_000, 10_000),
+            (Workload::W6, 2_000, 10_000),
         ]
     } else {
         [
@@ -86,6 +89,7 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
             (Workload::W3, 150_000, 1_000_000),
             (Workload::W4, 100_000, 3_000_000),
             (Workload::W5, 100_000, 2_000_000),
+            (Workload::W6, 100_000, W6_EVENTS),
         ]
     };
     sizes
@@ -93,6 +97,11 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
         .map(|(w, keys, events)| WorkloadSpec::new(w).keys(keys).events(events).seed(seed))
         .collect()
 }
+
+/// W6's churn events in a full comparison: a fifth of its own size, so both pipelines together
+/// add about 12 s to a comparison on the 2-core machine (measured on a loaded machine: the
+/// reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events in each child).
+pub const W6_EVENTS: usize = 1_000_000;
 
 /// `latest.json`: the machine, the command, the same `results` as `run --json`, and the
 /// capacity curves as `capacity --json` writes them.
@@ -218,7 +227,15 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             compact_updates: args.compact_updates,
             ..own
         };
-        let mut rows = run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?;
+        let mut rows = if spec.workload == Workload::W6 {
+            let ctl = ControllerConfig {
+                seed: spec.seed,
+                ..ControllerConfig::default()
+            };
+            controller_loop::run_spec(&spec, &EngineKind::ALL, &cfg, &ctl, args.in_process, ui)?
+        } else {
+            run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?
+        };
         if let Some(label) = &label {
             for row in &mut rows {
                 row.workload.clone_from(label);
@@ -244,7 +261,7 @@ struct Figure {
     show: fn(f64) -> String,
 }
 
-const FIGURES: [Figure; 13] = [
+const FIGURES: [Figure; 16] = [
     Figure {
         name: "keys",
         value: |r| Some(r.keys as f64),
@@ -304,6 +321,21 @@ const FIGURES: [Figure; 13] = [
         name: "reads/s",
         value: |r| r.reads_per_s,
         show: si,
+    },
+    Figure {
+        name: "reconciles/s",
+        value: |r| r.controller.map(|c| c.reconciles_per_s),
+        show: si,
+    },
+    Figure {
+        name: "reconciles/event",
+        value: |r| r.controller.map(|c| c.reconciles_per_event),
+        show: |v| format!("{v:.3}"),
+    },
+    Figure {
+        name: "retries",
+        value: |r| r.controller.map(|c| c.retries as f64),
+        show: |v| format!("{v:.0}"),
     },
     Figure {
         name: "producer lag ms",
@@ -574,8 +606,8 @@ mod tests {
         let results = compare(&args, Ui::Quiet).expect("quick compare runs");
         assert_eq!(
             results.len(),
-            12,
-            "five workloads and the paced W1, two engines each"
+            14,
+            "six workloads and the paced W1, two engines each"
         );
         assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
         let paced: Vec<_> = results
@@ -609,13 +641,14 @@ mod tests {
         write_outputs(&out, &report).expect("outputs written");
         let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap();
         let json: serde_json::Value = serde_json::from_str(&read("latest.json")).unwrap();
-        assert_eq!(json["results"].as_array().map(Vec::len), Some(12));
+        assert_eq!(json["results"].as_array().map(Vec::len), Some(14));
         assert!(json["machine"]["cores"].as_u64().unwrap_or(0) >= 1);
         assert_eq!(json["results"][0]["verdict"], "ok");
         let md = read("latest.md");
         assert!(md.contains("| workload | figure | reference | sharded | sharded/reference |"));
         assert!(md.contains("loadgen compare --quick"));
         assert!(md.contains("| w4 read heavy | reads/s |"));
+        assert!(md.contains("| w6 controller loop | reconciles/s |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
         assert_eq!(json["capacity"].as_array().map(Vec::len), Some(4));
         assert!(md.contains("## Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));

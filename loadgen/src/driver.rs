@@ -351,7 +351,7 @@ fn run_sharded(
 
 /// The queue of every run: the store as known objects, `emit_replaced` on, and the backlog
 /// bound and compaction `cfg` asks for.
-fn queue_options<S: Indexer<Pod> + 'static>(
+pub(crate) fn queue_options<S: Indexer<Pod> + 'static>(
     store: &Arc<S>,
     cfg: &EngineConfig,
 ) -> QueueOptions<Pod> {
@@ -429,7 +429,7 @@ where
 
 /// Performs every op on the queue, at `rate` ops per second if given; returns how many the
 /// queue refused and, when paced, the producer's largest lag behind its schedule.
-fn produce<Q: DeltaQueue<Pod>>(
+pub(crate) fn produce<Q: DeltaQueue<Pod>>(
     queue: &Q,
     ops: &[Op],
     start: Instant,
@@ -523,7 +523,7 @@ fn stamp(op: &Op, start: Instant) {
     }
 }
 
-fn elapsed_ns(start: Instant) -> u64 {
+pub(crate) fn elapsed_ns(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
 }
 
@@ -561,15 +561,15 @@ where
 /// cost the consumer, which is the bottleneck being measured, more than the engine does.
 /// Duplicates show up as an event object's `delivered` flag already set; order as a handler
 /// update whose new object is older than the old one; losses in the verdict's counts.
-struct Consumer {
-    counters: Counters,
-    latency: Histogram<u64>,
+pub(crate) struct Consumer {
+    pub(crate) counters: Counters,
+    pub(crate) latency: Histogram<u64>,
     start: Instant,
     handler_cost: Duration,
 }
 
 impl Consumer {
-    fn new(start: Instant, handler_cost: Duration) -> Self {
+    pub(crate) fn new(start: Instant, handler_cost: Duration) -> Self {
         Self {
             counters: Counters::default(),
             latency: new_histogram(),
@@ -579,7 +579,7 @@ impl Consumer {
     }
 
     /// Counts a popped key's deltas, checks their versions, records sampled latencies.
-    fn observe(&mut self, deltas: &Deltas<Pod>) {
+    pub(crate) fn observe(&mut self, deltas: &Deltas<Pod>) {
         self.counters.pops += 1;
         let mut now = None;
         for delta in deltas {

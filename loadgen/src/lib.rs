@@ -5,7 +5,7 @@
 //! | module | what it does |
 //! |---|---|
 //! | [`ops`] (+ `ops/`) | `loadgen ops`: replays an ops trace (docs/traces.md) through one engine |
-//! | [`workload`] | generates the synthetic workloads W1–W5 (docs/workloads.md) and their model |
+//! | [`workload`] | generates the synthetic workloads W1–W6 (docs/workloads.md) and their model |
 //! | [`driver`] | runs a generated workload through an engine: producer, consumers, timing |
 //! | [`verdict`] | judges a finished run against the workload's model |
 //! | [`latency`], [`rss`] | enqueue-to-pop latency sampling; peak resident memory |
@@ -15,6 +15,7 @@
 //! | [`capacity`] | `loadgen capacity`: the highest offered rate an engine keeps up with, and its latency curve |
 //! | [`through_informer`] | `loadgen run --through informer`: the same events through the whole informer pipeline |
 //! | [`informer_verdict`] | judges each handler of a run through the informer |
+//! | [`controller_loop`] | W6: DeltaFIFO, indexer, workqueue and workers as one controller, and its verdict |
 //! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
 //! | [`chart`] | the SVG charts of `compare` and `capacity` |
 //! | [`machine`] | what machine a comparison ran on |
@@ -27,6 +28,7 @@
 pub mod capacity;
 pub mod chart;
 pub mod compare;
+pub mod controller_loop;
 pub mod driver;
 pub mod informer_verdict;
 pub mod isolate;

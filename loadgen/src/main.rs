@@ -1,8 +1,8 @@
 //! `loadgen`: replays ops traces and synthetic watch events through kcache's engines.
 //!
 //! - `loadgen ops --engine reference|sharded|workqueue-reference|workqueue [--shards N]`: docs/traces.md trace replay, stdin → stdout.
-//! - `loadgen run --workload w1..w5 --engine reference|sharded|all ...`: one workload.
-//! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
+//! - `loadgen run --workload w1..w6 --engine reference|sharded|all ...`: one workload.
+//! - `loadgen compare`: W1–W6 side by side, table + JSON + charts in `results/`.
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
@@ -34,7 +34,7 @@ enum Command {
     Ops(loadgen::ops::OpsArgs),
     /// Run one workload (docs/workloads.md) through one engine or all, and report.
     Run(loadgen::run::RunArgs),
-    /// Run W1–W5 through both engines side by side; write results/latest.{json,md} and charts.
+    /// Run W1–W6 through both engines side by side; write results/latest.{json,md} and charts.
     Compare(loadgen::compare::CompareArgs),
     /// Find the highest offered rate each engine keeps up with (p99 within a limit), with its
     /// latency curve (docs/workloads.md, "Capacity").

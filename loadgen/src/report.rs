@@ -67,6 +67,9 @@ pub struct RunResult {
     /// A paced run: whether that lag stayed within 1% of the scheduled length
     /// ([`kept_schedule`](crate::driver::kept_schedule)).
     pub kept_up: Option<bool>,
+    /// W6 only: workers, reconciles, retries (`null` for the other workloads).
+    #[serde(default)]
+    pub controller: Option<crate::controller_loop::ControllerFigures>,
     /// `ok`, or `FAIL: ...` with the first failed rule.
     pub verdict: String,
     /// Every failed rule (empty when `ok`).
@@ -178,6 +181,7 @@ pub fn measure(
             .rate
             .zip(done.producer_lag)
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
+        controller: None,
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
         handlers: Vec::new(),
@@ -334,7 +338,7 @@ fn lag(r: &RunResult) -> String {
 pub fn table(results: &[RunResult]) -> String {
     let mut rows = vec![[
         "engine", "workload", "events", "wall s", "events/s", "pops", "Δ/pop", "p50 µs", "p99 µs",
-        "p999 µs", "+RSS MiB", "reads/s", "lag ms", "verdict",
+        "p999 µs", "+RSS MiB", "reads/s", "recon/s", "lag ms", "verdict",
     ]
     .map(String::from)
     .to_vec()];
@@ -352,6 +356,7 @@ pub fn table(results: &[RunResult]) -> String {
             opt(r.latency_us.p999, |v| format!("{v:.1}")),
             r.peak_rss_bytes.map_or_else(|| "-".to_string(), mib),
             opt(r.reads_per_s, si),
+            opt(r.controller.map(|c| c.reconciles_per_s), si),
             lag(r),
             r.verdict.clone(),
         ]);
@@ -399,6 +404,7 @@ mod tests {
             offered_rate: None,
             producer_lag_ms: None,
             kept_up: None,
+            controller: None,
             verdict: if failures.is_empty() {
                 "ok".into()
             } else {

@@ -35,7 +35,7 @@ impl EngineChoice {
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Which workload: w1 (steady churn), w2 (hot keys), w3 (relist storm), w4 (read heavy),
-    /// w5 (slow handlers).
+    /// w5 (slow handlers), w6 (controller loop).
     #[arg(long, value_parser = parse_workload)]
     pub workload: Workload,
     /// Which engine(s).
@@ -58,6 +58,12 @@ pub struct RunArgs {
     /// W4's reader threads.
     #[arg(long, default_value_t = DEFAULT_READERS)]
     pub readers: usize,
+    /// W6's worker threads, each taking keys from the workqueue and reconciling them.
+    #[arg(long, default_value_t = crate::controller_loop::DEFAULT_WORKERS, value_parser = crate::controller_loop::parse_workers)]
+    pub workers: usize,
+    /// W6: CPU microseconds each reconcile burns.
+    #[arg(long, default_value_t = crate::controller_loop::DEFAULT_RECONCILE_US)]
+    pub reconcile_us: u64,
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
     pub handler_us: Option<u64>,
@@ -98,7 +104,7 @@ pub struct RunArgs {
     pub in_process: bool,
 }
 
-/// Parses a `--workload` argument (`w1` … `w5`), for every command that takes one.
+/// Parses a `--workload` argument (`w1` … `w6`), for every command that takes one.
 pub fn parse_workload(s: &str) -> Result<Workload, String> {
     s.parse()
         .map_err(|e: crate::workload::UnknownWorkload| e.to_string())
@@ -115,6 +121,15 @@ impl RunArgs {
             spec = spec.events(events);
         }
         spec
+    }
+
+    /// W6's knobs these arguments ask for.
+    pub fn controller(&self) -> crate::controller_loop::ControllerConfig {
+        crate::controller_loop::ControllerConfig {
+            workers: self.workers,
+            reconcile_cost: Duration::from_micros(self.reconcile_us),
+            seed: self.seed,
+        }
     }
 
     /// The engine knobs these arguments ask for: the workload's own
@@ -194,7 +209,7 @@ pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -
 }
 
 /// Refuses a spec that makes no workload.
-fn check_spec(spec: &WorkloadSpec) -> Result<(), RunError> {
+pub(crate) fn check_spec(spec: &WorkloadSpec) -> Result<(), RunError> {
     if spec.keys == 0 {
         return Err(RunError::Invalid("--keys must be at least 1".to_string()));
     }
@@ -241,6 +256,16 @@ pub fn run_engines(
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
     if args.through == crate::through_informer::Through::Informer {
         return crate::through_informer::run(args, ui);
+    }
+    if args.workload == Workload::W6 {
+        return crate::controller_loop::run_spec(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.config(),
+            &args.controller(),
+            args.in_process,
+            ui,
+        );
     }
     run_spec(
         &args.spec(),

@@ -792,6 +792,7 @@ pub fn measure(
         verdict: summary,
         failures,
         handlers,
+        controller: None,
         informer: Some(crate::report::InformerStats {
             lists: done.lists,
             watches: done.watches,
@@ -836,6 +837,13 @@ pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             "{} writes straight into the indexer: it has no informer path (use w1, w2, w3 or w5)",
             args.workload
         )));
+    }
+    if args.workload == crate::workload::Workload::W6 {
+        return Err(RunError::Invalid(
+            "w6 is its own pipeline (DeltaFIFO, indexer, workqueue, workers): run it without \
+             --through informer"
+                .into(),
+        ));
     }
     let (spec, cfg, icfg) = (args.spec(), args.config(), config(args));
     crate::isolate::run_each(

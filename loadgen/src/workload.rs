@@ -274,16 +274,20 @@ pub enum Workload {
     W4,
     /// Slow handlers: W1 with a handler that burns CPU per delta.
     W5,
+    /// Controller loop: W1 through the queue and indexer, a handler that adds every key to a
+    /// workqueue, and workers that reconcile from the indexer.
+    W6,
 }
 
 impl Workload {
     /// All workloads, in order.
-    pub const ALL: [Workload; 5] = [
+    pub const ALL: [Workload; 6] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
         Workload::W4,
         Workload::W5,
+        Workload::W6,
     ];
 
     /// `w1` .. `w5`.
@@ -294,6 +298,7 @@ impl Workload {
             Workload::W3 => "w3",
             Workload::W4 => "w4",
             Workload::W5 => "w5",
+            Workload::W6 => "w6",
         }
     }
 
@@ -305,6 +310,7 @@ impl Workload {
             Workload::W3 => "relist storm",
             Workload::W4 => "read heavy",
             Workload::W5 => "slow handlers",
+            Workload::W6 => "controller loop",
         }
     }
 
@@ -339,7 +345,7 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5")]
+#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6")]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {
@@ -449,7 +455,7 @@ pub fn generate(spec: &WorkloadSpec) -> Generated {
     let universe = Universe::synthetic(spec.keys);
     let mut g = Generator::new(spec, universe);
     match spec.workload {
-        Workload::W1 | Workload::W4 | Workload::W5 => {
+        Workload::W1 | Workload::W4 | Workload::W5 | Workload::W6 => {
             g.add_all();
             for _ in 0..spec.events {
                 g.churn_event();

@@ -337,6 +337,9 @@ impl<Q: WorkQueue + 'static> WorkQueue for DelayingQueue<Q> {
     fn len(&self) -> usize {
         self.shared.queue.len()
     }
+    fn processing_len(&self) -> usize {
+        self.shared.queue.processing_len()
+    }
     fn shut_down(&self) {
         self.shared.queue.shut_down();
         self.stop_timer();

@@ -86,6 +86,12 @@ pub trait WorkQueue: Send + Sync {
         self.len() == 0
     }
 
+    /// How many items are being processed: handed out by `get` and not yet `done` (client-go
+    /// keeps this set but does not expose it). With [`len`](WorkQueue::len) and a delaying
+    /// layer's [`waiting_len`](super::DelayingQueue::waiting_len) it tells a caller when a
+    /// controller is idle, without shutting the queue down.
+    fn processing_len(&self) -> usize;
+
     /// Stops accepting adds and wakes every waiting `get`; queued items are still handed out.
     fn shut_down(&self);
 
@@ -181,6 +187,9 @@ macro_rules! forward_work_queue {
             }
             fn len(&self) -> usize {
                 (**self).len()
+            }
+            fn processing_len(&self) -> usize {
+                (**self).processing_len()
             }
             fn shut_down(&self) {
                 (**self).shut_down()

@@ -109,6 +109,9 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> WorkQueue for RateLimitingQueu
     fn len(&self) -> usize {
         self.queue.len()
     }
+    fn processing_len(&self) -> usize {
+        self.queue.processing_len()
+    }
     fn shut_down(&self) {
         self.queue.shut_down();
     }

@@ -243,6 +243,10 @@ impl WorkQueue for ReferenceQueue {
         self.lock().queue.len()
     }
 
+    fn processing_len(&self) -> usize {
+        self.lock().processing.len()
+    }
+
     fn shut_down(&self) {
         let mut state = self.lock();
         state.drain = false;

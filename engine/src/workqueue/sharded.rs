@@ -112,8 +112,11 @@ impl Shard {
 /// - `done` of an item not being processed is refused ([`NotProcessing`]); client-go's
 ///   double-queueing quirk is not reproduced.
 ///
-/// Blocked `get`s poll for about 50 µs before they sleep, since an item usually follows within
-/// microseconds under load.
+/// A `get` that finds nothing polls for about 50 µs before it sleeps, since an item usually
+/// follows within microseconds under load — but only one `get` at a time polls; the others
+/// sleep at once. Controllers run more workers than cores, and several polling workers would
+/// take the cores from the threads that produce the items (the informer's producer and
+/// consumer).
 ///
 /// ```
 /// use kcache::Key;
@@ -137,6 +140,9 @@ pub struct ShardedQueue {
     drain_lock: Mutex<()>,
     drained: Condvar,
     metrics: Option<QueueMetrics>,
+    /// A `get` is polling before it sleeps (see [`ShardedQueue::get`]). A heuristic only: no
+    /// hand-off depends on it, so it is a plain std atomic even in the loom build.
+    polling: std::sync::atomic::AtomicBool,
 }
 
 /// Shard selection uses bits 32.. of the hash, which the shard maps' own bucket index (low
@@ -176,6 +182,7 @@ impl ShardedQueue {
             drain_lock: Mutex::new(()),
             drained: Condvar::new(),
             metrics: config.queue_metrics(),
+            polling: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -270,19 +277,26 @@ impl WorkQueue for ShardedQueue {
 
     fn get(&self) -> Result<Key, ShutDown> {
         // Poll briefly before registering as a waiter: under load an item usually follows
-        // within microseconds, and a park/unpark costs both sides a system call.
+        // within microseconds, and a park/unpark costs both sides a system call. Only one
+        // `get` polls at a time: with more workers than cores, every extra poller takes a core
+        // from whoever would add the item it waits for.
+        let mut poller = PollerRole::new(&self.polling);
         let mut backoff = Backoff::new();
-        loop {
+        let early = loop {
             match self.ready.try_acquire() {
                 Ready::Shard(index) => {
                     if let Some(key) = self.serve(index) {
-                        return Ok(key);
+                        break Some(Ok(key));
                     }
                 }
-                Ready::Closed => return Err(ShutDown),
-                Ready::Empty if backoff.snooze() => {}
-                Ready::Empty => break,
+                Ready::Closed => break Some(Err(ShutDown)),
+                Ready::Empty if poller.claim() && backoff.snooze() => {}
+                Ready::Empty => break None,
             }
+        };
+        drop(poller);
+        if let Some(result) = early {
+            return result;
         }
         let mut slot = WaitSlot::default();
         block_on(|cx| self.poll_get(&mut slot, cx))
@@ -366,6 +380,12 @@ impl WorkQueue for ShardedQueue {
             .sum()
     }
 
+    fn processing_len(&self) -> usize {
+        (0..self.shards.len())
+            .map(|i| self.lock_shard(i).processing)
+            .sum()
+    }
+
     fn shut_down(&self) {
         self.drain.store(false, Ordering::Release);
         // Release pairs with the Acquire load in `add`.
@@ -398,6 +418,36 @@ impl WorkQueue for ShardedQueue {
                 started.extend(shard.items.values().filter_map(|item| item.started_at));
             }
             metrics.update_unfinished(started);
+        }
+    }
+}
+
+/// The right to poll before sleeping, held by at most one `get` of a queue; released on drop.
+struct PollerRole<'a> {
+    flag: &'a std::sync::atomic::AtomicBool,
+    held: bool,
+}
+
+impl<'a> PollerRole<'a> {
+    fn new(flag: &'a std::sync::atomic::AtomicBool) -> Self {
+        Self { flag, held: false }
+    }
+
+    /// Takes the role if nobody holds it; true while this `get` holds it.
+    fn claim(&mut self) -> bool {
+        if !self.held {
+            // Relaxed: the flag only decides who may poll; every hand-off is synchronised by
+            // the scheduler, whatever this reads.
+            self.held = !self.flag.swap(true, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.held
+    }
+}
+
+impl Drop for PollerRole<'_> {
+    fn drop(&mut self) {
+        if self.held {
+            self.flag.store(false, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }
