@@ -192,18 +192,56 @@ const INLINE_DELTAS: usize = 2;
 /// A key's deltas without the key, as the engines store them (the map holds the key).
 pub(crate) type DeltaList<T> = SmallVec<[Delta<T>; INLINE_DELTAS]>;
 
-/// client-go's `dedupDeltas` on append: two newest `Deleted` deltas become one, the older
-/// unless the older is a tombstone.
-pub(crate) fn push_dedup<T>(list: &mut DeltaList<T>, delta: Delta<T>) {
+/// Whether a key whose newest queued delta is `last` absorbs `incoming` instead of growing by
+/// one delta:
+///
+/// - client-go's `dedupDeltas`: two newest `Deleted` deltas become one;
+/// - with `compact` (the opt-in [`compact_updates`](crate::QueueOptions::compact_updates)
+///   mode): an `Updated`, `Sync` or `Replaced` delta replaces a newest `Updated`, `Sync` or
+///   `Replaced` one. All three say "this is the object's newest state"; a consumer applies them
+///   alike, so only the newest matters to a level-triggered controller. `Added` and `Deleted`
+///   are never compacted: each is an event a handler must see.
+fn absorbs(last: DeltaType, incoming: DeltaType, compact: bool) -> bool {
+    let is_state = |kind: DeltaType| {
+        matches!(
+            kind,
+            DeltaType::Updated | DeltaType::Sync | DeltaType::Replaced
+        )
+    };
+    (last == DeltaType::Deleted && incoming == DeltaType::Deleted)
+        || (compact && is_state(last) && is_state(incoming))
+}
+
+/// Whether appending a delta of type `kind` to `list` (with [`push_delta`]) adds a delta rather
+/// than being absorbed by the newest one: what a producer asks before it waits for room.
+pub(crate) fn push_grows<T>(list: &[Delta<T>], kind: DeltaType, compact: bool) -> bool {
+    list.last()
+        .is_none_or(|last| !absorbs(last.kind, kind, compact))
+}
+
+/// Appends `delta` to `list`, applying client-go's `dedupDeltas` (two newest `Deleted`
+/// deltas become one, the older unless the older is a tombstone) and, with `compact`, update
+/// compaction (the newer state replaces the older; see [`absorbs`]). Returns whether the list
+/// grew by one delta; otherwise its length is unchanged.
+pub(crate) fn push_delta<T>(list: &mut DeltaList<T>, delta: Delta<T>, compact: bool) -> bool {
     if let Some(last) = list.last_mut() {
-        if last.kind == DeltaType::Deleted && delta.kind == DeltaType::Deleted {
-            if last.object.is_tombstone() {
+        if absorbs(last.kind, delta.kind, compact) {
+            // Deleted + Deleted keeps the older unless the older is a tombstone; a compacted
+            // state keeps the newer (object and type).
+            if last.kind != DeltaType::Deleted || last.object.is_tombstone() {
                 *last = delta;
             }
-            return;
+            return false;
         }
     }
     list.push(delta);
+    true
+}
+
+/// client-go's `dedupDeltas` on append: two newest `Deleted` deltas become one, the older
+/// unless the older is a tombstone.
+pub(crate) fn push_dedup<T>(list: &mut DeltaList<T>, delta: Delta<T>) {
+    push_delta(list, delta, false);
 }
 
 /// The deltas of one key, oldest first; never empty while queued.
@@ -251,6 +289,12 @@ impl<T> Deltas<T> {
     /// both `Deleted`, they become one, the older unless the older is a tombstone.
     pub fn push_dedup(&mut self, delta: Delta<T>) {
         push_dedup(&mut self.list, delta);
+    }
+
+    /// Appends `delta` with dedup and, with `compact`, update compaction ([`push_delta`]).
+    /// Returns whether the list grew.
+    pub(crate) fn push_delta(&mut self, delta: Delta<T>, compact: bool) -> bool {
+        push_delta(&mut self.list, delta, compact)
     }
 
     /// A list for `key` made of an engine's keyless list.
@@ -395,5 +439,55 @@ mod tests {
         assert_eq!(d.len(), 4);
         assert_eq!(d.newest().map(|d| d.kind), Some(DeltaType::Deleted));
         assert_eq!(d.oldest().map(|d| d.kind), Some(DeltaType::Updated));
+    }
+
+    fn pushed(kinds: &[DeltaType], compact: bool) -> (Vec<(DeltaType, u32)>, Vec<bool>) {
+        let mut list = DeltaList::new();
+        let grew = kinds
+            .iter()
+            .enumerate()
+            .map(|(v, &kind)| {
+                let delta = Delta::new(kind, obj(v as u32));
+                let predicted = push_grows(&list, kind, compact);
+                let grew = push_delta(&mut list, delta, compact);
+                assert_eq!(predicted, grew, "push_grows predicts push_delta");
+                grew
+            })
+            .collect();
+        let got = list
+            .iter()
+            .map(|d| (d.kind, **d.object.object().unwrap()))
+            .collect();
+        (got, grew)
+    }
+
+    #[test]
+    fn compaction_replaces_a_newest_state_with_the_newer_one() {
+        use DeltaType::*;
+        for old in [Updated, Sync, Replaced] {
+            for new in [Updated, Sync, Replaced] {
+                let (list, grew) = pushed(&[old, new], true);
+                assert_eq!(list, [(new, 1)], "{old} then {new}");
+                assert_eq!(grew, [true, false]);
+                // Off: both stay.
+                assert_eq!(pushed(&[old, new], false).0, [(old, 0), (new, 1)]);
+            }
+        }
+    }
+
+    #[test]
+    fn compaction_never_touches_added_or_deleted() {
+        use DeltaType::*;
+        for (kinds, kept) in [
+            (&[Added, Updated][..], 2),
+            (&[Updated, Added], 2),
+            (&[Added, Added], 2),
+            (&[Updated, Deleted, Updated], 3),
+            (&[Deleted, Sync], 2),
+        ] {
+            assert_eq!(pushed(kinds, true).0.len(), kept, "{kinds:?}");
+        }
+        // Dedup still applies, and still keeps the older real delete.
+        assert_eq!(pushed(&[Deleted, Deleted], true).0, [(Deleted, 0)]);
     }
 }

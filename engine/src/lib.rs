@@ -223,6 +223,6 @@ pub use key::{
     KeyMap, KeySet, ObjectMeta,
 };
 pub use queue::{
-    Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop,
+    Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop, WaitForRoom,
 };
 pub use store::{IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, Store};

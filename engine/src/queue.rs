@@ -1,7 +1,11 @@
 //! The DeltaFIFO contract both engines implement: [`DeltaQueue`], its options and errors.
 
 use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -67,6 +71,13 @@ pub struct QueueOptions<T> {
     pub emit_replaced: bool,
     /// Applied to incoming objects; see [`TransformFn`] for which ones.
     pub transformer: Option<TransformFn<T>>,
+    /// The backlog bound: `add`, `update` and `delete` wait while this many deltas are queued.
+    /// 0 (the default) means unbounded, as client-go. See
+    /// [`max_queued_deltas`](Self::max_queued_deltas).
+    pub max_queued_deltas: usize,
+    /// Level-triggered mode: consecutive `Updated`/`Sync`/`Replaced` deltas of a key compact
+    /// into the newest. Off by default. See [`compact_updates`](Self::compact_updates).
+    pub compact_updates: bool,
 }
 
 impl<T> QueueOptions<T> {
@@ -84,6 +95,8 @@ impl<T> QueueOptions<T> {
             known_objects: None,
             emit_replaced: false,
             transformer: None,
+            max_queued_deltas: 0,
+            compact_updates: false,
         }
     }
 
@@ -104,6 +117,67 @@ impl<T> QueueOptions<T> {
         self.transformer = Some(transformer);
         self
     }
+
+    /// Bounds the backlog (opt-in; 0 means unbounded, the default and client-go's behaviour).
+    ///
+    /// The queue counts its *queued deltas*: those not yet popped, after dedup and compaction
+    /// (a delta absorbed by the key's newest one adds nothing; deltas handed to a consumer no
+    /// longer count). While `n` or more are queued, `add`, `update`, `delete` and
+    /// `delete_tombstone` **wait** (block the thread) until pops free room, then queue their
+    /// delta; a producer whose delta would be absorbed, or whose delete is ignored, never
+    /// waits. Async producers await [`DeltaQueue::wait_for_room`] first. So `add`, `update`
+    /// and `delete` alone never take the count above `n`.
+    ///
+    /// `replace`, `resync` and `add_if_not_present` never wait: a relist must not deadlock
+    /// against itself, and a consumer handing a key back must not wait for itself. They may
+    /// take the count above `n` by the deltas they queue; later producers then wait until pops
+    /// bring it under `n` again. After [`close`](DeltaQueue::close) the bound no longer
+    /// applies: waiting producers wake and queue their delta (producing after close is allowed,
+    /// docs/semantics.md), so shutdown never hangs on a full queue.
+    ///
+    /// A consumer's `process` must not call a waiting producer on the queue it pops from: with
+    /// the queue full, it would wait for itself.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{Key, QueueOptions};
+    /// let opts = QueueOptions::new(Arc::new(|s: &String| Ok(Key::new(s)))).max_queued_deltas(64);
+    /// assert_eq!(opts.max_queued_deltas, 64);
+    /// ```
+    pub fn max_queued_deltas(mut self, n: usize) -> Self {
+        self.max_queued_deltas = n;
+        self
+    }
+
+    /// Level-triggered mode (opt-in, off by default): for controllers that only want an
+    /// object's newest state.
+    ///
+    /// When a delta of type `Updated`, `Sync` or `Replaced` is queued and the key's newest
+    /// queued delta is one of those three too, the new delta **replaces** it (the newer object,
+    /// the newer type). `Added` and `Deleted` deltas (tombstones included) are never compacted
+    /// and never compact anything; dedup of two `Deleted` is unchanged. A key that is only
+    /// updated then holds at most `Added, <newest state>` however hot it is.
+    ///
+    /// What a handler fed by [`process_deltas`](crate::process_deltas) sees: fewer `on_update`
+    /// calls, each with the newest object, `old` being the store's state before the pop; every
+    /// `on_add` and `on_delete` as before (an object first seen through an update is still
+    /// `on_add`ed, with its newest state); `is_in_initial_list` unchanged (it is per key).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{reference::DeltaFifo, DeltaQueue, DeltaType, Key, QueueOptions};
+    /// let key_fn = Arc::new(|s: &String| Ok(Key::new(s.split('=').next().unwrap_or(""))));
+    /// let q = DeltaFifo::new(QueueOptions::new(key_fn).compact_updates(true));
+    /// for v in ["a=1", "a=2", "a=3", "a=4"] {
+    ///     q.update(Arc::new(v.to_string())).unwrap();
+    /// }
+    /// let popped = q.pop(|d, _| d.iter().map(|d| d.kind).collect::<Vec<_>>()).unwrap();
+    /// assert_eq!(popped, [DeltaType::Updated]);
+    /// ```
+    pub fn compact_updates(mut self, compact: bool) -> Self {
+        self.compact_updates = compact;
+        self
+    }
 }
 
 impl<T: crate::ObjectMeta + 'static> QueueOptions<T> {
@@ -121,6 +195,8 @@ impl<T> Clone for QueueOptions<T> {
             known_objects: self.known_objects.clone(),
             emit_replaced: self.emit_replaced,
             transformer: self.transformer.clone(),
+            max_queued_deltas: self.max_queued_deltas,
+            compact_updates: self.compact_updates,
         }
     }
 }
@@ -131,6 +207,8 @@ impl<T> fmt::Debug for QueueOptions<T> {
             .field("known_objects", &self.known_objects.is_some())
             .field("emit_replaced", &self.emit_replaced)
             .field("transformer", &self.transformer.is_some())
+            .field("max_queued_deltas", &self.max_queued_deltas)
+            .field("compact_updates", &self.compact_updates)
             .finish_non_exhaustive()
     }
 }
@@ -175,7 +253,8 @@ impl<T> fmt::Debug for QueueOptions<T> {
 /// [`reference::DeltaFifo`]: crate::reference::DeltaFifo
 /// [`sharded::DeltaFifo`]: crate::sharded::DeltaFifo
 pub trait DeltaQueue<T>: Send + Sync {
-    /// Queues an `Added` delta; marks the queue populated.
+    /// Queues an `Added` delta; marks the queue populated. With a backlog bound
+    /// ([`QueueOptions::max_queued_deltas`]) it may wait for room first.
     fn add(&self, obj: Arc<T>) -> Result<(), QueueError>;
 
     /// Queues an `Updated` delta; marks the queue populated.
@@ -258,5 +337,75 @@ pub trait DeltaQueue<T>: Send + Sync {
     /// Whether no key is queued.
     fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// How many deltas are queued: not yet popped, counted after dedup and compaction. Exact
+    /// when no operation is running; under concurrent pops the sharded engine may briefly count
+    /// deltas just popped.
+    fn queued_deltas(&self) -> usize;
+
+    /// Whether a producer would find room now: the queue is unbounded, closed, or holds fewer
+    /// deltas than [`QueueOptions::max_queued_deltas`].
+    fn has_room(&self) -> bool;
+
+    /// [`has_room`](Self::has_room) for async producers: `Ready` when there is room, otherwise
+    /// `Pending`, and `cx`'s waker is woken once pops (or `close`) may have made room. Use
+    /// [`wait_for_room`](Self::wait_for_room) rather than calling this directly.
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()>;
+
+    /// A future that completes once [`has_room`](Self::has_room) is true: how a producer on an
+    /// async runtime applies backpressure without blocking a thread. Await it, then call
+    /// `add`/`update`/`delete`: they do not wait unless another producer took the room
+    /// meanwhile (with one producer, as a reflector is, they never do).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::future::Future;
+    /// use std::task::{Context, Wake, Waker};
+    /// use kcache::{reference::DeltaFifo, DeltaQueue, Key, QueueOptions};
+    /// struct Noop;
+    /// impl Wake for Noop {
+    ///     fn wake(self: Arc<Self>) {}
+    /// }
+    /// let q = DeltaFifo::new(
+    ///     QueueOptions::new(Arc::new(|s: &String| Ok(Key::new(s)))).max_queued_deltas(1),
+    /// );
+    /// q.add(Arc::new("a".to_string())).unwrap();
+    /// let mut room = std::pin::pin!(q.wait_for_room());
+    /// let waker = Waker::from(Arc::new(Noop));
+    /// let mut cx = Context::from_waker(&waker);
+    /// assert!(room.as_mut().poll(&mut cx).is_pending());
+    /// q.pop(|_, _| ()).unwrap();
+    /// assert!(room.as_mut().poll(&mut cx).is_ready());
+    /// ```
+    fn wait_for_room(&self) -> WaitForRoom<'_, T, Self>
+    where
+        Self: Sized,
+    {
+        WaitForRoom {
+            queue: self,
+            _objects: PhantomData,
+        }
+    }
+}
+
+/// The future of [`DeltaQueue::wait_for_room`].
+pub struct WaitForRoom<'a, T, Q: ?Sized> {
+    queue: &'a Q,
+    /// The queue's object type; `fn() -> T` keeps the future `Send` and `Unpin` whatever `T`.
+    _objects: PhantomData<fn() -> T>,
+}
+
+impl<T, Q: DeltaQueue<T> + ?Sized> Future for WaitForRoom<'_, T, Q> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        self.queue.poll_room(cx)
+    }
+}
+
+impl<T, Q: ?Sized> fmt::Debug for WaitForRoom<'_, T, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WaitForRoom").finish_non_exhaustive()
     }
 }

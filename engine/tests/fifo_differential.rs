@@ -5,6 +5,11 @@
 //! - 2 and 64 shards, sequences whose pops are all `drain`s: identical once pop lines are
 //!   grouped by key (docs/traces.md, the drain suite).
 //!
+//! Random configurations include the opt-in modes: update compaction, and a small backlog
+//! bound. With a bound, a producing operation that finds no room first pops (one key at a time
+//! with one shard, a whole drain with more) until there is room, so the single-threaded run
+//! never waits; both engines must agree on exactly when the queue is full.
+//!
 //! A failure shrinks to a short, readable list of operations.
 
 mod common;
@@ -87,13 +92,26 @@ fn op(drain_only: bool) -> impl Strategy<Value = Op> {
 struct Config {
     known_objects: bool,
     emit_replaced: bool,
+    compact_updates: bool,
+    /// `max_queued_deltas`; 0 is unbounded.
+    max_queued_deltas: usize,
 }
 
 fn config() -> impl Strategy<Value = Config> {
-    (any::<bool>(), any::<bool>()).prop_map(|(known_objects, emit_replaced)| Config {
-        known_objects,
-        emit_replaced,
-    })
+    (
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+        prop_oneof![Just(0usize), 1..6usize],
+    )
+        .prop_map(
+            |(known_objects, emit_replaced, compact_updates, max_queued_deltas)| Config {
+                known_objects,
+                emit_replaced,
+                compact_updates,
+                max_queued_deltas,
+            },
+        )
 }
 
 /// One output line, as docs/traces.md writes it (kept structured; the trace tests cover the JSON).
@@ -109,6 +127,10 @@ enum Line {
     },
     HasSynced(bool),
     Keys(Vec<String>),
+    /// How many deltas were queued (after dedup and compaction).
+    Queued(usize),
+    /// A producer found no room: the pops that follow make it.
+    Full,
     Known(Vec<(String, u64)>),
 }
 
@@ -129,13 +151,26 @@ fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
     }
 }
 
+/// How a run makes room for a producer when the queue is full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MakeRoom {
+    /// Pop one key at a time until there is room (one shard: pop order is the reference's).
+    PopOne,
+    /// Drain everything (any shard count: only per-key order is the reference's).
+    Drain,
+}
+
 fn run<Q: DeltaQueue<Obj>>(
     make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
     cfg: Config,
+    make_room: MakeRoom,
     ops: &[Op],
 ) -> Vec<Line> {
     let store = Arc::new(MapStore::default());
-    let mut opts = options().emit_replaced(cfg.emit_replaced);
+    let mut opts = options()
+        .emit_replaced(cfg.emit_replaced)
+        .compact_updates(cfg.compact_updates)
+        .max_queued_deltas(cfg.max_queued_deltas);
     if cfg.known_objects {
         opts = opts.known_objects(store.clone());
     }
@@ -151,6 +186,26 @@ fn run<Q: DeltaQueue<Obj>>(
     };
     let mut out = Vec::new();
     for op in ops {
+        let produces = matches!(
+            op,
+            Op::Add(..) | Op::Update(..) | Op::Delete(..) | Op::DeleteTombstone(..)
+        );
+        if produces && !q.has_room() {
+            out.push(Line::Full);
+            while !q.has_room() {
+                let mut popped = false;
+                while let TryPop::Popped(line) = pop_and_apply(&q) {
+                    out.push(line);
+                    popped = true;
+                    if make_room == MakeRoom::PopOne {
+                        break;
+                    }
+                }
+                // A full queue always has something to pop; if not, the count is wrong, and
+                // the producer would wait forever.
+                assert!(popped, "no room, yet nothing to pop");
+            }
+        }
         match op {
             Op::Add(k, v) => q.add(obj(KEYS[*k], *v)).unwrap(),
             Op::Update(k, v) => q.update(obj(KEYS[*k], *v)).unwrap(),
@@ -190,6 +245,7 @@ fn run<Q: DeltaQueue<Obj>>(
                 let mut keys: Vec<String> = q.list_keys().iter().map(ToString::to_string).collect();
                 keys.sort();
                 out.push(Line::Keys(keys));
+                out.push(Line::Queued(q.queued_deltas()));
             }
             Op::Known => out.push(Line::Known(store.snapshot())),
             Op::Close => q.close(),
@@ -216,8 +272,8 @@ proptest! {
 
     #[test]
     fn one_shard_matches_the_reference_line_for_line(cfg in config(), ops in proptest::collection::vec(op(false), 0..40)) {
-        let reference = run(kcache::reference::DeltaFifo::new, cfg, &ops);
-        let sharded = run(|o| kcache::sharded::DeltaFifo::new(o, 1), cfg, &ops);
+        let reference = run(kcache::reference::DeltaFifo::new, cfg, MakeRoom::PopOne, &ops);
+        let sharded = run(|o| kcache::sharded::DeltaFifo::new(o, 1), cfg, MakeRoom::PopOne, &ops);
         prop_assert_eq!(sharded, reference);
     }
 
@@ -227,8 +283,13 @@ proptest! {
         shards in prop_oneof![Just(2usize), Just(64usize)],
         ops in proptest::collection::vec(op(true), 0..40),
     ) {
-        let reference = grouped(run(kcache::reference::DeltaFifo::new, cfg, &ops));
-        let sharded = grouped(run(|o| kcache::sharded::DeltaFifo::new(o, shards), cfg, &ops));
+        let reference = grouped(run(kcache::reference::DeltaFifo::new, cfg, MakeRoom::Drain, &ops));
+        let sharded = grouped(run(
+            |o| kcache::sharded::DeltaFifo::new(o, shards),
+            cfg,
+            MakeRoom::Drain,
+            &ops,
+        ));
         prop_assert_eq!(sharded, reference);
     }
 }

@@ -45,6 +45,12 @@ pub struct CompareArgs {
     /// Default: per workload, see `loadgen run --help`.
     #[arg(long, value_parser = crate::driver::parse_consumers)]
     pub consumers: Option<usize>,
+    /// Bound both engines' backlog (see `loadgen run --help`; 0: unbounded, the default).
+    #[arg(long, default_value_t = 0)]
+    pub max_queued_deltas: usize,
+    /// Both engines compact consecutive updates (see `loadgen run --help`).
+    #[arg(long)]
+    pub compact_updates: bool,
     /// The splitmix64 seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
@@ -208,6 +214,8 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             shards: args.shards,
             consumers: args.consumers.unwrap_or(own.consumers),
             rate: label.as_ref().map(|_| PACED_RATE),
+            max_queued_deltas: args.max_queued_deltas,
+            compact_updates: args.compact_updates,
             ..own
         };
         let mut rows = run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?;
@@ -557,6 +565,8 @@ mod tests {
             quick: true,
             shards: 4,
             consumers: Some(2),
+            max_queued_deltas: 0,
+            compact_updates: false,
             seed: 7,
             in_process: true,
             no_capacity: false,

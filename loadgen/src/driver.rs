@@ -138,6 +138,11 @@ pub struct EngineConfig {
     /// Offered load: the producer paces itself to this many ops per second (`None`: as fast
     /// as it can, which measures capacity; latency then includes the backlog).
     pub rate: Option<u64>,
+    /// Both engines' backlog bound, `QueueOptions::max_queued_deltas` (0: unbounded, the
+    /// default): the producer waits while this many deltas are queued.
+    pub max_queued_deltas: usize,
+    /// Both engines' level-triggered mode, `QueueOptions::compact_updates` (off by default).
+    pub compact_updates: bool,
 }
 
 /// Consumer threads of the sharded engine unless told otherwise (every command and
@@ -182,6 +187,8 @@ impl Default for EngineConfig {
             readers: DEFAULT_READERS,
             handler_cost: Duration::ZERO,
             rate: None,
+            max_queued_deltas: 0,
+            compact_updates: false,
         }
     }
 }
@@ -295,7 +302,7 @@ pub fn execute(
                 pod_key_fn(),
                 pod_indexers(),
             ));
-            let queue = kcache::reference::DeltaFifo::new(queue_options(&store));
+            let queue = kcache::reference::DeltaFifo::new(queue_options(&store, cfg));
             drive_queue(&queue, store, PopStyle::One, 1, gen, cfg, progress)
         }
         (EngineKind::Reference, Mode::Direct) => {
@@ -323,7 +330,7 @@ fn run_sharded(
     ));
     match mode {
         Mode::Queue => {
-            let queue = kcache::sharded::DeltaFifo::new(queue_options(&store), cfg.shards);
+            let queue = kcache::sharded::DeltaFifo::new(queue_options(&store, cfg), cfg.shards);
             let style = PopStyle::Batch(SHARDED_BATCH);
             drive_queue(
                 &queue,
@@ -339,12 +346,18 @@ fn run_sharded(
     }
 }
 
-/// The queue of every run: the store as known objects, `emit_replaced` on.
-fn queue_options<S: Indexer<Pod> + 'static>(store: &Arc<S>) -> QueueOptions<Pod> {
+/// The queue of every run: the store as known objects, `emit_replaced` on, and the backlog
+/// bound and compaction `cfg` asks for.
+fn queue_options<S: Indexer<Pod> + 'static>(
+    store: &Arc<S>,
+    cfg: &EngineConfig,
+) -> QueueOptions<Pod> {
     let known: Arc<dyn kcache::KnownObjects<Pod>> = store.clone();
     QueueOptions::new(pod_key_fn())
         .known_objects(known)
         .emit_replaced(true)
+        .max_queued_deltas(cfg.max_queued_deltas)
+        .compact_updates(cfg.compact_updates)
 }
 
 /// How a consumer takes work from the queue.

@@ -13,7 +13,7 @@ use crate::driver::{
 };
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
-use crate::verdict::{check, Counters};
+use crate::verdict::{check_with, Counters};
 use crate::workload::Generated;
 
 /// Enqueue-to-pop latency percentiles in microseconds; all `null` where nothing was queued (W4).
@@ -93,7 +93,12 @@ pub fn measure(
     let probe = RssProbe::start();
     let done = execute(engine, gen, mode, cfg, progress)?;
     let peak = probe.finish();
-    let verdict = check(&gen.model, &*done.store, &done.counters);
+    let verdict = check_with(
+        &gen.model,
+        &*done.store,
+        &done.counters,
+        cfg.compact_updates,
+    );
     let wall_s = done.wall.as_secs_f64().max(1e-9);
     let events = match mode {
         // The writer counts what it applied; the generator's count is the same when ok.

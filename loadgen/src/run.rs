@@ -69,6 +69,14 @@ pub struct RunArgs {
     /// backlog; with a rate both engines can absorb, latency is the engine's own hand-off.
     #[arg(long)]
     pub rate: Option<u64>,
+    /// Bound both engines' backlog: the producer waits while this many deltas are queued
+    /// (0: unbounded, as client-go; the default).
+    #[arg(long, default_value_t = 0)]
+    pub max_queued_deltas: usize,
+    /// Both engines compact consecutive updates of a key into the newest (level-triggered
+    /// mode; off by default).
+    #[arg(long)]
+    pub compact_updates: bool,
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -110,6 +118,8 @@ impl RunArgs {
                 .handler_us
                 .map_or(own.handler_cost, Duration::from_micros),
             rate: self.rate,
+            max_queued_deltas: self.max_queued_deltas,
+            compact_updates: self.compact_updates,
         }
     }
 }
@@ -156,6 +166,15 @@ pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -
     .to_vec();
     if let Some(rate) = cfg.rate {
         args.extend(["--rate".to_string(), rate.to_string()]);
+    }
+    if cfg.max_queued_deltas > 0 {
+        args.extend([
+            "--max-queued-deltas".to_string(),
+            cfg.max_queued_deltas.to_string(),
+        ]);
+    }
+    if cfg.compact_updates {
+        args.push("--compact-updates".to_string());
     }
     args
 }
@@ -295,6 +314,28 @@ mod tests {
             child.in_process,
             "a child must not spawn children of its own"
         );
+    }
+
+    #[test]
+    fn a_child_gets_the_queue_modes_of_its_parent() {
+        let parent = parse(&["--workload", "w2"]);
+        assert_eq!(parent.config().max_queued_deltas, 0, "unbounded by default");
+        assert!(!parent.config().compact_updates, "no compaction by default");
+        let parent = parse(&[
+            "--workload",
+            "w2",
+            "--max-queued-deltas",
+            "100000",
+            "--compact-updates",
+        ]);
+        let cfg = parent.config();
+        assert_eq!(
+            (cfg.max_queued_deltas, cfg.compact_updates),
+            (100_000, true)
+        );
+        let args = child_args(&parent.spec(), EngineKind::Reference, &cfg);
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.config(), cfg);
     }
 
     #[test]

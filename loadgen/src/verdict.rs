@@ -154,6 +154,17 @@ pub fn check<S>(model: &Model, store: &S, counters: &Counters) -> Verdict
 where
     S: Indexer<Pod> + ?Sized,
 {
+    check_with(model, store, counters, false)
+}
+
+/// [`check`] for a run whose queue may have compacted updates (`--compact-updates`): the
+/// final store and indexes must be exactly the same, but a compacted `Updated` or `Replaced`
+/// delta is never delivered, so those two counts may fall short of what was enqueued (never
+/// exceed it); every other count is checked as by [`check`].
+pub fn check_with<S>(model: &Model, store: &S, counters: &Counters, compacted: bool) -> Verdict
+where
+    S: Indexer<Pod> + ?Sized,
+{
     let mut f = Failures::default();
     check_items(model, store, &mut f);
     check_index(
@@ -164,7 +175,7 @@ where
         &mut f,
     );
     check_index(model, store, NODE_INDEX, |p| p.node.as_ref(), &mut f);
-    check_counters(model, store.len() as u64, counters, &mut f);
+    check_counters(model, store.len() as u64, counters, compacted, &mut f);
     f.finish()
 }
 
@@ -273,12 +284,26 @@ where
     }
 }
 
-fn check_counters(model: &Model, store_len: u64, c: &Counters, f: &mut Failures) {
+fn check_counters(model: &Model, store_len: u64, c: &Counters, compacted: bool, f: &mut Failures) {
     let e = &model.expected;
     f.expect_eq("Added deltas delivered", c.added, e.added);
-    f.expect_eq("Updated deltas delivered", c.updated, e.updated);
+    if compacted {
+        for (what, delivered, enqueued) in [
+            ("Updated deltas delivered", c.updated, e.updated),
+            ("Replaced deltas delivered", c.replaced, e.replaced),
+        ] {
+            if delivered > enqueued {
+                f.push(
+                    what,
+                    format!("{what}: {delivered}, more than the {enqueued} enqueued"),
+                );
+            }
+        }
+    } else {
+        f.expect_eq("Updated deltas delivered", c.updated, e.updated);
+        f.expect_eq("Replaced deltas delivered", c.replaced, e.replaced);
+    }
     f.expect_eq("Deleted deltas delivered", c.deleted, e.deleted);
-    f.expect_eq("Replaced deltas delivered", c.replaced, e.replaced);
     f.expect_eq("tombstones delivered", c.tombstones, e.tombstones);
     f.expect_eq("version regressions", c.version_regressions, 0);
     f.expect_eq("event objects delivered twice", c.duplicated, 0);

@@ -25,6 +25,8 @@ fn run(engine: EngineKind, w: Workload) -> (Generated, Finished) {
             std::time::Duration::ZERO
         },
         rate: None,
+        max_queued_deltas: 0,
+        compact_updates: false,
     };
     let done = execute(engine, &gen, Mode::of(w), &cfg, &NoProgress).expect("workload fits");
     (gen, done)

@@ -63,6 +63,8 @@ fn config(shards: usize, consumers: usize, workload: Workload) -> EngineConfig {
             std::time::Duration::ZERO
         },
         rate: None,
+        max_queued_deltas: 0,
+        compact_updates: false,
     }
 }
 
@@ -112,6 +114,53 @@ fn every_workload_ends_in_the_same_state_on_both_engines() {
                 expected,
                 "{workload:?}: sharded ({shards} shards, {consumers} consumers) differs from reference"
             );
+        }
+    }
+}
+
+/// The opt-in queue modes through every queue workload: a small backlog bound (producers wait)
+/// with update compaction, on both engines. The final store must be the model's and the
+/// reference's; only the counts of compacted `Updated`/`Replaced` deltas may fall short.
+#[test]
+fn every_workload_ends_in_the_same_state_with_a_bound_and_compaction() {
+    let s = scale();
+    for workload in Workload::ALL {
+        let mode = Mode::of(workload);
+        if mode != Mode::Queue {
+            continue;
+        }
+        let spec = WorkloadSpec::new(workload)
+            .keys(500 * s)
+            .events(5_000 * s)
+            .seed(12);
+        let gen = generate(&spec);
+        let mut expected = None;
+        for (engine, shards, consumers) in [
+            (EngineKind::Reference, 1, 1),
+            (EngineKind::Sharded, 1, 1),
+            (EngineKind::Sharded, 4, 2),
+        ] {
+            let cfg = EngineConfig {
+                max_queued_deltas: 64,
+                compact_updates: true,
+                ..config(shards, consumers, workload)
+            };
+            let done = execute(engine, &gen, mode, &cfg, &NoProgress).expect("runs");
+            let verdict =
+                loadgen::verdict::check_with(&gen.model, &*done.store, &done.counters, true);
+            assert!(
+                verdict.is_ok(),
+                "{workload:?} {engine:?} {shards}x{consumers}: {:?}",
+                verdict.failures()
+            );
+            let got = snapshot(&*done.store);
+            match &expected {
+                None => expected = Some(got),
+                Some(expected) => assert_eq!(
+                    &got, expected,
+                    "{workload:?}: {engine:?} {shards}x{consumers} differs from the reference"
+                ),
+            }
         }
     }
 }

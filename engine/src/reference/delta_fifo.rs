@@ -4,9 +4,10 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use crate::delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
+use crate::delta::{push_grows, Delta, DeltaObject, DeltaType, Deltas, Tombstone};
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::latch::Latch;
 use crate::queue::{
@@ -45,6 +46,10 @@ use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 ///   which new keys join the queue first: the known keys in `replace` and `resync`. We walk them
 ///   sorted, so pop order is reproducible and traces can be compared line for line.
 /// - [`Deltas`] carry their key, so `add_if_not_present` needs no key function call.
+/// - **Two opt-in modes**, off by default: a backlog bound
+///   ([`QueueOptions::max_queued_deltas`]: producers wait on the one condition variable, which
+///   pops signal when they make room) and update compaction
+///   ([`QueueOptions::compact_updates`]).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -69,9 +74,14 @@ pub struct DeltaFifo<T> {
     /// Emit `Replaced` (rather than `Sync`) for objects listed by `replace`.
     emit_replaced: bool,
     transformer: Option<TransformFn<T>>,
+    /// The backlog bound ([`QueueOptions::max_queued_deltas`]); `usize::MAX` when unbounded.
+    max_queued: usize,
+    /// [`QueueOptions::compact_updates`].
+    compact: bool,
     /// Everything mutable, behind the one lock (client-go's `f.lock`).
     state: Mutex<State<T>>,
-    /// Signalled on every enqueue and on close (client-go's `f.cond`, always `Broadcast`).
+    /// Signalled on every enqueue and on close (client-go's `f.cond`, always `Broadcast`), and,
+    /// with a backlog bound, when a pop makes room for producers that wait on it.
     cond: Condvar,
     /// Fired the first time `has_synced` becomes true (client-go's `synced` channel).
     synced: Latch,
@@ -89,12 +99,31 @@ struct State<T> {
     initial_population_count: usize,
     /// Set by `close`: pops on an empty queue then return [`Closed`].
     closed: bool,
+    /// Deltas in `items`, counted as they join (after dedup and compaction) and leave.
+    queued_deltas: usize,
+    /// Producer threads waiting on `cond` for room.
+    waiting_producers: usize,
+    /// Async producers waiting for room ([`DeltaQueue::poll_room`]).
+    room_wakers: Vec<Waker>,
 }
 
 impl<T> State<T> {
     /// client-go's `hasSynced_locked`.
     fn has_synced(&self) -> bool {
         self.populated && self.initial_population_count == 0
+    }
+
+    /// Whether a producer may queue a delta now (see [`QueueOptions::max_queued_deltas`]).
+    fn has_room(&self, max_queued: usize) -> bool {
+        self.closed || self.queued_deltas < max_queued
+    }
+
+    /// Whether a delta of type `kind` for `key` would add to the count (not absorbed by the
+    /// key's newest delta).
+    fn grows(&self, key: &Key, kind: DeltaType, compact: bool) -> bool {
+        self.items
+            .get(key)
+            .is_none_or(|deltas| push_grows(deltas, kind, compact))
     }
 }
 
@@ -106,12 +135,20 @@ impl<T> DeltaFifo<T> {
             known_objects: opts.known_objects,
             emit_replaced: opts.emit_replaced,
             transformer: opts.transformer,
+            max_queued: match opts.max_queued_deltas {
+                0 => usize::MAX,
+                n => n,
+            },
+            compact: opts.compact_updates,
             state: Mutex::new(State {
                 items: KeyMap::default(),
                 queue: VecDeque::new(),
                 populated: false,
                 initial_population_count: 0,
                 closed: false,
+                queued_deltas: 0,
+                waiting_producers: 0,
+                room_wakers: Vec::new(),
             }),
             cond: Condvar::new(),
             synced: Latch::new(),
@@ -148,15 +185,17 @@ impl<T> DeltaFifo<T> {
     /// The second half of client-go's `queueActionInternalLocked`, once key and transform are
     /// known to have succeeded: append with dedup, queue a new key at the back, wake everyone.
     fn enqueue_locked(&self, st: &mut State<T>, key: Key, delta: Delta<T>) {
-        match st.items.get_mut(&key) {
-            Some(deltas) => deltas.push_dedup(delta),
+        let grew = match st.items.get_mut(&key) {
+            Some(deltas) => deltas.push_delta(delta, self.compact),
             None => {
                 let mut deltas = Deltas::new(key.clone());
                 deltas.push(delta);
                 st.items.insert(key.clone(), deltas);
                 st.queue.push_back(key);
+                true
             }
-        }
+        };
+        st.queued_deltas += usize::from(grew);
         // client-go broadcasts on every enqueue, even when the key was already queued and no
         // popper can make progress because of it. That cost is part of what is being measured.
         self.cond.notify_all();
@@ -166,6 +205,37 @@ impl<T> DeltaFifo<T> {
     fn check_synced_locked(&self, st: &State<T>) {
         if st.has_synced() {
             self.synced.fire();
+        }
+    }
+
+    /// With a backlog bound, blocks while the queue has no room and a delta of type `kind` for
+    /// `key` would add to it (see [`QueueOptions::max_queued_deltas`]). Waits on the one
+    /// condition variable; pops and `close` signal it when they make room.
+    fn wait_for_room_locked<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State<T>>,
+        key: &Key,
+        kind: DeltaType,
+    ) -> MutexGuard<'a, State<T>> {
+        while !st.has_room(self.max_queued) && st.grows(key, kind, self.compact) {
+            st.waiting_producers += 1;
+            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.waiting_producers -= 1;
+        }
+        st
+    }
+
+    /// After deltas left the queue (or it closed): wakes the producers waiting for room, if
+    /// there is room now.
+    fn room_made_locked(&self, st: &mut State<T>) {
+        if !st.has_room(self.max_queued) {
+            return;
+        }
+        if st.waiting_producers > 0 {
+            self.cond.notify_all();
+        }
+        for waker in st.room_wakers.drain(..) {
+            waker.wake();
         }
     }
 
@@ -197,15 +267,18 @@ impl<T> DeltaFifo<T> {
             self.check_synced_locked(st);
         }
         let deltas = st.items.remove(&key)?;
+        st.queued_deltas -= deltas.len();
+        self.room_made_locked(st);
         Some((deltas, is_in_initial_list))
     }
 
     /// `add` and `update`.
     fn add_or_update(&self, kind: DeltaType, obj: Arc<T>) -> Result<(), QueueError> {
-        let mut st = self.lock();
+        let st = self.lock();
         let payload = DeltaObject::Object(obj);
         let key = self.key_of(&payload)?;
         let payload = self.transform(kind, payload)?;
+        let mut st = self.wait_for_room_locked(st, &key, kind);
         st.populated = true;
         self.enqueue_locked(
             &mut st,
@@ -223,21 +296,29 @@ impl<T> DeltaFifo<T> {
     fn delete_payload(&self, payload: DeltaObject<T>) -> Result<(), QueueError> {
         let key = self.key_of(&payload)?;
         let mut st = self.lock();
-        let queued = st.items.contains_key(&key);
-        let ignore = match &self.known_objects {
-            // Without known objects only the queue says what exists: the object may have been
-            // deleted by a relist already, so do not report the same deletion twice.
-            None => !queued,
-            // client-go asks the store even when the key is queued; so do we, to cost the same.
-            Some(known) => {
-                let known = known.get_by_key(&key).is_some();
-                !known && !queued
+        loop {
+            let queued = st.items.contains_key(&key);
+            let ignore = match &self.known_objects {
+                // Without known objects only the queue says what exists: the object may have
+                // been deleted by a relist already, so do not report the same deletion twice.
+                None => !queued,
+                // client-go asks the store even when the key is queued; so do we, to cost the
+                // same.
+                Some(known) => {
+                    let known = known.get_by_key(&key).is_some();
+                    !known && !queued
+                }
+            };
+            if ignore {
+                st.populated = true;
+                self.check_synced_locked(&st);
+                return Ok(());
             }
-        };
-        if ignore {
-            st.populated = true;
-            self.check_synced_locked(&st);
-            return Ok(());
+            if st.has_room(self.max_queued) || !st.grows(&key, DeltaType::Deleted, self.compact) {
+                break;
+            }
+            // Full: wait for room, then decide again (pops and the store moved on meanwhile).
+            st = self.wait_for_room_locked(st, &key, DeltaType::Deleted);
         }
         let payload = self.transform(DeltaType::Deleted, payload)?;
         st.populated = true;
@@ -401,6 +482,9 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
         // dropped (client-go's `addIfNotPresent`).
         if !st.items.contains_key(deltas.key()) {
             let key = deltas.key().clone();
+            // Never waits for room: the consumer handing a key back may be the only one
+            // making room (see `QueueOptions::max_queued_deltas`).
+            st.queued_deltas += deltas.len();
             st.queue.push_back(key.clone());
             st.items.insert(key, deltas);
             self.cond.notify_all();
@@ -475,7 +559,9 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
     fn close(&self) {
         let mut st = self.lock();
         st.closed = true;
+        // Wakes poppers and waiting producers alike: after close the bound no longer applies.
         self.cond.notify_all();
+        self.room_made_locked(&mut st);
     }
 
     fn is_closed(&self) -> bool {
@@ -518,6 +604,27 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
     fn len(&self) -> usize {
         self.lock().queue.len()
     }
+
+    fn queued_deltas(&self) -> usize {
+        self.lock().queued_deltas
+    }
+
+    fn has_room(&self) -> bool {
+        self.lock().has_room(self.max_queued)
+    }
+
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut st = self.lock();
+        if st.has_room(self.max_queued) {
+            return Poll::Ready(());
+        }
+        // Registered under the lock that pops take to make room, so no wake-up can fall
+        // between the check above and the registration. One entry per task.
+        if !st.room_wakers.iter().any(|w| w.will_wake(cx.waker())) {
+            st.room_wakers.push(cx.waker().clone());
+        }
+        Poll::Pending
+    }
 }
 
 impl<T> fmt::Debug for DeltaFifo<T> {
@@ -541,9 +648,8 @@ impl<T> fmt::Debug for DeltaFifo<T> {
 
 /// Counts only: objects can be large and need not be `Debug`.
 fn fmt_state<T>(d: &mut fmt::DebugStruct<'_, '_>, st: &State<T>) {
-    let deltas: usize = st.items.values().map(|deltas| deltas.len()).sum();
     d.field("queued_keys", &st.queue.len())
-        .field("queued_deltas", &deltas)
+        .field("queued_deltas", &st.queued_deltas)
         .field("populated", &st.populated)
         .field("initial_population_count", &st.initial_population_count)
         .field("closed", &st.closed);

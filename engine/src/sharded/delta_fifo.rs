@@ -55,18 +55,22 @@ use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
 use smallvec::SmallVec;
 
-use crate::delta::{push_dedup, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone};
+use crate::delta::{
+    push_delta, push_grows, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone,
+};
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::latch::Latch;
 use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
 use crate::store::KnownObjects;
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
+use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
@@ -128,21 +132,32 @@ impl<T> ShardState<T> {
         self.pending.contains_key(key)
     }
 
-    /// Appends a delta (with dedup) to `key`, queueing the key if it had nothing pending.
-    /// Returns true when the shard must be scheduled.
-    fn push(&mut self, key: Key, delta: Delta<T>) -> bool {
+    /// Whether a delta of type `kind` for `key` would add to the queued deltas rather than be
+    /// absorbed by the key's newest one.
+    fn grows(&self, key: &Key, kind: DeltaType, compact: bool) -> bool {
+        self.pending
+            .get(key)
+            .is_none_or(|entry| push_grows(&entry.deltas, kind, compact))
+    }
+
+    /// Appends a delta (with dedup, and with `compact` update compaction) to `key`, queueing
+    /// the key if it had nothing pending.
+    fn push(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
         match self.pending.entry(key) {
-            Entry::Occupied(mut entry) => {
-                push_dedup(&mut entry.get_mut().deltas, delta);
-                false
-            }
+            Entry::Occupied(mut entry) => Pushed {
+                schedule: false,
+                grew: push_delta(&mut entry.get_mut().deltas, delta, compact),
+            },
             Entry::Vacant(entry) => {
                 self.fifo.push_back(entry.key().clone());
                 entry.insert(Pending {
                     deltas: smallvec::smallvec![delta],
                     initial: false,
                 });
-                self.mark_scheduled()
+                Pushed {
+                    schedule: self.mark_scheduled(),
+                    grew: true,
+                }
             }
         }
     }
@@ -151,6 +166,14 @@ impl<T> ShardState<T> {
     fn mark_scheduled(&mut self) -> bool {
         !std::mem::replace(&mut self.scheduled, true)
     }
+}
+
+/// What [`ShardState::push`] did.
+struct Pushed {
+    /// The shard was not scheduled: the caller must hand the scheduler a token.
+    schedule: bool,
+    /// The key's deltas grew by one (the delta was not absorbed by dedup or compaction).
+    grew: bool,
 }
 
 /// A key handed to a consumer.
@@ -225,6 +248,12 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// operation changes nothing; known keys are walked sorted), plus the per-key exclusivity,
 /// the processing outside the lock and the *processed* meaning of `has_synced` above.
 ///
+/// # Opt-in modes
+///
+/// [`QueueOptions::max_queued_deltas`] bounds the backlog with one count shared by all shards
+/// (touched only when a bound is set); [`QueueOptions::compact_updates`] compacts updates per
+/// key. Both behave exactly as in the reference (docs/sharded.md).
+///
 /// ```
 /// use std::sync::Arc;
 /// use kcache::{sharded::DeltaFifo, DeltaQueue, DeltaType, Key, QueueOptions};
@@ -246,6 +275,10 @@ pub struct DeltaFifo<T> {
     known: Option<Arc<dyn KnownObjects<T>>>,
     emit_replaced: bool,
     transformer: Option<TransformFn<T>>,
+    /// [`QueueOptions::compact_updates`].
+    compact: bool,
+    /// The backlog bound and the producers waiting for room.
+    room: Room,
     /// Set (under a shard lock, or under all of them by `replace`) by the first operation that
     /// populates the queue.
     populated: AtomicBool,
@@ -284,6 +317,8 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             known: opts.known_objects,
             emit_replaced: opts.emit_replaced,
             transformer: opts.transformer,
+            compact: opts.compact_updates,
+            room: Room::new(opts.max_queued_deltas),
             populated: AtomicBool::new(false),
             initial_remaining: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -340,16 +375,29 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// The add/update path: key and transform outside the lock, one shard lock to append.
+    /// Whether a producer holding `state` may queue a delta of type `kind` for `key` now: it
+    /// would be absorbed, or room for it was reserved. Reserved under the shard lock and
+    /// followed by the push before the lock is released, so the count never lags the shard.
+    fn reserve(&self, state: &ShardState<T>, key: &Key, kind: DeltaType) -> bool {
+        !self.room.is_bounded() || !state.grows(key, kind, self.compact) || self.room.try_reserve()
+    }
+
+    /// The add/update path: key and transform outside the lock, one shard lock to append (and,
+    /// with a backlog bound and no room, waits outside every lock and tries again).
     fn enqueue_object(&self, kind: DeltaType, obj: Arc<T>) -> Result<(), QueueError> {
         let key = (self.key_fn)(&obj)?;
         let obj = self.transform(obj)?;
         let shard = self.shard_of(&key);
         let mut state = self.lock_shard(shard);
+        while !self.reserve(&state, &key, kind) {
+            drop(state);
+            self.room.wait();
+            state = self.lock_shard(shard);
+        }
         self.mark_populated();
-        let schedule = state.push(key, Delta::new(kind, obj));
+        let pushed = state.push(key, Delta::new(kind, obj), self.compact);
         drop(state);
-        if schedule {
+        if pushed.schedule {
             self.scheduler.schedule(shard);
         }
         Ok(())
@@ -365,31 +413,42 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         };
         let shard = self.shard_of(&key);
         let mut state = self.lock_shard(shard);
-        let queued = state.has_pending(&key);
-        if !queued {
-            let known = match &self.known {
-                None => false,
-                Some(known) => match state.in_flight.get(&key) {
-                    Some(flight) => flight.known_after.is_some(),
-                    None => known.get_by_key(&key).is_some(),
-                },
-            };
-            if !known {
-                self.mark_populated();
-                return Ok(());
+        loop {
+            let queued = state.has_pending(&key);
+            if !queued {
+                let known = match &self.known {
+                    None => false,
+                    Some(known) => match state.in_flight.get(&key) {
+                        Some(flight) => flight.known_after.is_some(),
+                        None => known.get_by_key(&key).is_some(),
+                    },
+                };
+                if !known {
+                    self.mark_populated();
+                    return Ok(());
+                }
             }
+            // A refused transform is returned before any room is taken.
+            if payload.is_err() || self.reserve(&state, &key, DeltaType::Deleted) {
+                break;
+            }
+            // Full: wait outside the lock, then decide again (pops moved on meanwhile).
+            drop(state);
+            self.room.wait();
+            state = self.lock_shard(shard);
         }
         let payload = payload?;
         self.mark_populated();
-        let schedule = state.push(
+        let pushed = state.push(
             key,
             Delta {
                 kind: DeltaType::Deleted,
                 object: payload,
             },
+            self.compact,
         );
         drop(state);
-        if schedule {
+        if pushed.schedule {
             self.scheduler.schedule(shard);
         }
         Ok(())
@@ -398,6 +457,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     /// Takes up to `max` keys from `shard`, which the caller was handed by the scheduler.
     fn take_batch(&self, shard: usize, max: usize, out: &mut Batch<T>) {
         let track_known = self.known.is_some();
+        let mut taken_deltas = 0;
         let mut guard = self.lock_shard(shard);
         let state = &mut *guard;
         while out.len() < max {
@@ -426,6 +486,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     parked: false,
                 },
             );
+            taken_deltas += entry.deltas.len();
             out.push(Popped {
                 deltas: Deltas::from_list(owned_key, entry.deltas),
                 initial: entry.initial,
@@ -434,6 +495,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         let reschedule = !state.fifo.is_empty();
         state.scheduled = reschedule;
         drop(guard);
+        // After the shard lock: the count may run ahead of the shard for a moment (never
+        // behind), and woken producers do not find the shard locked.
+        self.room.release(taken_deltas);
         if reschedule {
             // Back of the line: other shards with keys get their turn first (fairness).
             self.scheduler.schedule(shard);
@@ -447,6 +511,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     fn complete(&self, shard: usize, done: &[Key], initial_done: usize, returned: Batch<T>) {
         let mut state = self.lock_shard(shard);
         let mut requeued = false;
+        let mut returned_deltas = 0;
         let ShardState {
             pending,
             in_flight,
@@ -473,10 +538,13 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     // Deltas queued while the key was out are newer: they go after.
                     let entry_key = entry.key().clone();
                     let pending = entry.get_mut();
+                    let counted = pending.deltas.len();
                     let newer = std::mem::replace(&mut pending.deltas, deltas);
                     for delta in newer {
-                        push_dedup(&mut pending.deltas, delta);
+                        push_delta(&mut pending.deltas, delta, self.compact);
                     }
+                    // Merging may dedup or compact at the seam (and, rarely, shrink).
+                    returned_deltas += pending.deltas.len() as isize - counted as isize;
                     pending.initial |= popped.initial;
                     if !was_parked {
                         // Queued again meanwhile, behind other keys: move it back to the head.
@@ -488,6 +556,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 }
                 Entry::Vacant(entry) => {
                     fifo.push_front(entry.key().clone());
+                    returned_deltas += deltas.len() as isize;
                     entry.insert(Pending {
                         deltas,
                         initial: popped.initial,
@@ -508,6 +577,12 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             }
         }
         let schedule = requeued && state.mark_scheduled();
+        // Counted under the lock, so the count never runs behind the shard; they were released
+        // when taken, and come back without waiting (the consumer must not wait for itself).
+        match usize::try_from(returned_deltas) {
+            Ok(grown) => self.room.add(grown),
+            Err(_) => self.room.release(returned_deltas.unsigned_abs()),
+        }
         drop(state);
         if schedule {
             self.scheduler.schedule(shard);
@@ -561,9 +636,12 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         wake: &mut Wake<'_>,
     ) {
         let shard = self.shard_of(&key);
-        if states[shard].push(key, delta) {
+        let pushed = states[shard].push(key, delta, self.compact);
+        if pushed.schedule {
             wake.shards.push(shard);
         }
+        // Never waits: a relist or resync may go over the bound (`max_queued_deltas`).
+        self.room.add(usize::from(pushed.grew));
     }
 
     /// The known keys that `wanted` accepts (it sees the key and its shard), with what the known
@@ -816,6 +894,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             return Ok(());
         }
         let (key, deltas) = deltas.into_list();
+        // Never waits: the consumer handing a key back may be the one that makes room.
+        self.room.add(deltas.len());
         state.fifo.push_back(key.clone());
         state.pending.insert(
             key,
@@ -891,6 +971,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.scheduler.close();
+        self.room.close();
     }
 
     fn is_closed(&self) -> bool {
@@ -949,6 +1030,32 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             .map(|i| self.lock_shard(i).pending.len())
             .sum()
     }
+
+    fn queued_deltas(&self) -> usize {
+        if self.room.is_bounded() {
+            return self.room.count();
+        }
+        // Unbounded queues keep no shared count (it would be one more contended cache line per
+        // operation): add the shards up.
+        (0..self.shards.len())
+            .map(|i| {
+                let state = self.lock_shard(i);
+                state
+                    .pending
+                    .values()
+                    .map(|e| e.deltas.len())
+                    .sum::<usize>()
+            })
+            .sum()
+    }
+
+    fn has_room(&self) -> bool {
+        self.room.has_room()
+    }
+
+    fn poll_room(&self, cx: &mut Context<'_>) -> Poll<()> {
+        self.room.poll(cx)
+    }
 }
 
 impl<T> fmt::Debug for DeltaFifo<T> {
@@ -956,6 +1063,7 @@ impl<T> fmt::Debug for DeltaFifo<T> {
         f.debug_struct("DeltaFifo")
             .field("shards", &self.shards.len())
             .field("scheduler", &self.scheduler)
+            .field("room", &self.room)
             .field("populated", &self.populated.load(Ordering::Relaxed))
             .field(
                 "initial_remaining",

@@ -7,6 +7,7 @@
 //!   a global lock.
 
 mod delta_fifo;
+mod room;
 pub(crate) mod scheduler;
 
 pub use delta_fifo::{DeltaFifo, DEFAULT_SHARDS, MAX_SHARDS};

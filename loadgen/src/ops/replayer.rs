@@ -43,7 +43,9 @@ where
         new_queue: impl FnOnce(QueueOptions<TraceObject>) -> Q,
         new_store: impl FnOnce(KeyFn<TraceObject>, Indexers<TraceObject>) -> S,
     ) -> Self {
-        let opts = QueueOptions::new(trace_key_fn()).emit_replaced(config.emit_replaced);
+        let opts = QueueOptions::new(trace_key_fn())
+            .emit_replaced(config.emit_replaced)
+            .compact_updates(config.compact_updates);
         let (opts, known) = if config.known_objects {
             let store = Arc::new(new_store(trace_key_fn(), trace_indexers()));
             let view: Arc<dyn KnownObjects<TraceObject>> = Arc::clone(&store) as _;

@@ -65,6 +65,9 @@ pub struct TraceConfig {
     pub known_objects: bool,
     /// `replace` queues `Replaced` rather than `Sync`. Default false.
     pub emit_replaced: bool,
+    /// Level-triggered mode: consecutive `Updated`/`Sync`/`Replaced` deltas of a key compact
+    /// into the newest (`QueueOptions::compact_updates`). Default false.
+    pub compact_updates: bool,
 }
 
 impl Default for TraceConfig {
@@ -72,6 +75,7 @@ impl Default for TraceConfig {
         Self {
             known_objects: true,
             emit_replaced: false,
+            compact_updates: false,
         }
     }
 }
@@ -135,7 +139,10 @@ impl Op {
 
 /// Every op name with the fields it takes, in the order the error messages list them.
 const OPS: &[(&str, &[&str])] = &[
-    ("config", &["known_objects", "emit_replaced"]),
+    (
+        "config",
+        &["known_objects", "emit_replaced", "compact_updates"],
+    ),
     ("add", &["obj"]),
     ("update", &["obj"]),
     ("delete", &["obj"]),
@@ -213,6 +220,7 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
         "config" => Op::Config(TraceConfig {
             known_objects: fields.optional_bool("known_objects", true)?,
             emit_replaced: fields.optional_bool("emit_replaced", false)?,
+            compact_updates: fields.optional_bool("compact_updates", false)?,
         }),
         "add" => Op::Add(fields.object("obj")?),
         "update" => Op::Update(fields.object("obj")?),
@@ -396,7 +404,11 @@ mod tests {
         let Ok(Op::Config(cfg)) = parse_op(r#"{"op":"config","emit_replaced":true}"#) else {
             panic!("config did not parse");
         };
-        assert!(cfg.known_objects && cfg.emit_replaced);
+        assert!(cfg.known_objects && cfg.emit_replaced && !cfg.compact_updates);
+        let Ok(Op::Config(cfg)) = parse_op(r#"{"op":"config","compact_updates":true}"#) else {
+            panic!("config did not parse");
+        };
+        assert!(cfg.known_objects && !cfg.emit_replaced && cfg.compact_updates);
     }
 
     #[test]
