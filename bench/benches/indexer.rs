@@ -1,6 +1,7 @@
 //! Indexer operations, one criterion group per operation, competitors side by side:
-//! `reference` (client-go's `threadSafeMap`: one `RwLock`), `sharded` (the concurrent indexer)
-//! and `floor`, the same bookkeeping in plain maps with no lock (see `bench::floor`), index
+//! `reference` (client-go's `threadSafeMap`: one `RwLock`), `sharded` (the concurrent indexer,
+//! through the `Arc` API), `sharded_guarded` (its borrowed reads, in the read groups: one
+//! `pin()` per read, no reference count per object) and `floor`, the same bookkeeping in plain maps with no lock (see `bench::floor`), index
 //! sets of keys like both engines': an engine's price of concurrency is its distance to the
 //! floor. Every store holds 100,000 pods indexed by `namespace` and `node`.
 //!
@@ -218,6 +219,12 @@ fn get_with_writer(c: &mut Criterion) {
             b.iter_custom(|iters| timed_reads(gets(&stores.sharded), &keys, iters));
         });
     });
+    with_writer(&stores.sharded, &rounds, || {
+        g.bench_function("sharded_guarded", |b| {
+            let get = |key: &Key| stores.sharded.pin().get_by_key(key).is_some();
+            b.iter_custom(|iters| timed_reads(get, &keys, iters));
+        });
+    });
     g.bench_function("floor", |b| {
         b.iter_custom(|iters| timed_reads(|key| stores.floor.get_by_key(key), &keys, iters));
     });
@@ -251,6 +258,21 @@ fn by_index_with_writer(c: &mut Criterion) {
     with_writer(&stores.sharded, &rounds, || {
         g.bench_function("sharded", |b| {
             b.iter_custom(|iters| timed_reads(by_node(&stores.sharded), &nodes, iters));
+        });
+    });
+    with_writer(&stores.sharded, &rounds, || {
+        g.bench_function("sharded_guarded", |b| {
+            // Borrowed objects cannot outlive the guard: the read returns their count (the
+            // Vec is built and freed, as in the Arc read).
+            let by_node = |node: &Key| {
+                stores
+                    .sharded
+                    .pin()
+                    .by_index(NODE_INDEX, node.as_str())
+                    .expect("node is an index")
+                    .len()
+            };
+            b.iter_custom(|iters| timed_reads(by_node, &nodes, iters));
         });
     });
     let floor_by_node = |node: &Key| {

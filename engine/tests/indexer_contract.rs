@@ -3,8 +3,11 @@
 //!
 //! Every rule is one generic function over `I: Indexer<Pod>` that builds its indexer with the
 //! constructor it is given; [`for_both_engines!`] turns each into a `#[test]` in the module
-//! `reference` and one in the module `sharded` (`reference::update_moves_the_key_...`), so a
-//! rule cannot be checked on one engine and forgotten on the other. What only one engine's
+//! `reference`, one in the module `sharded` (`reference::update_moves_the_key_...`), so a
+//! rule cannot be checked on one engine and forgotten on the other, and one in
+//! `sharded_guarded`, where the sharded indexer answers through its borrowed reads
+//! ([`indexer_guarded::Guarded`]). What only borrowed reads can show (a borrowed object
+//! outlives its replacement) is checked at the end. What only one engine's
 //! private state can show (its maps never keep an empty set, the sharded state swap) is tested
 //! next to that state, in the engine's own `tests` module.
 
@@ -13,7 +16,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use kcache::{IndexError, IndexFunc, Indexer, Indexers, Key, KeyError, KeyFn};
+use kcache::{IndexError, IndexFunc, Indexer, Indexers, Key, KeyError, KeyFn, Store};
+
+mod indexer_guarded;
+use indexer_guarded::Guarded;
 
 /// A pod: identity, a namespace and one or two nodes (an object with two index values).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,8 +91,8 @@ fn assert_no_empty_sets<I: Indexer<Pod>>(idx: &I) {
     }
 }
 
-/// Instantiates every listed rule as a `#[test]` on each engine: `reference::<rule>` and
-/// `sharded::<rule>`.
+/// Instantiates every listed rule as a `#[test]` on each engine: `reference::<rule>`,
+/// `sharded::<rule>` and `sharded_guarded::<rule>`.
 macro_rules! for_both_engines {
     ($($rule:ident),+ $(,)?) => {
         mod reference {
@@ -103,6 +109,15 @@ macro_rules! for_both_engines {
                 #[test]
                 fn $rule() {
                     super::$rule(kcache::sharded::IndexedStore::new);
+                }
+            )+
+        }
+
+        mod sharded_guarded {
+            $(
+                #[test]
+                fn $rule() {
+                    super::$rule(super::Guarded::new);
                 }
             )+
         }
@@ -419,4 +434,45 @@ fn a_panicking_index_function_changes_nothing<I: Indexer<Pod>>(new: New<I>) {
     idx.delete(&pod("a", "p2", &[])).unwrap();
     assert_items_and_indices_agree(&idx);
     assert_eq!(sorted_keys(idx.index_keys("node", "n2").unwrap()), ["a/p1"]);
+}
+
+#[test]
+fn a_borrowed_object_outlives_its_replacement_and_removal() {
+    let idx = indexer(kcache::sharded::IndexedStore::new);
+    idx.add(pod("a", "p1", &["n1"])).unwrap();
+    idx.add(pod("a", "p2", &["n1"])).unwrap();
+    let guard = idx.pin();
+    let p1 = guard.get_by_key(&Key::new("a/p1")).unwrap();
+    let on_n1 = guard.by_index("node", "n1").unwrap();
+    idx.update(pod("a", "p1", &["n2"])).unwrap();
+    idx.remove_by_key(&Key::new("a/p2"));
+    idx.replace(vec![pod("b", "p3", &["n3"])]).unwrap();
+    // What was borrowed is intact...
+    assert_eq!(p1.nodes, ["n1"]);
+    let mut names: Vec<&str> = on_n1.iter().map(|p| p.name).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["p1", "p2"]);
+    // ...and every later read through the same guard sees every completed write.
+    assert!(guard.get_by_key(&Key::new("a/p1")).is_none());
+    assert_eq!(guard.by_index("node", "n3").unwrap()[0].name, "p3");
+    assert!(guard.by_index("node", "n1").unwrap().is_empty());
+    let listed: Vec<&str> = guard.list().iter().map(|p| p.name).collect();
+    assert_eq!(listed, ["p3"]);
+}
+
+#[test]
+fn guarded_reads_refuse_unknown_indexes_and_key_errors() {
+    let idx = indexer(kcache::sharded::IndexedStore::new);
+    idx.add(pod("a", "p1", &["n1"])).unwrap();
+    let mut guard = idx.pin();
+    let unknown = IndexError::UnknownIndex("zone".into());
+    assert_eq!(guard.by_index("zone", "z").unwrap_err(), unknown);
+    assert_eq!(
+        guard.index("zone", &pod("a", "p1", &[])).unwrap_err(),
+        unknown
+    );
+    assert!(guard.get(&pod("a", "", &[])).is_err());
+    guard.repin();
+    assert_eq!(guard.get(&pod("a", "p1", &[])).unwrap().unwrap().name, "p1");
+    assert!(format!("{guard:?}").contains("items: 1"));
 }

@@ -2,7 +2,9 @@
 //! model recomputed from the items), driven by the same random operations.
 //!
 //! After every step both indexers must hold the same items and give the same answers to every
-//! query, for every index name (known or not) and every value of a small universe.
+//! query, for every index name (known or not) and every value of a small universe; so must a
+//! third, the sharded indexer answering through its borrowed reads
+//! ([`indexer_guarded::Guarded`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -12,6 +14,9 @@ use kcache::{
     KnownObjects, Store,
 };
 use proptest::prelude::*;
+
+mod indexer_guarded;
+use indexer_guarded::Guarded;
 
 /// A pod with a namespace and one or two nodes (the second may repeat the first).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -269,11 +274,14 @@ proptest! {
     ) {
         let reference = reference::IndexedStore::new(key_fn(), indexers(&initial));
         let sharded = sharded::IndexedStore::new(key_fn(), indexers(&initial));
+        let guarded = Guarded::new(key_fn(), indexers(&initial));
         let mut names: BTreeSet<&str> = initial.iter().copied().collect();
         for (step, op) in ops.iter().enumerate() {
             let outcome_ref = apply(&reference, op);
             let outcome_sharded = apply(&sharded, op);
             prop_assert_eq!(&outcome_ref, &outcome_sharded, "step {}: {:?}", step, op);
+            let outcome_guarded = apply(&guarded, op);
+            prop_assert_eq!(&outcome_ref, &outcome_guarded, "step {}: {:?}", step, op);
             if let (Op::AddIndexers(added), "Ok(())") = (op, outcome_ref.as_str()) {
                 names.extend(added.iter().copied());
             }
@@ -281,12 +289,17 @@ proptest! {
             let (seen_sharded, index_sharded) = observe(&sharded, &probes);
             prop_assert_eq!(&seen_ref, &seen_sharded, "step {}: {:?}", step, op);
             prop_assert_eq!(&index_ref, &index_sharded, "step {}: index() after {:?}", step, op);
+            let (seen_guarded, index_guarded) = observe(&guarded, &probes);
+            prop_assert_eq!(&seen_ref, &seen_guarded, "step {}: guarded, {:?}", step, op);
+            prop_assert_eq!(&index_ref, &index_guarded, "step {}: guarded index() after {:?}", step, op);
             check_against_model(&seen_sharded, &sharded.list(), &names);
             for key in seen_ref.keys.iter() {
                 let key = Key::new(key);
                 let a = reference.get_by_key(&key).map(|o| o.v);
                 let b = sharded.get_by_key(&key).map(|o| o.v);
                 prop_assert_eq!(a, b);
+                let c = guarded.0.pin().get_by_key(&key).map(|o| o.v);
+                prop_assert_eq!(a, c);
             }
         }
     }

@@ -4,14 +4,20 @@
 //! Readers check what the consistency contract promises mid-flight (every object `by_index`
 //! returns carries the value asked for, no key twice, `get_by_key` returns the key asked for);
 //! after the writers stop, items and indices must agree exactly and no index may hold an empty
-//! set. Sizes scale with `KCACHE_STRESS_SCALE` (default 1: about 2,000 ops per writer).
+//! set. The sharded indexer runs twice: once read through the `Arc` API, once through its
+//! borrowed reads (a guard held over a whole reader pass, while writers replace what it
+//! borrowed). A last test checks epoch reclamation itself: no borrowed object is released
+//! while borrowed, and every object is released exactly once in the end. Sizes scale with
+//! `KCACHE_STRESS_SCALE` (default 1: about 2,000 ops per writer).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread;
 
-use kcache::{reference, sharded, IndexError, IndexFunc, Indexer, Indexers, Key, KeyFn};
+use std::time::{Duration, Instant};
+
+use kcache::{reference, sharded, IndexError, IndexFunc, Indexer, Indexers, Key, KeyFn, Store};
 
 /// A pod: its key, a namespace and one or two nodes, and who wrote it.
 #[derive(Debug)]
@@ -162,6 +168,91 @@ fn read_once<I: Indexer<Obj>>(idx: &I, rng: &mut Rng, with_zone: &AtomicBool) ->
     found.len()
 }
 
+/// [`read_once`] through a guard held over the whole pass: the objects of every read stay
+/// borrowed (and are checked again at the end) while writers replace and remove them.
+fn read_once_guarded(
+    idx: &sharded::IndexedStore<Obj>,
+    rng: &mut Rng,
+    with_zone: &AtomicBool,
+) -> usize {
+    let guard = idx.pin();
+    let i = rng.below(SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
+    let key = Key::new(&key_name(i));
+    let got = guard.get_by_key(&key);
+    if let Some(obj) = got {
+        assert_eq!(obj.key, key, "get_by_key returned another key's object");
+    }
+    let node = format!("node-{}", rng.below(NODES));
+    let found = guard.by_index("node", &node).unwrap();
+    let check_found = |found: &[&Obj]| {
+        let mut seen = BTreeSet::new();
+        for obj in found {
+            assert!(obj.nodes.contains(&node), "{:?} returned for {node}", obj);
+            assert!(seen.insert(obj.key.clone()), "{:?} returned twice", obj.key);
+        }
+    };
+    check_found(&found);
+    let ns = format!("ns-{}", rng.below(NAMESPACES));
+    let in_ns = guard.by_index("namespace", &ns).unwrap();
+    for obj in &in_ns {
+        assert_eq!(obj.ns, ns);
+    }
+    let zone_was_seen = with_zone.load(Ordering::Acquire);
+    let zone = format!("zone-{}", rng.below(2));
+    match guard.by_index("zone", &zone) {
+        Ok(objs) => {
+            with_zone.store(true, Ordering::Release);
+            for obj in objs {
+                assert_eq!(zone_of(obj), zone);
+            }
+        }
+        Err(IndexError::UnknownIndex(_)) => assert!(!zone_was_seen, "the zone index vanished"),
+        Err(other) => panic!("unexpected error {other}"),
+    }
+    // Give the writers time to replace what is borrowed, then read it all again: still intact.
+    thread::yield_now();
+    if let Some(obj) = got {
+        assert_eq!(obj.key, key);
+    }
+    check_found(&found);
+    for obj in &in_ns {
+        assert_eq!(obj.ns, ns);
+    }
+    found.len()
+}
+
+/// How `run` reads: a reader pass, and the writers' read-your-writes checks.
+struct Reads<I> {
+    once: fn(&I, &mut Rng, &AtomicBool) -> usize,
+    /// Whether `key` holds exactly `obj`.
+    holds: fn(&I, &Key, &Arc<Obj>) -> bool,
+    /// Whether `key` holds nothing.
+    absent: fn(&I, &Key) -> bool,
+}
+
+fn arc_reads<I: Indexer<Obj>>() -> Reads<I> {
+    Reads {
+        once: read_once,
+        holds: |idx, key, obj| {
+            idx.get_by_key(key)
+                .is_some_and(|got| Arc::ptr_eq(&got, obj))
+        },
+        absent: |idx, key| idx.get_by_key(key).is_none(),
+    }
+}
+
+fn guarded_reads() -> Reads<sharded::IndexedStore<Obj>> {
+    Reads {
+        once: read_once_guarded,
+        holds: |idx, key, obj| {
+            idx.pin()
+                .get_by_key(key)
+                .is_some_and(|got| std::ptr::eq(got, &**obj))
+        },
+        absent: |idx, key| idx.pin().get_by_key(key).is_none(),
+    }
+}
+
 /// After the writers stop: items and every index agree exactly, and no set is empty.
 fn assert_agreement<I: Indexer<Obj>>(idx: &I, names: &[&str]) {
     let items = idx.list();
@@ -215,7 +306,12 @@ fn assert_agreement<I: Indexer<Obj>>(idx: &I, names: &[&str]) {
 /// Writers on shared and owned keys + readers. With `relist`, one more thread calls `replace`
 /// and, half-way, `add_indexers` (and writers then skip the read-your-writes check, since a
 /// replace may legitimately overwrite a write).
-fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool) {
+fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I>) {
+    let Reads {
+        once,
+        holds,
+        absent,
+    } = reads_with;
     let ops = 2_000 * scale();
     let stop = Arc::new(AtomicBool::new(false));
     let with_zone = Arc::new(AtomicBool::new(false));
@@ -243,13 +339,12 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool) {
                             idx.add(Arc::clone(&obj)).unwrap();
                             if !relist {
                                 // get reflects every completed write to the key.
-                                let got = idx.get_by_key(&key).expect("own write visible");
-                                assert!(Arc::ptr_eq(&got, &obj), "stale read of {key}");
+                                assert!(holds(&idx, &key, &obj), "stale read of {key}");
                             }
                         } else {
                             idx.remove_by_key(&key);
                             if !relist {
-                                assert!(idx.get_by_key(&key).is_none(), "{key} came back");
+                                assert!(absent(&idx, &key), "{key} came back");
                             }
                         }
                     }
@@ -268,7 +363,7 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool) {
                 let mut passes = 0;
                 // At least a few passes, even if the writers finish first.
                 while passes < 100 || !stop.load(Ordering::Relaxed) {
-                    read_once(&*idx, &mut rng, &with_zone);
+                    once(&*idx, &mut rng, &with_zone);
                     passes += 1;
                 }
                 reads.fetch_add(passes, Ordering::Relaxed);
@@ -344,6 +439,7 @@ fn sharded_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
     run(
         Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
         false,
+        arc_reads(),
     );
 }
 
@@ -352,6 +448,7 @@ fn sharded_writers_readers_and_relists_keep_items_and_indices_agreeing() {
     run(
         Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
         true,
+        arc_reads(),
     );
 }
 
@@ -360,6 +457,7 @@ fn reference_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
     run(
         Arc::new(reference::IndexedStore::new(key_fn(), base_indexers())),
         false,
+        arc_reads(),
     );
 }
 
@@ -368,5 +466,213 @@ fn reference_writers_readers_and_relists_keep_items_and_indices_agreeing() {
     run(
         Arc::new(reference::IndexedStore::new(key_fn(), base_indexers())),
         true,
+        arc_reads(),
     );
+}
+
+#[test]
+fn sharded_guarded_same_key_writers_and_readers_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
+        false,
+        guarded_reads(),
+    );
+}
+
+#[test]
+fn sharded_guarded_writers_readers_and_relists_keep_items_and_indices_agreeing() {
+    run(
+        Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers())),
+        true,
+        guarded_reads(),
+    );
+}
+
+/// Objects of the reclamation test made, and released.
+static MADE: AtomicU64 = AtomicU64::new(0);
+static RELEASED: AtomicU64 = AtomicU64::new(0);
+
+const ALIVE: u64 = 0xA11C_E0B7_EC75_0001;
+const DEAD: u64 = 0xDEAD_DEAD_DEAD_DEAD;
+
+/// An object that marks itself dead when released, so that a reader still borrowing it sees
+/// the release (the marker is written before the memory is freed).
+#[derive(Debug)]
+struct Canary {
+    key: Key,
+    node: u64,
+    state: AtomicU64,
+}
+
+impl Canary {
+    fn new(key: Key, node: u64) -> Arc<Self> {
+        MADE.fetch_add(1, Ordering::Relaxed);
+        Arc::new(Self {
+            key,
+            node,
+            state: AtomicU64::new(ALIVE),
+        })
+    }
+
+    fn assert_alive(&self) {
+        assert_eq!(
+            self.state.load(Ordering::Relaxed),
+            ALIVE,
+            "{:?} was released while borrowed",
+            self.key
+        );
+    }
+}
+
+impl Drop for Canary {
+    fn drop(&mut self) {
+        self.state.store(DEAD, Ordering::Relaxed);
+        RELEASED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Epoch reclamation: readers borrow objects and keep them across many writes that replace
+/// and remove them; every borrowed object must still be alive when read again (a release that
+/// did not wait for the guard marks it dead), and once the store is dropped and the epoch
+/// flushed every object is released exactly once (a lost release leaks, a double one counts
+/// twice).
+#[test]
+fn sharded_guarded_reads_never_see_a_released_object_and_every_object_is_released_once() {
+    const KEYS: u64 = 16;
+    let key_fn: KeyFn<Canary> = Arc::new(|c: &Canary| Ok(c.key.clone()));
+    let by_node: IndexFunc<Canary> = Arc::new(|c: &Canary| {
+        [Key::new(&format!("node-{}", c.node))]
+            .into_iter()
+            .collect()
+    });
+    let idx = Arc::new(sharded::IndexedStore::new(
+        key_fn,
+        vec![("node".into(), by_node)],
+    ));
+    let ops = 4_000 * scale();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let idx = Arc::clone(&idx);
+            thread::spawn(move || {
+                let mut rng = Rng(0xca11 + w);
+                for n in 0..ops {
+                    let key = Key::new(&key_name(rng.below(KEYS)));
+                    if rng.below(5) == 0 {
+                        idx.remove_by_key(&key);
+                    } else {
+                        idx.insert_by_key(key.clone(), Canary::new(key, rng.below(4)));
+                    }
+                    if n % 500 == 0 {
+                        let list = (0..KEYS / 2)
+                            .map(|i| Canary::new(Key::new(&key_name(i)), i % 4))
+                            .collect();
+                        idx.replace(list).unwrap();
+                    }
+                }
+            })
+        })
+        .collect();
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (idx, stop) = (Arc::clone(&idx), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut rng = Rng(0x4ead + r);
+                let mut passes = 0u64;
+                while passes < 50 || !stop.load(Ordering::Relaxed) {
+                    let mut guard = idx.pin();
+                    let mut held: Vec<&Canary> = Vec::new();
+                    for _ in 0..8 {
+                        let key = Key::new(&key_name(rng.below(KEYS)));
+                        held.extend(guard.get_by_key(&key));
+                        let node = format!("node-{}", rng.below(4));
+                        held.extend(guard.by_index("node", &node).unwrap());
+                        held.extend(guard.list());
+                        thread::yield_now();
+                    }
+                    for obj in &held {
+                        obj.assert_alive();
+                    }
+                    drop(held);
+                    // A repinned guard reads on, and may release what it no longer borrows.
+                    guard.repin();
+                    for obj in guard.list() {
+                        obj.assert_alive();
+                    }
+                    passes += 1;
+                }
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.join().expect("writer panicked");
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        reader.join().expect("reader panicked");
+    }
+    drop(Arc::into_inner(idx).expect("every thread is done with the store"));
+    // The epoch frees in batches, once every pinned thread (other tests' too) has moved on:
+    // flush until everything made was released, or give up.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while RELEASED.load(Ordering::Relaxed) < MADE.load(Ordering::Relaxed)
+        && Instant::now() < deadline
+    {
+        crossbeam_epoch::pin().flush();
+        thread::yield_now();
+    }
+    assert_eq!(
+        RELEASED.load(Ordering::Relaxed),
+        MADE.load(Ordering::Relaxed),
+        "objects released vs made"
+    );
+}
+
+/// The write order `by_index` relies on (leave the lost values' sets, publish, join the gained
+/// ones): one writer flips keys between two nodes as fast as it can while readers ask for one
+/// node; every object they get, through either read path, must be on that node. Publishing
+/// before leaving the old set fails this within a few thousand flips.
+#[test]
+fn sharded_by_index_never_returns_an_object_that_left_the_value() {
+    const KEYS: u64 = 4;
+    let idx = Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers()));
+    let flips = 20_000 * scale();
+    let stop = Arc::new(AtomicBool::new(false));
+    let readers: Vec<_> = (0..2)
+        .map(|r| {
+            let (idx, stop) = (Arc::clone(&idx), Arc::clone(&stop));
+            thread::spawn(move || {
+                let mut reads = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    if r == 0 {
+                        for obj in idx.pin().by_index("node", "node-0").unwrap() {
+                            assert_eq!(obj.nodes, ["node-0"], "{:?} left node-0", obj.key);
+                        }
+                    } else {
+                        for obj in idx.by_index("node", "node-0").unwrap() {
+                            assert_eq!(obj.nodes, ["node-0"], "{:?} left node-0", obj.key);
+                        }
+                    }
+                    reads += 1;
+                }
+                reads
+            })
+        })
+        .collect();
+    for n in 0..flips {
+        let i = n % KEYS;
+        let obj = Obj {
+            key: Key::new(&key_name(i)),
+            ns: format!("ns-{}", i % NAMESPACES),
+            nodes: vec![format!("node-{}", (n / KEYS) % 2)],
+            rev: format!("rev-{n}"),
+            writer: 0,
+        };
+        idx.add(Arc::new(obj)).unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    for reader in readers {
+        assert!(reader.join().expect("reader panicked") > 0);
+    }
+    assert_agreement(&*idx, &["namespace", "node", "rev"]);
 }

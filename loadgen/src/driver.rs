@@ -7,6 +7,9 @@
 //!   controller does (the port runs `process` under the queue's lock, as client-go does).
 //! - **sharded**: C consumers looping `pop_batch(256)` + [`apply_deltas_coalesced`].
 //!
+//! W4's readers call what a client of each engine would: the reference's `Arc` reads, the
+//! sharded indexer's borrowed reads (see [`W4Reads`]).
+//!
 //! The producer is the calling thread. It stamps every [`SAMPLE_EVERY`]th event with the
 //! nanoseconds since the run started just before enqueueing it; a consumer records the age of
 //! every stamped `Added`/`Updated`/`Deleted` delta it pops into its own histogram. After
@@ -23,7 +26,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, DeltaType, Deltas,
-    EventHandler, Indexer, QueueOptions,
+    EventHandler, Indexer, Key, KnownObjects as _, QueueOptions,
 };
 
 use crate::latency::{new_histogram, SAMPLE_EVERY};
@@ -670,7 +673,7 @@ fn drive_direct<S>(
     progress: &dyn Progress,
 ) -> Finished
 where
-    S: Indexer<Pod> + 'static,
+    S: W4Reads + 'static,
 {
     let done = AtomicBool::new(false);
     let start = Instant::now();
@@ -743,8 +746,31 @@ fn write_all<S: Indexer<Pod>>(store: &S, ops: &[Op], progress: &dyn Progress) ->
     c
 }
 
+/// One W4 read pair, as a client of the engine would make it.
+pub trait W4Reads: Indexer<Pod> {
+    /// `get_by_key(key)` and `by_index("node", node)`: how many objects they found.
+    fn get_and_by_index(&self, key: &Key, node: &str) -> usize;
+}
+
+/// The reference (client-go's API) has only the `Arc` reads: one reference count per object.
+impl W4Reads for kcache::reference::IndexedStore<Pod> {
+    fn get_and_by_index(&self, key: &Key, node: &str) -> usize {
+        usize::from(self.get_by_key(key).is_some())
+            + self.by_index(NODE_INDEX, node).map_or(0, |v| v.len())
+    }
+}
+
+/// The sharded indexer's borrowed reads: no reference count per object. Each read pins on
+/// its own, as a lone call would.
+impl W4Reads for kcache::sharded::IndexedStore<Pod> {
+    fn get_and_by_index(&self, key: &Key, node: &str) -> usize {
+        usize::from(self.pin().get_by_key(key).is_some())
+            + self.pin().by_index(NODE_INDEX, node).map_or(0, |v| v.len())
+    }
+}
+
 /// A W4 reader: `get_by_key(random key)` and `by_index("node", random node)` until `done`.
-fn read_until_done<S: Indexer<Pod>>(
+fn read_until_done<S: W4Reads>(
     store: &S,
     universe: &crate::workload::Universe,
     reader: u64,
@@ -761,11 +787,8 @@ fn read_until_done<S: Indexer<Pod>>(
         // Check the flag once per small batch so the flag's cache line is not hammered.
         for _ in 0..32 {
             let key = &keys[rng.below(keys.len())];
-            found += usize::from(store.get_by_key(key).is_some());
             let node = &nodes[rng.below(nodes.len())];
-            found += store
-                .by_index(NODE_INDEX, node.as_str())
-                .map_or(0, |v| v.len());
+            found += store.get_and_by_index(key, node.as_str());
             reads += 2;
         }
     }

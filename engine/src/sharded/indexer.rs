@@ -3,46 +3,94 @@
 //! # Design
 //!
 //! The whole content is one immutable-shape [`State`] behind an [`ArcSwap`]: a sharded items map
-//! (key → object) and one sharded map per index (index value → set of keys). Every [`Key`]
-//! carries its hash and the maps use [`BuildKeyHasher`], so nothing is ever rehashed.
+//! (key → [`Slot`]) and one sharded map per index (index value → the keys that have it, each
+//! with its slot). A slot holds the key's current object and is shared by the items map and
+//! every set the key is in, so replacing an object whose index values did not change touches
+//! no index. Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing is
+//! ever rehashed.
 //!
-//! - **Readers** (`get_by_key`, `by_index`, `index_keys`, `index`, `list`, `list_keys`,
-//!   `list_index_func_values`) load the current `State` (lock-free) and take one shard read lock
-//!   at a time, never two at once. No reader ever waits for a global lock.
+//! - **Readers** load the current `State` and take one shard read lock at a time, never two at
+//!   once: `get_by_key` the key's items shard, `by_index` the value's index shard, whose set
+//!   names the slots of exactly the objects to return. No reader ever waits for a global lock.
 //! - **A write** to key `k` (`insert_by_key`, `remove_by_key`) first runs the index functions on
-//!   the new object with no lock held, then holds `k`'s items-shard entry while it computes the
-//!   old object's values and updates the index sets, so two writers of one key cannot leave the
-//!   indices disagreeing with the items. Lock order is items shard → index shard; readers never
-//!   nest, so there is no cycle. When the values did not change (the common update) no index is
-//!   touched. Index functions on the *old* object therefore run under that shard lock, as all of
-//!   them run under client-go's single lock: they must not call back into the indexer.
+//!   the new object with no lock held, then holds `k`'s items-shard entry (so writers of one key
+//!   never overlap) while it computes the old object's values and, in this order, removes `k`
+//!   from the sets of the values it loses, publishes the new object in the slot, and adds `k`
+//!   to the sets of the values it gains. Hence, whenever a reader holding the shard lock of
+//!   `v` finds `k` in the set of `v`, the object in `k`'s slot has `v`: `by_index` needs no
+//!   re-check. When the values did not change (the common update) no index is touched. Lock
+//!   order is items shard → index shard; readers never nest, so there is no cycle. Index
+//!   functions on the *old* object therefore run under that shard lock, as all of them run
+//!   under client-go's single lock: they must not call back into the indexer.
 //! - A set is removed in the same shard critical section that empties it, so no reader ever sees
 //!   an empty set.
 //! - **`replace`** builds a fresh `State` and swaps it in; **`add_indexers`** builds the new
-//!   indexes over the current items and swaps in a `State` that shares the old indexes and holds
-//!   a copy of the items map (same keys, same objects). Both
-//!   exclude writers with a `RwLock<()>` that writers take shared and they take exclusive;
-//!   readers never touch it and keep reading the old `State` until the swap.
+//!   indexes over the current items and swaps in a `State` that shares the old indexes and the
+//!   slots (a copy of the items map). Both exclude writers with a `RwLock<()>` that writers take
+//!   shared and they take exclusive; readers never touch it and keep reading the old `State`
+//!   until the swap.
+//!
+//! # Borrowed reads
+//!
+//! [`IndexedStore::pin`] returns a [`ReadGuard`] whose reads hand out `&T` valid while the
+//! guard lives, instead of an `Arc<T>` per object: an `Arc` clone is an atomic increment (and
+//! later a decrement) on the object's cache line, which moves that line between cores; a
+//! `by_index` returning twenty objects did forty of them. The `Arc` API stays (the `Store` and
+//! `Indexer` traits) and is the guarded read plus one increment per object.
+//!
+//! Objects are reclaimed by epochs (`crossbeam-epoch`, see [`slot`]): a writer that replaces
+//! or removes an object defers the release of the slot's reference until every thread pinned at
+//! that moment has unpinned. What one guarded read writes, and where:
+//!
+//! | step | writes |
+//! |---|---|
+//! | `pin()` (once per guard) | this thread's epoch record (its own cache line; the global epoch is only read): a compare-exchange that is also the `SeqCst` fence, and a release store when the guard goes; every 128th pin of a thread also tries to advance the global epoch and runs due deferred releases (shared writes, amortised) |
+//! | `ArcSwap::load` of the `State` | one of this thread's arc-swap debt slots (its own line): a `SeqCst` store, then a compare-exchange to pay the debt on return; a writer reads those slots only while swapping (`replace`, `add_indexers`) |
+//! | one shard read lock (`get_by_key`: items shard; `by_index`: the value's index shard) | the shard's lock word, acquire and release: the one shared line a read writes, once per call, not per object |
+//! | each object | nothing: one `Acquire` load of its slot |
+//!
+//! Why not the alternatives:
+//!
+//! - *Closures under the shard lock* (`with_by_index(name, v, |objs: &[&T]| ...)` over today's
+//!   maps) writes the same lock words but still has to visit the items map once per object
+//!   (another shard lock each, nested in the index lock: a cycle with writers) unless the sets
+//!   hold the objects, and sets holding the objects make every update touch every index it is in
+//!   (tried before: the common update got 3× dearer).
+//! - *A lock-free map for items and sets* (e.g. one built on `seize`) would spare the shard
+//!   lock word too, but every write would allocate and retire a map node, an index set could no
+//!   longer be emptied and removed in one critical section (no empty set), and `index_keys` could
+//!   no longer read a set at one moment. Slots keep the writer's cost (one deferred release per
+//!   replaced object) and every promise.
+//! - *`ArcSwap` per slot*: a borrowed read takes one of only eight debt slots per thread, so a
+//!   `by_index` returning more objects falls back to reference counts.
+//!
+//! A guard holds back the release of every object replaced while it lives (not the reading of
+//! new ones: each read sees the current `State`, so `get_by_key` still reflects every completed
+//! write). Hold one for a batch of reads, not for ever; [`ReadGuard::repin`] lets a long reader
+//! release what it no longer borrows.
 //!
 //! # Memory
 //!
-//! An item costs what it costs in client-go: the key and the object pointer. (An earlier design
-//! stored every item's index values beside it to spare the index function calls on the old
-//! object; it cost ~70 bytes per item, a third of the indexer at a million keys, for a saving
-//! of two reference-count bumps per write with cheap index functions.)
+//! An item costs the key, its slot (an `Arc` of one pointer: 24 bytes) and, per index value,
+//! the key and a slot pointer in the value's set. Replaced objects live until the epoch passes
+//! them (normally within a few hundred writes of the writer's thread).
+
+#[allow(unsafe_code)] // The crate's one unsafe module: see its `Safety:` comments.
+mod slot;
 
 use std::fmt;
-use std::mem;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
+use crossbeam_epoch::Guard;
 use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use smallvec::SmallVec;
 
-use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeySet};
+use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap};
 use crate::store::{self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, Store};
 use crate::sync::{read, write, RwLock};
+use slot::Slot;
 
 /// Shards per map: enough that a writer's shard lock rarely meets a reader on two cores or
 /// sixty-four, small enough that an empty map stays a few kilobytes.
@@ -51,16 +99,19 @@ const SHARDS: usize = 64;
 /// An object's values for every index, in the order of [`State::indexes`].
 type ValuesPerIndex = SmallVec<[IndexValues; 2]>;
 
-/// One named index: value → keys of the objects that have it; never an empty set.
-struct Index<T> {
+/// The keys that have one index value, each with its slot; never empty.
+type Members<T> = KeyMap<Arc<Slot<T>>>;
+
+/// One named index: value → the keys (and slots) of the objects that have it.
+struct Index<T: Send + Sync + 'static> {
     name: String,
     func: IndexFunc<T>,
-    map: DashMap<Key, KeySet, BuildKeyHasher>,
+    map: DashMap<Key, Members<T>, BuildKeyHasher>,
 }
 
 /// Everything a reader needs, swapped as a whole by `replace` and `add_indexers`.
-struct State<T> {
-    items: DashMap<Key, Arc<T>, BuildKeyHasher>,
+struct State<T: Send + Sync + 'static> {
+    items: DashMap<Key, Arc<Slot<T>>, BuildKeyHasher>,
     /// Unique names, in the order of every [`ValuesPerIndex`].
     indexes: Vec<Arc<Index<T>>>,
 }
@@ -68,7 +119,12 @@ struct State<T> {
 /// A concurrent, indexed key → object store with client-go's `Indexer` contract.
 ///
 /// Readers never wait for a global lock, writers of different keys rarely meet, and
-/// [`replace`](Store::replace) swaps in a new content without stopping readers.
+/// [`replace`](Store::replace) swaps in a new content without stopping readers. Besides the
+/// `Arc` API of [`Store`] and [`Indexer`](store::Indexer), [`pin`](Self::pin) gives
+/// [borrowed reads](ReadGuard) that take no reference count per object.
+///
+/// `T: Send + Sync + 'static` because a replaced object is released later, possibly by another
+/// thread (epoch reclamation: see [`ReadGuard`]).
 ///
 /// Index functions run on the old object of a write while that key's shard is locked (as all
 /// of them run under client-go's single lock): they must not call back into the store. Every
@@ -79,9 +135,9 @@ struct State<T> {
 ///
 /// - `get_by_key(k)` reflects every write to `k` that completed before the call.
 /// - Every object that `by_index(name, v)` (or `index`) returns had `v` among its index values
-///   at some moment during the call: the set of `v` is snapshotted, then each object is kept
-///   only if the index function still gives it `v` for the object *currently* stored. An object that gained
-///   `v` during the call may be missing from the result, as if the call had run a moment earlier.
+///   at some moment during the call (at the moment its value's set was read). An object that
+///   gained `v` during the call may be missing from the result, as if the call had run a moment
+///   earlier; so may an object whose write moving it to `v` is still in progress.
 /// - `index_keys(name, v)` is the exact set of `v` at one moment during the call.
 /// - An index never holds an empty set.
 /// - Once writers stop, items and indices agree exactly.
@@ -91,6 +147,8 @@ struct State<T> {
 /// - `list`, `list_keys` and `len` visit the shards one after the other: under concurrent writes
 ///   they are not a snapshot of one moment (neither is client-go's `List` of any other moment
 ///   than the lock's), but every key in the result was stored during the call.
+///
+/// The same holds for the reads of a [`ReadGuard`].
 ///
 /// ```
 /// use std::sync::Arc;
@@ -112,11 +170,17 @@ struct State<T> {
 /// for pod in pods.by_index("node", "n1").unwrap() {
 ///     assert_eq!(pod.node, "n1");
 /// }
+/// // The same without a reference count per object: borrowed while the guard lives.
+/// let guard = pods.pin();
+/// for pod in guard.by_index("node", "n1").unwrap() {
+///     assert_eq!(pod.node, "n1");
+/// }
+/// drop(guard);
 /// writer.join().unwrap();
 /// assert_eq!(pods.index_keys("node", "n2").unwrap(), [Key::new("ns/a")]);
 /// assert!(pods.index_keys("node", "n1").unwrap().is_empty());
 /// ```
-pub struct IndexedStore<T> {
+pub struct IndexedStore<T: Send + Sync + 'static> {
     key_fn: KeyFn<T>,
     state: ArcSwap<State<T>>,
     /// Writers hold it shared for the whole write; `replace` and `add_indexers` hold it
@@ -125,11 +189,45 @@ pub struct IndexedStore<T> {
     writers: RwLock<()>,
 }
 
+/// Borrowed reads of a [`sharded::IndexedStore`](IndexedStore), from [`IndexedStore::pin`].
+///
+/// Each read sees the store's content at the time of the read (the promises of
+/// [`IndexedStore`] hold for each, as for the `Arc` API) and hands out `&T` that stay valid
+/// while the guard lives, even if a writer replaces or removes the object meanwhile: the
+/// guard pins the thread to an epoch, and objects replaced after the pin are released only
+/// once it unpins. No read takes a reference count of an object.
+///
+/// While a guard lives, no object replaced since it was pinned is released, on any thread:
+/// hold it for a batch of reads, not for ever. It cannot leave its thread.
+///
+/// ```
+/// use std::sync::Arc;
+/// use kcache::{sharded, IndexFunc, Key, KeyFn, Store as _};
+///
+/// let key_fn: KeyFn<(u32, &str)> = Arc::new(|p: &(u32, &str)| Ok(Key::new(&p.0.to_string())));
+/// let by_node: IndexFunc<(u32, &str)> = Arc::new(|p: &(u32, &str)| [Key::new(p.1)].into_iter().collect());
+/// let pods = sharded::IndexedStore::new(key_fn, vec![("node".to_string(), by_node)]);
+/// pods.add(Arc::new((1, "n1"))).unwrap();
+///
+/// let guard = pods.pin();
+/// let before = guard.get_by_key(&Key::new("1")).unwrap();
+/// pods.update(Arc::new((1, "n2"))).unwrap();
+/// // The old object is still readable: it is released only after the guard is dropped.
+/// assert_eq!(before.1, "n1");
+/// // Every read sees the current content.
+/// assert_eq!(guard.get_by_key(&Key::new("1")).unwrap().1, "n2");
+/// assert_eq!(guard.by_index("node", "n2").unwrap().len(), 1);
+/// ```
+pub struct ReadGuard<'s, T: Send + Sync + 'static> {
+    store: &'s IndexedStore<T>,
+    epoch: Guard,
+}
+
 fn new_map<V>(capacity: usize) -> DashMap<Key, V, BuildKeyHasher> {
     DashMap::with_capacity_and_hasher_and_shard_amount(capacity, BuildKeyHasher::default(), SHARDS)
 }
 
-impl<T> Index<T> {
+impl<T: Send + Sync + 'static> Index<T> {
     fn new(name: String, func: IndexFunc<T>) -> Self {
         Self {
             name,
@@ -138,17 +236,17 @@ impl<T> Index<T> {
         }
     }
 
-    /// Adds `key` to the set of `value`.
-    fn add(&self, key: &Key, value: &Key) {
+    /// Adds `key` (with its slot) to the set of `value`.
+    fn add(&self, key: &Key, value: &Key, slot: &Arc<Slot<T>>) {
         // Most values already have a set: update it without cloning the value.
         if let Some(mut set) = self.map.get_mut(value) {
-            set.insert(key.clone());
+            set.insert(key.clone(), Arc::clone(slot));
             return;
         }
         self.map
             .entry(value.clone())
             .or_default()
-            .insert(key.clone());
+            .insert(key.clone(), Arc::clone(slot));
     }
 
     /// Removes `key` from the set of `value`, and the set with it once empty, in one shard
@@ -160,36 +258,55 @@ impl<T> Index<T> {
         });
     }
 
-    /// Moves `key` from the `old` values to the `new` ones.
-    fn update(&self, key: &Key, old: &IndexValues, new: &IndexValues) {
-        if old == new {
-            return;
-        }
-        // Add before removing, so that a key moving between values is never in neither set
-        // (a reader may briefly find it in both; by_index's check of the stored values drops
-        // the stale one).
-        for value in new {
-            if !old.contains(value) {
-                self.add(key, value);
-            }
-        }
-        for value in old {
-            if !new.contains(value) {
-                self.remove(key, value);
-            }
-        }
-    }
-
     /// The keys of `value`'s set at one moment (the shard lock is released on return).
     fn keys(&self, value: &Key) -> Vec<Key> {
         self.map
             .get(value)
-            .map(|set| set.iter().cloned().collect())
+            .map(|set| set.keys().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// `read` of the object of every key in `value`'s set, all read under the set's shard lock:
+    /// each of them has `value` at that moment (see the module docs for why).
+    fn objects<'g, R>(
+        &self,
+        value: &Key,
+        guard: &'g Guard,
+        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+    ) -> Vec<R> {
+        self.map
+            .get(value)
+            .map(|set| set.values().map(|slot| read(slot, guard)).collect())
+            .unwrap_or_default()
+    }
+
+    /// Like [`objects`](Self::objects) for several values, each object once.
+    fn objects_of_any<'g, R>(
+        &self,
+        values: &[Key],
+        guard: &'g Guard,
+        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+    ) -> Vec<R> {
+        match values {
+            [one] => self.objects(one, guard, read),
+            many => {
+                let mut union = KeyMap::default();
+                for value in many {
+                    if let Some(set) = self.map.get(value) {
+                        for (key, slot) in set.iter() {
+                            union
+                                .entry(key.clone())
+                                .or_insert_with(|| read(slot, guard));
+                        }
+                    }
+                }
+                union.into_values().collect()
+            }
+        }
     }
 }
 
-impl<T> State<T> {
+impl<T: Send + Sync + 'static> State<T> {
     fn empty(indexes: Vec<Arc<Index<T>>>, capacity: usize) -> Self {
         Self {
             items: new_map(capacity),
@@ -216,23 +333,42 @@ impl<T> State<T> {
     /// Stores `obj` under `key` with its precomputed `values` and re-indexes it, all while
     /// holding `key`'s items-shard entry. The old object's values (user code, which may panic)
     /// are computed before anything changes, so a panic leaves items and indices as they were.
-    fn insert(&self, key: Key, obj: Arc<T>, values: ValuesPerIndex) -> Option<Arc<T>> {
+    fn insert(
+        &self,
+        key: Key,
+        obj: Arc<T>,
+        values: ValuesPerIndex,
+        guard: &Guard,
+    ) -> Option<Arc<T>> {
         match self.items.entry(key) {
-            Entry::Occupied(mut entry) => {
-                let old_values = self.values_of(entry.get());
-                let old_obj = mem::replace(entry.get_mut(), obj);
-                for ((index, old), new) in self.indexes.iter().zip(&old_values).zip(&values) {
-                    index.update(entry.key(), old, new);
-                }
-                Some(old_obj)
-            }
-            Entry::Vacant(entry) => {
-                for (index, new) in self.indexes.iter().zip(&values) {
-                    for value in new {
-                        index.add(entry.key(), value);
+            Entry::Occupied(entry) => {
+                let (key, slot) = (entry.key(), entry.get());
+                let old = self.values_of(slot.load(guard));
+                let changes = || self.indexes.iter().zip(&old).zip(&values);
+                // Leave the sets of lost values before the new object is published, join
+                // those of gained values after: a key in a set always holds an object that
+                // has the set's value (the module docs say why by_index relies on it).
+                for ((index, old), new) in changes() {
+                    for value in old.iter().filter(|value| !new.contains(value)) {
+                        index.remove(key, value);
                     }
                 }
-                entry.insert(obj);
+                let previous = slot.replace(obj, guard);
+                for ((index, old), new) in changes() {
+                    for value in new.iter().filter(|value| !old.contains(value)) {
+                        index.add(key, value, slot);
+                    }
+                }
+                Some(previous)
+            }
+            Entry::Vacant(entry) => {
+                let slot = Arc::new(Slot::new(obj));
+                for (index, new) in self.indexes.iter().zip(&values) {
+                    for value in new {
+                        index.add(entry.key(), value, &slot);
+                    }
+                }
+                entry.insert(slot);
                 None
             }
         }
@@ -240,9 +376,9 @@ impl<T> State<T> {
 
     /// Removes `key` and un-indexes it while holding its items shard. Its values (user code)
     /// are computed before anything changes, so a panic leaves items and indices as they were.
-    fn remove(&self, key: &Key) -> Option<Arc<T>> {
-        let (_, obj) = self.items.remove_if_mut(key, |key, obj| {
-            let values = self.values_of(obj);
+    fn remove(&self, key: &Key, guard: &Guard) -> Option<Arc<T>> {
+        let (_, slot) = self.items.remove_if_mut(key, |key, slot| {
+            let values = self.values_of(slot.load(guard));
             for (index, values) in self.indexes.iter().zip(&values) {
                 for value in values {
                     index.remove(key, value);
@@ -250,27 +386,33 @@ impl<T> State<T> {
             }
             true
         })?;
-        Some(obj)
+        // The last reference to the slot: dropping it hands its object to the epoch.
+        Some(slot.load_arc(guard))
     }
 
-    /// The stored objects among `keys` whose index `pos` values still include one of `values`.
-    fn objects_with(&self, keys: &[Key], pos: usize, values: &[Key]) -> Vec<Arc<T>> {
-        let func = &self.indexes[pos].func;
-        let mut objects = Vec::with_capacity(keys.len());
-        for key in keys {
-            // Clone out and release the shard before running the index function.
-            let Some(obj) = self.items.get(key).map(|obj| Arc::clone(&obj)) else {
-                continue;
-            };
-            if func(&obj).iter().any(|value| values.contains(value)) {
-                objects.push(obj);
-            }
-        }
+    /// `read` of the object of `key`, under its items-shard lock.
+    fn object<'g, R>(
+        &self,
+        key: &Key,
+        guard: &'g Guard,
+        read: impl FnOnce(&Slot<T>, &'g Guard) -> R,
+    ) -> Option<R> {
+        self.items.get(key).map(|slot| read(&slot, guard))
+    }
+
+    /// `read` of every stored object, one items shard after the other.
+    fn all_objects<'g, R>(
+        &self,
+        guard: &'g Guard,
+        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+    ) -> Vec<R> {
+        let mut objects = Vec::with_capacity(self.items.len());
+        objects.extend(self.items.iter().map(|entry| read(entry.value(), guard)));
         objects
     }
 }
 
-impl<T> IndexedStore<T> {
+impl<T: Send + Sync + 'static> IndexedStore<T> {
     /// An empty store that keys objects with `key_fn` and maintains the `indexers`.
     ///
     /// Names are unique: when `indexers` names an index twice, the later function wins, as if
@@ -293,9 +435,58 @@ impl<T> IndexedStore<T> {
             writers: RwLock::new(()),
         }
     }
+
+    /// Pins this thread for borrowed reads: see [`ReadGuard`].
+    pub fn pin(&self) -> ReadGuard<'_, T> {
+        ReadGuard {
+            store: self,
+            epoch: crossbeam_epoch::pin(),
+        }
+    }
 }
 
-impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
+impl<'s, T: Send + Sync + 'static> ReadGuard<'s, T> {
+    /// The object stored under `key`, if any.
+    pub fn get_by_key(&self, key: &Key) -> Option<&T> {
+        self.store.state.load().object(key, &self.epoch, Slot::load)
+    }
+
+    /// The stored state of `obj`'s key.
+    pub fn get(&self, obj: &T) -> Result<Option<&T>, KeyError> {
+        let key = (self.store.key_fn)(obj)?;
+        Ok(self.get_by_key(&key))
+    }
+
+    /// The objects whose `name` index values include `value` (see
+    /// [`Indexer::by_index`](store::Indexer::by_index)).
+    pub fn by_index(&self, name: &str, value: &str) -> Result<Vec<&T>, IndexError> {
+        let state = self.store.state.load();
+        let (_, index) = state.index(name)?;
+        Ok(index.objects(&Key::new(value), &self.epoch, Slot::load))
+    }
+
+    /// The objects that share at least one `name` index value with `obj` (see
+    /// [`Indexer::index`](store::Indexer::index)).
+    pub fn index(&self, name: &str, obj: &T) -> Result<Vec<&T>, IndexError> {
+        let state = self.store.state.load();
+        let (_, index) = state.index(name)?;
+        let values = (index.func)(obj);
+        Ok(index.objects_of_any(&values, &self.epoch, Slot::load))
+    }
+
+    /// Every stored object.
+    pub fn list(&self) -> Vec<&T> {
+        self.store.state.load().all_objects(&self.epoch, Slot::load)
+    }
+
+    /// Unpins and pins again, so that objects replaced since the pin can be released; the
+    /// `&mut` guarantees nothing borrowed from the guard is still in use.
+    pub fn repin(&mut self) {
+        self.epoch.repin();
+    }
+}
+
+impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     fn list_keys(&self) -> Vec<Key> {
         let state = self.state.load();
         let mut keys = Vec::with_capacity(state.items.len());
@@ -304,13 +495,12 @@ impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
     }
 
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>> {
-        let state = self.state.load();
-        let obj = state.items.get(key)?;
-        Some(Arc::clone(&obj))
+        let guard = crossbeam_epoch::pin();
+        self.state.load().object(key, &guard, Slot::load_arc)
     }
 }
 
-impl<T: Send + Sync> Store<T> for IndexedStore<T> {
+impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
     fn key_of(&self, obj: &T) -> Result<Key, KeyError> {
         (self.key_fn)(obj)
     }
@@ -320,12 +510,12 @@ impl<T: Send + Sync> Store<T> for IndexedStore<T> {
         let state = self.state.load();
         // User code runs here, before any shard lock is taken.
         let values = state.values_of(&obj);
-        state.insert(key, obj, values)
+        state.insert(key, obj, values, &crossbeam_epoch::pin())
     }
 
     fn remove_by_key(&self, key: &Key) -> Option<Arc<T>> {
         let _writer = read(&self.writers);
-        self.state.load().remove(key)
+        self.state.load().remove(key, &crossbeam_epoch::pin())
     }
 
     /// Builds the new content aside (keys first: a key error changes nothing), then swaps it
@@ -336,14 +526,15 @@ impl<T: Send + Sync> Store<T> for IndexedStore<T> {
         for obj in list {
             keyed.push(((self.key_fn)(&obj)?, obj));
         }
+        let guard = crossbeam_epoch::pin();
         // Build with no lock held; only a concurrent add_indexers (rare) forces a rebuild.
         let seen = self.state.load_full();
-        let mut fresh = rebuilt(&seen, keyed);
+        let mut fresh = rebuilt(&seen, keyed, &guard);
         let exclusive = write(&self.writers);
         let current = self.state.load_full();
         if !same_index_functions(&seen, &current) {
-            let entries = fresh.items.into_iter();
-            fresh = rebuilt(&current, entries);
+            let entries = fresh.all_objects_keyed(&guard);
+            fresh = rebuilt(&current, entries, &guard);
         }
         let old = self.state.swap(Arc::new(fresh));
         drop(exclusive);
@@ -353,10 +544,8 @@ impl<T: Send + Sync> Store<T> for IndexedStore<T> {
     }
 
     fn list(&self) -> Vec<Arc<T>> {
-        let state = self.state.load();
-        let mut objects = Vec::with_capacity(state.items.len());
-        objects.extend(state.items.iter().map(|entry| Arc::clone(entry.value())));
-        objects
+        let guard = crossbeam_epoch::pin();
+        self.state.load().all_objects(&guard, Slot::load_arc)
     }
 
     fn len(&self) -> usize {
@@ -364,8 +553,22 @@ impl<T: Send + Sync> Store<T> for IndexedStore<T> {
     }
 }
 
+impl<T: Send + Sync + 'static> State<T> {
+    /// Every (key, object), for rebuilding a state no reader has seen.
+    fn all_objects_keyed(&self, guard: &Guard) -> Vec<(Key, Arc<T>)> {
+        self.items
+            .iter()
+            .map(|entry| (entry.key().clone(), entry.value().load_arc(guard)))
+            .collect()
+    }
+}
+
 /// A state holding `entries` (a later repeat of a key wins), indexed like `like`.
-fn rebuilt<T>(like: &State<T>, entries: impl IntoIterator<Item = (Key, Arc<T>)>) -> State<T> {
+fn rebuilt<T: Send + Sync + 'static>(
+    like: &State<T>,
+    entries: impl IntoIterator<Item = (Key, Arc<T>)>,
+    guard: &Guard,
+) -> State<T> {
     let indexes = like
         .indexes
         .iter()
@@ -375,13 +578,13 @@ fn rebuilt<T>(like: &State<T>, entries: impl IntoIterator<Item = (Key, Arc<T>)>)
     let fresh = State::empty(indexes, entries.size_hint().0);
     for (key, obj) in entries {
         let values = fresh.values_of(&obj);
-        fresh.insert(key, obj, values);
+        fresh.insert(key, obj, values, guard);
     }
     fresh
 }
 
 /// Whether two states index with the same functions under the same names, in the same order.
-fn same_index_functions<T>(a: &State<T>, b: &State<T>) -> bool {
+fn same_index_functions<T: Send + Sync + 'static>(a: &State<T>, b: &State<T>) -> bool {
     a.indexes.len() == b.indexes.len()
         && a.indexes
             .iter()
@@ -389,26 +592,15 @@ fn same_index_functions<T>(a: &State<T>, b: &State<T>) -> bool {
             .all(|(x, y)| x.name == y.name && Arc::ptr_eq(&x.func, &y.func))
 }
 
-impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
-    /// The objects that share any of `obj`'s `name` values, each checked against its current
-    /// values like [`by_index`](store::Indexer::by_index).
+impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
+    /// The objects that share any of `obj`'s `name` values, each read under the shard lock of
+    /// a value it has, like [`by_index`](store::Indexer::by_index).
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError> {
+        let guard = crossbeam_epoch::pin();
         let state = self.state.load();
-        let (pos, index) = state.index(name)?;
+        let (_, index) = state.index(name)?;
         let values = (index.func)(obj);
-        let keys = match values.as_slice() {
-            [one] => index.keys(one),
-            many => {
-                let mut union = KeySet::default();
-                for value in many {
-                    if let Some(set) = index.map.get(value) {
-                        union.extend(set.iter().cloned());
-                    }
-                }
-                union.into_iter().collect()
-            }
-        };
-        Ok(state.objects_with(&keys, pos, &values))
+        Ok(index.objects_of_any(&values, &guard, Slot::load_arc))
     }
 
     fn index_keys(&self, name: &str, value: &str) -> Result<Vec<Key>, IndexError> {
@@ -418,11 +610,10 @@ impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
     }
 
     fn by_index(&self, name: &str, value: &str) -> Result<Vec<Arc<T>>, IndexError> {
+        let guard = crossbeam_epoch::pin();
         let state = self.state.load();
-        let (pos, index) = state.index(name)?;
-        let value = Key::new(value);
-        let keys = index.keys(&value);
-        Ok(state.objects_with(&keys, pos, std::slice::from_ref(&value)))
+        let (_, index) = state.index(name)?;
+        Ok(index.objects(&Key::new(value), &guard, Slot::load_arc))
     }
 
     fn list_index_func_values(&self, name: &str) -> Result<Vec<Key>, IndexError> {
@@ -433,7 +624,7 @@ impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
 
     /// Refused as a whole when a name is taken (or given twice). Otherwise, with writers held
     /// off, the new indexes are built over the current items, and a state holding the same
-    /// objects, the old indexes (shared, untouched) and the new ones is swapped in.
+    /// slots, the old indexes (shared, untouched) and the new ones is swapped in.
     fn add_indexers(&self, indexers: Indexers<T>) -> Result<(), IndexError> {
         let exclusive = write(&self.writers);
         let current = self.state.load_full();
@@ -454,10 +645,12 @@ impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
         let mut indexes = current.indexes.clone();
         indexes.extend(added.iter().cloned());
         let next = State::empty(indexes, current.items.len());
+        let guard = crossbeam_epoch::pin();
         for entry in current.items.iter() {
+            let obj = entry.value().load(&guard);
             for index in &added {
-                for value in &(index.func)(entry.value()) {
-                    index.add(entry.key(), value);
+                for value in &(index.func)(obj) {
+                    index.add(entry.key(), value, entry.value());
                 }
             }
             next.items
@@ -470,7 +663,15 @@ impl<T: Send + Sync> store::Indexer<T> for IndexedStore<T> {
     }
 }
 
-impl<T> fmt::Debug for IndexedStore<T> {
+impl<T: Send + Sync + 'static> fmt::Debug for ReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("sharded::ReadGuard")
+            .field("store", self.store)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + Sync + 'static> fmt::Debug for IndexedStore<T> {
     /// Counts only: the objects are user data and may be huge.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.state.load();
@@ -532,21 +733,66 @@ mod tests {
         assert_eq!(sorted_key_texts(&values), ["4"]);
     }
 
+    /// Every key in every set of the current state holds, in its slot, an object that has the
+    /// set's value, and the slot is the one the items map holds for the key: what `by_index`
+    /// relies on instead of re-checking each object.
+    fn assert_sets_name_matching_slots(idx: &IndexedStore<Obj>) {
+        let state = idx.state.load();
+        let guard = crossbeam_epoch::pin();
+        for index in &state.indexes {
+            for entry in index.map.iter() {
+                for (key, slot) in entry.value() {
+                    let obj = slot.load(&guard);
+                    assert!(
+                        (index.func)(obj).contains(entry.key()),
+                        "{key:?} in {:?}",
+                        entry.key()
+                    );
+                    let item = state.items.get(key).expect("an indexed key is stored");
+                    assert!(
+                        Arc::ptr_eq(&item, slot),
+                        "{key:?}: the set's slot is the item's"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
-    fn by_index_drops_objects_whose_stored_values_no_longer_match() {
-        // Simulate the race by_index guards against: the snapshot of 1's set still names a key
-        // that a writer has since moved to 2.
+    fn sets_name_the_slots_of_objects_with_their_value_after_every_write() {
+        let idx = IndexedStore::new(key_fn(), Vec::new());
+        idx.add(obj("p1", 1)).unwrap();
+        idx.add(obj("p2", 2)).unwrap();
+        idx.add_indexers(vec![("v".into(), by_v())]).unwrap();
+        assert_sets_name_matching_slots(&idx);
+        idx.update(obj("p1", 2)).unwrap(); // moves p1
+        idx.update(obj("p2", 2)).unwrap(); // same value: no index touched
+        assert_sets_name_matching_slots(&idx);
+        idx.delete(&obj("p2", 2)).unwrap();
+        assert_sets_name_matching_slots(&idx);
+        idx.replace(vec![obj("p3", 3), obj("p4", 3)]).unwrap();
+        assert_sets_name_matching_slots(&idx);
+        idx.update(obj("p4", 4)).unwrap();
+        assert_sets_name_matching_slots(&idx);
+    }
+
+    #[test]
+    fn an_unchanged_update_keeps_the_slot_and_its_sets() {
         let idx = indexer();
         idx.add(obj("p1", 1)).unwrap();
-        idx.add(obj("p2", 1)).unwrap();
+        let before = Arc::clone(&idx.state.load().items.get(&Key::new("p1")).unwrap());
+        idx.update(obj("p1", 1)).unwrap();
         let state = idx.state.load();
-        let (pos, index) = state.index("v").unwrap();
-        let one = Key::new("1");
-        let stale = index.keys(&one);
-        idx.update(obj("p2", 2)).unwrap();
-        let objects = state.objects_with(&stale, pos, std::slice::from_ref(&one));
-        let keys: Vec<&str> = objects.iter().map(|o| o.key).collect();
-        assert_eq!(keys, ["p1"]);
+        let after = state.items.get(&Key::new("p1")).unwrap();
+        assert!(
+            Arc::ptr_eq(&before, &after),
+            "the object was replaced in place"
+        );
+        let guard = crossbeam_epoch::pin();
+        assert!(std::ptr::eq(
+            before.load(&guard),
+            &*idx.get_by_key(&Key::new("p1")).unwrap()
+        ));
     }
 
     #[test]

@@ -13,4 +13,4 @@ pub(crate) mod scheduler;
 pub use delta_fifo::{DeltaFifo, DEFAULT_SHARDS, MAX_SHARDS};
 
 mod indexer;
-pub use indexer::IndexedStore;
+pub use indexer::{IndexedStore, ReadGuard};

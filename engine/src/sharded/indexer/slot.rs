@@ -1,0 +1,112 @@
+//! [`Slot`]: the cell holding one key's current object, which readers borrow under an epoch
+//! guard instead of taking a reference count.
+//!
+//! A slot owns one strong count of the object it publishes. A writer that replaces the object
+//! (or drops the slot) does not release that count itself: it hands the release to
+//! `crossbeam-epoch` (`Guard::defer_unchecked`), which runs it only once every thread that was
+//! pinned at that moment has unpinned. A reader pinned before the swap may therefore keep
+//! using the old object, by plain reference, until its guard goes.
+//!
+//! Reading writes no shared memory: `load` is one `Acquire` load of the slot's pointer. (The
+//! pin that protects it writes the pinning thread's own epoch record; see the indexer's
+//! module docs for everything a read writes.)
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use crossbeam_epoch::Guard;
+
+/// One key's current object, published as the pointer of an `Arc` the slot holds a strong
+/// count of. Never null.
+///
+/// `T: Send + Sync + 'static` because the count is released later, on whichever thread runs
+/// the epoch's deferred functions.
+pub(super) struct Slot<T: Send + Sync + 'static> {
+    obj: AtomicPtr<T>,
+}
+
+impl<T: Send + Sync + 'static> Slot<T> {
+    /// A slot publishing `obj` (it takes over `obj`'s strong count).
+    pub(super) fn new(obj: Arc<T>) -> Self {
+        Self {
+            obj: AtomicPtr::new(Arc::into_raw(obj).cast_mut()),
+        }
+    }
+
+    /// The current object, borrowed for as long as `guard` stays pinned.
+    pub(super) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
+        // Acquire pairs with the Release of `replace`'s swap: the object's contents, written
+        // before it was published, are visible here. (A new slot reaches readers through a
+        // map's lock, which orders its initial pointer.)
+        let ptr = self.obj.load(Ordering::Acquire);
+        // Safety: `ptr` came from `Arc::into_raw` and the slot held a strong count of it when
+        // it was loaded. That count is released only by a function deferred through the
+        // epoch *after* the pointer was swapped out of the slot (`replace`) or the slot was
+        // dropped (`drop`), and the epoch runs a deferred function only once every guard that
+        // was pinned when it was deferred has unpinned. `guard` was pinned before this load,
+        // hence before any such deferral of `ptr`, and the returned borrow cannot outlive it.
+        unsafe { &*ptr }
+    }
+
+    /// The current object as an owned `Arc` (one reference-count increment).
+    pub(super) fn load_arc(&self, guard: &Guard) -> Arc<T> {
+        // Safety: the object is borrowed from this slot under `guard`, pinned for the call.
+        unsafe { share(self.load(guard)) }
+    }
+
+    /// Publishes `obj` and returns the object it replaces.
+    ///
+    /// Callers of one slot must not overlap: the indexer replaces a key's object only while
+    /// holding that key's items-shard entry.
+    pub(super) fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
+        // Release pairs with `load`'s Acquire (the new object's contents are visible to a
+        // reader that sees its pointer). No Acquire needed for the old pointer: the previous
+        // replace of this slot happened under the same entry lock, which orders it before us.
+        let old = self
+            .obj
+            .swap(Arc::into_raw(obj).cast_mut(), Ordering::Release);
+        // Safety: `old` is alive and was published by this slot: the slot's strong count of it
+        // is released just below, and only through the epoch, which waits at least for
+        // `guard` (pinned now) to unpin.
+        let previous = unsafe { share(&*old) };
+        retire(old, guard);
+        previous
+    }
+}
+
+impl<T: Send + Sync + 'static> Drop for Slot<T> {
+    /// Hands the slot's strong count to the epoch: a reader pinned before the slot was
+    /// unlinked may still be reading the object.
+    fn drop(&mut self) {
+        retire(*self.obj.get_mut(), &crossbeam_epoch::pin());
+    }
+}
+
+/// An owned `Arc` of `obj`.
+///
+/// # Safety
+///
+/// `obj` must have been borrowed from a slot (`load`, or the pointer `replace` swaps out)
+/// under a guard that is still pinned.
+unsafe fn share<T>(obj: &T) -> Arc<T> {
+    let ptr: *const T = obj;
+    // Safety: such an `obj` points into an `Arc` allocation (made by `Arc::into_raw` in `new`
+    // or `replace`) whose strong count the slot still holds, or whose release is deferred
+    // until the guard unpins (see `load`): the count is at least one, so incrementing it and
+    // taking ownership of the increment is sound.
+    unsafe {
+        Arc::increment_strong_count(ptr);
+        Arc::from_raw(ptr)
+    }
+}
+
+/// Releases the slot's strong count of `ptr` once no thread pinned now can still read it.
+fn retire<T: Send + Sync + 'static>(ptr: *mut T, guard: &Guard) {
+    let ptr = ptr.cast_const();
+    // Safety: `ptr` owns one strong count (it came from `Arc::into_raw` and is no longer
+    // published by any slot), released exactly once, by this deferred function. `T` is `Send
+    // + Sync + 'static`, so dropping the `Arc` on another thread, at any later time, is sound.
+    unsafe {
+        guard.defer_unchecked(move || drop(Arc::from_raw(ptr)));
+    }
+}
