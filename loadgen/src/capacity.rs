@@ -1054,6 +1054,7 @@ mod tests {
             } else {
                 vec!["lost".into()]
             },
+            timeline: None,
         }
     }
 

@@ -5,6 +5,7 @@
 //! - `loadgen compare`: W1–W5 side by side, table + JSON + charts in `results/`.
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
+//! - `loadgen scale --workload w1 --engine all [--keys 10k,100k,1M,4M]`: a sweep over key counts.
 
 #![forbid(unsafe_code)]
 
@@ -40,9 +41,15 @@ enum Command {
     Capacity(loadgen::capacity::CapacityArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
     Replay(loadgen::watch_stream::ReplayArgs),
+    /// Sweep the key count: events/s, paced p99 and bytes per key of each engine, with a
+    /// chart.
+    Scale(loadgen::scale::ScaleArgs),
 }
 
 fn main() -> ExitCode {
+    // Before anything else: mimalloc's huge-page faults stall the engines (see the module).
+    #[cfg(feature = "mimalloc")]
+    loadgen::thp::reexec_without_thp();
     let cli = Cli::parse();
     match cli.command {
         Command::Ops(args) => loadgen::ops::main(args),
@@ -50,5 +57,6 @@ fn main() -> ExitCode {
         Command::Compare(args) => loadgen::compare::main(args),
         Command::Capacity(args) => loadgen::capacity::main(args),
         Command::Replay(args) => loadgen::watch_stream::main(args),
+        Command::Scale(args) => loadgen::scale::main(args),
     }
 }

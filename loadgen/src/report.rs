@@ -13,6 +13,7 @@ use crate::driver::{
 };
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
+use crate::timeline::Interval;
 use crate::verdict::{check_with, Counters};
 use crate::workload::Generated;
 
@@ -71,6 +72,9 @@ pub struct RunResult {
     pub verdict: String,
     /// Every failed rule (empty when `ok`).
     pub failures: Vec<String>,
+    /// Latency per interval of the run (`run --timeline`); absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<Interval>>,
 }
 
 impl RunResult {
@@ -142,6 +146,8 @@ pub fn measure(
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
+        timeline: crate::timeline::enabled()
+            .then(|| crate::timeline::intervals(&done.samples, crate::timeline::INTERVAL_MS)),
     })
 }
 
@@ -365,6 +371,7 @@ mod tests {
                 format!("FAIL: {}", failures[0])
             },
             failures: failures.iter().map(|f| f.to_string()).collect(),
+            timeline: None,
         }
     }
 
