@@ -54,6 +54,37 @@ mod tests {
     use crate::key::{Key, KeyMap};
 
     #[test]
+    fn an_indexer_grown_past_the_staggered_sizes_keeps_items_and_indices_agreeing() {
+        use std::sync::Arc;
+
+        use crate::store::{IndexFunc, Indexer as _, KnownObjects as _, Store as _};
+        use crate::KeyFn;
+
+        // 40,000 keys: every items shard (64) and every value's set (50) passes MIN_CAPACITY
+        // and doubles early at least once.
+        let key_fn: KeyFn<u32> = Arc::new(|n: &u32| Ok(Key::new(&format!("k{n}"))));
+        let by_mod: IndexFunc<u32> =
+            Arc::new(|n: &u32| [Key::new(&format!("m{}", n % 50))].into_iter().collect());
+        let store = super::super::IndexedStore::new(key_fn, vec![("mod".to_string(), by_mod)]);
+        for n in 0..40_000u32 {
+            store.add(Arc::new(n)).unwrap();
+        }
+        for n in (0..40_000u32).step_by(2) {
+            store.delete(&n).unwrap();
+        }
+        assert_eq!(store.len(), 20_000);
+        for m in [1u32, 7, 49] {
+            let keys = store.index_keys("mod", &format!("m{m}")).unwrap();
+            // n % 50 odd means n odd: none of those was deleted.
+            assert_eq!(keys.len(), 800, "n % 50 == {m}");
+            assert!(keys
+                .iter()
+                .all(|k| store.get_by_key(k).is_some_and(|n| *n % 50 == m)));
+        }
+        assert!(store.index_keys("mod", "m2").unwrap().is_empty());
+    }
+
+    #[test]
     fn small_tables_and_full_tables_are_left_to_the_table() {
         assert!(!due(10, 14, 0));
         assert!(!due(3584, 3584, 7), "a full table grows on its own insert");
