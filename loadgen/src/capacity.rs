@@ -1062,6 +1062,7 @@ mod tests {
             },
             handlers: Vec::new(),
             informer: None,
+            timeline: None,
         }
     }
 

@@ -62,6 +62,11 @@ pub struct CompareArgs {
     /// Skip the capacity searches of W1 and W5 (about a minute and a half of the default run).
     #[arg(long)]
     pub no_capacity: bool,
+    /// Also sweep W1 over key counts (`loadgen scale`: 10k, 100k, 1M and 4M keys, 1,000,000
+    /// churn events, flat out and at 300k/s; tiny with `--quick`) into `scale.json` and
+    /// `scale.svg`. Off by default: the 4M-key runs take minutes.
+    #[arg(long)]
+    pub scale: bool,
 }
 
 /// The workload sizes of a comparison, in order.
@@ -537,6 +542,30 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     Ok([json_path, md_path].into_iter().chain(charts).collect())
 }
 
+/// `compare --scale`: W1 over key counts, written into the output directory beside the rest.
+fn scale_sweep(
+    args: &CompareArgs,
+    ui: Ui,
+) -> Result<crate::scale::ScaleReport, crate::scale::ScaleError> {
+    let keys = if args.quick {
+        "200,1k"
+    } else {
+        crate::scale::DEFAULT_KEYS
+    };
+    let sweep = crate::scale::ScaleArgs {
+        workload: crate::workload::Workload::W1,
+        engine: crate::run::EngineChoice::All,
+        keys: crate::scale::parse_key_counts(keys).map_err(crate::scale::ScaleError::Invalid)?,
+        events: Some(if args.quick { 2_000 } else { 1_000_000 }),
+        rate: crate::scale::DEFAULT_RATE,
+        shards: args.shards,
+        seed: args.seed,
+        json: args.out.join("scale.json"),
+        chart: args.out.join("scale.svg"),
+    };
+    crate::scale::sweep_and_write(&sweep, ui)
+}
+
 /// Runs `loadgen compare`.
 pub fn main(args: CompareArgs) -> ExitCode {
     let ui = Ui::detect();
@@ -546,6 +575,10 @@ pub fn main(args: CompareArgs) -> ExitCode {
     };
     let capacity = match capacity(&args, ui) {
         Ok(curves) => curves,
+        Err(e) => return refuse("compare", e),
+    };
+    let scaled = match args.scale.then(|| scale_sweep(&args, ui)).transpose() {
+        Ok(scaled) => scaled,
         Err(e) => return refuse("compare", e),
     };
     let report = CompareReport {
@@ -570,11 +603,16 @@ pub fn main(args: CompareArgs) -> ExitCode {
             }
         }
     }
+    if let Some(scaled) = &scaled {
+        shown.push('\n');
+        shown.push_str(&crate::scale::table(scaled));
+    }
     // A failed verdict in a capacity probe is as much a bug as one in the table's runs.
     let every_run: Vec<RunResult> = report
         .results
         .iter()
         .chain(report.capacity.iter().flat_map(Curve::results))
+        .chain(scaled.iter().flat_map(|s| &s.runs))
         .cloned()
         .collect();
     finish("compare", &shown, &every_run, || {
@@ -602,6 +640,7 @@ mod tests {
             seed: 7,
             in_process: true,
             no_capacity: false,
+            scale: false,
         };
         let results = compare(&args, Ui::Quiet).expect("quick compare runs");
         assert_eq!(

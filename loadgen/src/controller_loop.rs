@@ -724,6 +724,7 @@ pub fn measure(
             .zip(outcome.producer_lag)
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
         handlers: Vec::new(),
+        timeline: None,
         informer: None,
         controller: Some(ControllerFigures {
             workers: ctl.workers,

@@ -30,6 +30,7 @@ use kcache::{
 };
 
 use crate::latency::{new_histogram, SAMPLE_EVERY};
+use crate::timeline::{self, Sample};
 use crate::verdict::Counters;
 use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, Workload, NODE_INDEX};
 
@@ -253,6 +254,8 @@ pub struct Finished {
     pub threads: usize,
     /// A paced run: how far the producer fell behind its schedule at worst (`None` unpaced).
     pub producer_lag: Option<Duration>,
+    /// Every sampled event with its pop time, when [`timeline`](crate::timeline) is on.
+    pub samples: Vec<Sample>,
 }
 
 impl fmt::Debug for Finished {
@@ -387,14 +390,17 @@ where
     S: Indexer<Pod> + 'static,
 {
     let start = Instant::now();
-    let (counters, latency, lag) = thread::scope(|scope| {
+    let (counters, latency, lag, samples) = thread::scope(|scope| {
         let handles: Vec<_> = (0..consumers)
             .map(|_| {
                 let store = &*store;
                 scope.spawn(move || {
                     let mut c = Consumer::new(start, cfg.handler_cost);
+                    if timeline::enabled() {
+                        c.samples = Some(Vec::with_capacity(gen.ops.len() / SAMPLE_EVERY + 1));
+                    }
                     consume(queue, store, style, &mut c);
-                    (c.counters, c.latency)
+                    (c.counters, c.latency, c.samples.unwrap_or_default())
                 })
             })
             .collect();
@@ -405,15 +411,17 @@ where
             ..Counters::default()
         };
         let mut latency = new_histogram();
+        let mut samples = Vec::new();
         for handle in handles {
             // A consumer panics only if the engine or a handler has a bug: surface it as is.
-            let (c, h) = handle
+            let (c, h, s) = handle
                 .join()
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             counters.merge(&c);
             latency.add(&h).unwrap_or_default();
+            samples.extend(s);
         }
-        (counters, latency, lag)
+        (counters, latency, lag, samples)
     });
     let wall = start.elapsed();
     Finished {
@@ -424,6 +432,7 @@ where
         reads: 0,
         threads: consumers,
         producer_lag: lag,
+        samples,
     }
 }
 
@@ -566,6 +575,8 @@ pub(crate) struct Consumer {
     pub(crate) latency: Histogram<u64>,
     start: Instant,
     handler_cost: Duration,
+    /// Every sampled event with its pop time, when the timeline is on.
+    samples: Option<Vec<Sample>>,
 }
 
 impl Consumer {
@@ -575,6 +586,7 @@ impl Consumer {
             latency: new_histogram(),
             start,
             handler_cost,
+            samples: None,
         }
     }
 
@@ -623,8 +635,14 @@ impl Consumer {
                 }
                 if let Some(stamped) = pod.stamp() {
                     let now = *now.get_or_insert_with(|| elapsed_ns(self.start) + 1);
-                    self.latency
-                        .saturating_record(now.saturating_sub(stamped).max(1));
+                    let latency_ns = now.saturating_sub(stamped).max(1);
+                    self.latency.saturating_record(latency_ns);
+                    if let Some(samples) = &mut self.samples {
+                        samples.push(Sample {
+                            at_ns: now,
+                            latency_ns,
+                        });
+                    }
                 }
             }
         }
@@ -705,6 +723,7 @@ where
         threads: cfg.readers,
         // W4's writer is never paced.
         producer_lag: None,
+        samples: Vec::new(),
     }
 }
 

@@ -9,6 +9,9 @@
 //! | [`driver`] | runs a generated workload through an engine: producer, consumers, timing |
 //! | [`verdict`] | judges a finished run against the workload's model |
 //! | [`latency`], [`rss`] | enqueue-to-pop latency sampling; peak resident memory |
+//! | [`timeline`] | latency over time: per-interval p50/p99/max of a run, to locate stalls |
+//! | [`thp`] | restarts the binary with mimalloc's transparent-huge-page advice off (its faults stall runs) |
+//! | [`scale`] | `loadgen scale`: throughput, latency and bytes per key against the key count |
 //! | [`report`] | one run's measured result; the table, the JSON report, the exit code |
 //! | [`isolate`] | runs each engine in a child process of its own |
 //! | [`run`] | `loadgen run`: one workload through one engine or both |
@@ -38,9 +41,12 @@ pub mod ops;
 pub mod report;
 pub mod rss;
 pub mod run;
+pub mod scale;
 #[cfg(feature = "wire")]
 pub mod serve;
+pub mod thp;
 pub mod through_informer;
+pub mod timeline;
 pub mod ui;
 pub mod verdict;
 pub mod watch_stream;

@@ -6,6 +6,7 @@
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
+//! - `loadgen scale --workload w1 --engine all [--keys 10k,100k,1M,4M]`: a sweep over key counts.
 
 #![forbid(unsafe_code)]
 
@@ -44,9 +45,15 @@ enum Command {
     /// Serve pods as a Kubernetes API server (docs/wire.md), churning them at a chosen rate.
     #[cfg(feature = "wire")]
     Serve(loadgen::serve::ServeArgs),
+    /// Sweep the key count: events/s, paced p99 and bytes per key of each engine, with a
+    /// chart.
+    Scale(loadgen::scale::ScaleArgs),
 }
 
 fn main() -> ExitCode {
+    // Before anything else: mimalloc's huge-page faults stall the engines (see the module).
+    #[cfg(feature = "mimalloc")]
+    loadgen::thp::reexec_without_thp();
     let cli = Cli::parse();
     match cli.command {
         Command::Ops(args) => loadgen::ops::main(args),
@@ -56,5 +63,6 @@ fn main() -> ExitCode {
         Command::Replay(args) => loadgen::watch_stream::main(args),
         #[cfg(feature = "wire")]
         Command::Serve(args) => loadgen::serve::main(args),
+        Command::Scale(args) => loadgen::scale::main(args),
     }
 }

@@ -13,6 +13,7 @@ use crate::driver::{
 };
 use crate::latency::Percentiles;
 use crate::rss::{PeakSource, RssProbe};
+use crate::timeline::Interval;
 use crate::verdict::{check_with, Counters};
 use crate::workload::Generated;
 
@@ -80,6 +81,9 @@ pub struct RunResult {
     /// `--through informer`: what the reflector did (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub informer: Option<InformerStats>,
+    /// Latency per interval of the run (`run --timeline`); absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<Interval>>,
 }
 
 /// One handler of a run through the informer (`loadgen run --through informer`).
@@ -186,6 +190,8 @@ pub fn measure(
         failures: verdict.failures().to_vec(),
         handlers: Vec::new(),
         informer: None,
+        timeline: crate::timeline::enabled()
+            .then(|| crate::timeline::intervals(&done.samples, crate::timeline::INTERVAL_MS)),
     })
 }
 
@@ -413,6 +419,7 @@ mod tests {
             failures: failures.iter().map(|f| f.to_string()).collect(),
             handlers: Vec::new(),
             informer: None,
+            timeline: None,
         }
     }
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::driver::{EngineConfig, EngineKind, Mode, DEFAULT_READERS};
-use crate::report::{finish, measure, refuse, table, write_json, Report, RunResult};
+use crate::report::{finish, measure, refuse, table, write_file, write_json, Report, RunResult};
 use crate::ui::Ui;
 use crate::workload::{generate, Generated, Workload, WorkloadSpec, DEFAULT_SEED};
 
@@ -102,6 +102,11 @@ pub struct RunArgs {
     /// is understated: the allocator hands the next run what the previous one freed.
     #[arg(long)]
     pub in_process: bool,
+    /// Also write each engine's latency over time here, as CSV: per 100 ms of pop time, the
+    /// sampled events and their p50, p99 and max (`engine,t_ms,samples,p50_us,p99_us,max_us`).
+    /// Shows whether a high p99 is a backlog or a few stalls, and when they happened.
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
 }
 
 /// Parses a `--workload` argument (`w1` … `w6`), for every command that takes one.
@@ -302,14 +307,38 @@ pub fn run_spec(
 
 /// Runs `loadgen run`.
 pub fn main(args: RunArgs) -> ExitCode {
+    if args.timeline.is_some() {
+        // Before any thread starts; the child processes inherit it.
+        crate::timeline::enable();
+    }
     match run(&args, Ui::detect()) {
         Ok(results) => {
             let shown = table(&results) + &crate::through_informer::handler_table(&results);
-            finish("run", &shown, &results, || match &args.json {
-                Some(path) => {
-                    write_json(path, &Report { results: &results }).map_err(|e| e.to_string())
+            finish("run", &shown, &results, || {
+                if let Some(path) = &args.timeline {
+                    let rows = results
+                        .iter()
+                        .map(|r| (r.engine.as_str(), r.timeline.as_deref().unwrap_or_default()));
+                    write_file(path, crate::timeline::csv(rows).as_bytes())
+                        .map_err(|e| e.to_string())?;
+                    for r in &results {
+                        let t = r.timeline.as_deref().unwrap_or_default();
+                        eprintln!(
+                            "{} {}: {} of {} intervals of {} ms had an event slower than 10 ms",
+                            r.engine,
+                            r.workload,
+                            crate::timeline::stalls(t, 10_000.0),
+                            t.len(),
+                            crate::timeline::INTERVAL_MS
+                        );
+                    }
                 }
-                None => Ok(()),
+                match &args.json {
+                    Some(path) => {
+                        write_json(path, &Report { results: &results }).map_err(|e| e.to_string())
+                    }
+                    None => Ok(()),
+                }
             })
         }
         Err(e) => refuse("run", e),

@@ -792,6 +792,7 @@ pub fn measure(
         verdict: summary,
         failures,
         handlers,
+        timeline: None,
         controller: None,
         informer: Some(crate::report::InformerStats {
             lists: done.lists,

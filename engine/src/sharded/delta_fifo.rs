@@ -70,6 +70,7 @@ use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, Tr
 use crate::store::KnownObjects;
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
+use super::grow;
 use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
@@ -114,16 +115,19 @@ struct ShardState<T> {
     /// The shard has a token in the scheduler or a consumer is serving it. A shard with keys in
     /// `fifo` is always scheduled.
     scheduled: bool,
+    /// The shard's index: staggers `pending`'s growth against the other shards' ([`grow`]).
+    salt: u64,
 }
 
 impl<T> ShardState<T> {
-    fn new() -> Self {
+    fn new(salt: u64) -> Self {
         Self {
             pending: KeyMap::default(),
             in_flight: KeyMap::default(),
             fifo: VecDeque::new(),
             parked: 0,
             scheduled: false,
+            salt,
         }
     }
 
@@ -143,6 +147,8 @@ impl<T> ShardState<T> {
     /// Appends a delta (with dedup, and with `compact` update compaction) to `key`, queueing
     /// the key if it had nothing pending.
     fn push(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
+        // The shards fill in lockstep under a backlog: double each at its own moment.
+        grow::ahead(&mut self.pending, self.salt);
         match self.pending.entry(key) {
             Entry::Occupied(mut entry) => Pushed {
                 schedule: false,
@@ -309,7 +315,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         let count = shards.clamp(1, MAX_SHARDS).next_power_of_two();
         Self {
             shards: (0..count)
-                .map(|_| CachePadded::new(Mutex::new(ShardState::new())))
+                .map(|i| CachePadded::new(Mutex::new(ShardState::new(i as u64))))
                 .collect(),
             mask: count - 1,
             scheduler: Scheduler::new(),

@@ -87,6 +87,7 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use smallvec::SmallVec;
 
+use super::grow;
 use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap};
 use crate::store::{self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, Store};
 use crate::sync::{read, write, RwLock};
@@ -239,7 +240,10 @@ impl<T: Send + Sync + 'static> Index<T> {
     /// Adds `key` (with its slot) to the set of `value`.
     fn add(&self, key: &Key, value: &Key, slot: &Arc<Slot<T>>) {
         // Most values already have a set: update it without cloning the value.
+        // The sets of many values fill in lockstep (an initial list walks them round-robin):
+        // `grow::ahead` keeps them from all doubling within a few inserts of each other.
         if let Some(mut set) = self.map.get_mut(value) {
+            grow::ahead(&mut set, value.hash_value());
             set.insert(key.clone(), Arc::clone(slot));
             return;
         }
@@ -368,9 +372,24 @@ impl<T: Send + Sync + 'static> State<T> {
                         index.add(entry.key(), value, &slot);
                     }
                 }
+                let shard = self.items.determine_map(entry.key());
                 entry.insert(slot);
+                self.grow_items_shard(shard);
                 None
             }
+        }
+    }
+
+    /// Doubles items shard `shard` now if it is at its staggered fill (see [`grow`]): the 64
+    /// shards fill evenly, and would otherwise all double within a few thousand inserts, the
+    /// whole items map rehashed in one burst. Called after an insert of a new key, with no
+    /// shard lock held.
+    fn grow_items_shard(&self, shard: usize) {
+        let mut table = self.items.shards()[shard].write();
+        if grow::due(table.len(), table.capacity(), shard as u64) {
+            let additional = table.capacity() - table.len() + 1;
+            // The shard's hasher is the key's precomputed hash (BuildKeyHasher).
+            table.reserve(additional, |(key, _)| key.hash_value());
         }
     }
 

@@ -7,6 +7,7 @@
 //!   a global lock.
 
 mod delta_fifo;
+mod grow;
 mod room;
 pub(crate) mod scheduler;
 
