@@ -903,17 +903,7 @@ pub fn handler_table(results: &[RunResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn parse(args: &[&str]) -> RunArgs {
-        Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
-    }
+    use crate::run::parse_args as parse;
 
     #[test]
     fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
