@@ -7,8 +7,10 @@
 mod informer_common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::task::JoinHandle;
 
 use informer_common::{error_log, key_fn, ms, pod, server, Call, Pod, Recording};
 use kcache::informer::{
@@ -70,6 +72,45 @@ async fn settle() {
     tokio::time::sleep(ms(10)).await;
 }
 
+/// Exact backoff options whose error handler records every error into the returned log.
+fn logging_errors() -> (Arc<Mutex<Vec<Error>>>, ReflectorOptions) {
+    let (errors, handler) = error_log();
+    let options = ReflectorOptions {
+        error_handler: Some(handler),
+        ..exact_backoff()
+    };
+    (errors, options)
+}
+
+/// A reflector from `lister_watcher` into `queue`, already running on its own task.
+fn start<L: ListerWatcher<Pod> + 'static>(
+    lister_watcher: L,
+    queue: &Arc<Queue>,
+    options: ReflectorOptions,
+) -> (Arc<Reflector<Pod, L, Queue>>, StopSignal, JoinHandle<()>) {
+    let reflector = Arc::new(Reflector::new(lister_watcher, Arc::clone(queue), options));
+    let (stop, task) = spawn_run(&reflector);
+    (reflector, stop, task)
+}
+
+/// Runs `reflector` on a task until the returned signal stops it.
+fn spawn_run<L: ListerWatcher<Pod> + 'static>(
+    reflector: &Arc<Reflector<Pod, L, Queue>>,
+) -> (StopSignal, JoinHandle<()>) {
+    let stop = StopSignal::new();
+    let task = tokio::spawn({
+        let (r, s) = (Arc::clone(reflector), stop.clone());
+        async move { r.run(s).await }
+    });
+    (stop, task)
+}
+
+/// Stops a run and waits for its task to end.
+async fn finish(stop: StopSignal, task: JoinHandle<()>) {
+    stop.stop();
+    task.await.unwrap();
+}
+
 // Mirrors TestReflectorListAndWatch: the list's items are replaced into the queue with the
 // list's version, then a watch starts from exactly that version and its events follow.
 #[tokio::test(start_paused = true)]
@@ -79,16 +120,7 @@ async fn list_replaces_then_watch_starts_from_the_list_version() {
     srv.upsert(pod("b", 1)).unwrap();
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        lw.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (reflector, stop, task) = start(lw.clone(), &queue, exact_backoff());
     settle().await;
     assert_eq!(reflector.last_sync_resource_version(), "2");
     srv.upsert(pod("a", 2)).unwrap();
@@ -117,8 +149,7 @@ async fn list_replaces_then_watch_starts_from_the_list_version() {
         ]
     );
     assert_eq!(reflector.last_sync_resource_version(), "5");
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorWatchHandler: each event goes to the queue as the matching call, and
@@ -129,16 +160,7 @@ async fn watch_events_become_queue_calls_and_move_the_version() {
     srv.upsert(pod("foo", 1)).unwrap();
     srv.upsert(pod("bar", 1)).unwrap();
     let (queue, store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        srv.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (reflector, stop, task) = start(srv.clone(), &queue, exact_backoff());
     settle().await;
     drain(&queue, &store);
     srv.upsert(pod("rejected", 1)).unwrap();
@@ -159,8 +181,7 @@ async fn watch_events_become_queue_calls_and_move_the_version() {
     let mut names: Vec<String> = store.list().iter().map(|p| p.name.clone()).collect();
     names.sort();
     assert_eq!(names, ["bar", "baz", "rejected"]);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorListAndWatch's watcher restarts (and TestReflectorStopWatch's close):
@@ -171,16 +192,7 @@ async fn an_ended_watch_is_reopened_from_the_last_version_without_a_relist() {
     srv.upsert(pod("a", 1)).unwrap();
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        lw.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (_, stop, task) = start(lw.clone(), &queue, exact_backoff());
     settle().await;
     srv.upsert(pod("a", 2)).unwrap();
     settle().await;
@@ -198,8 +210,7 @@ async fn an_ended_watch_is_reopened_from_the_last_version_without_a_relist() {
             "b: Added(1@4)"
         ]
     );
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorExpiredExactResourceVersion / TestReflectorFullListIfExpired: a watch
@@ -212,17 +223,8 @@ async fn expired_version_forces_a_relist_and_missed_deletes_become_tombstones() 
     srv.upsert(pod("b", 1)).unwrap();
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let (errors, handler) = error_log();
-    let options = ReflectorOptions {
-        error_handler: Some(handler),
-        ..exact_backoff()
-    };
-    let reflector = Arc::new(Reflector::new(lw.clone(), Arc::clone(&queue), options));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (errors, options) = logging_errors();
+    let (reflector, stop, task) = start(lw.clone(), &queue, options);
     settle().await;
     srv.upsert(pod("a", 2)).unwrap();
     settle().await;
@@ -242,8 +244,7 @@ async fn expired_version_forces_a_relist_and_missed_deletes_become_tombstones() 
         ["a: Replaced(3@6)", "c: Replaced(1@5)", "b: Tombstone(1@2)"]
     );
     assert_eq!(reflector.last_sync_resource_version(), "6");
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorResourceVersionUpdate (bookmarks): a bookmark moves the version with
@@ -254,16 +255,7 @@ async fn a_watch_resumes_from_the_newest_bookmark() {
     srv.upsert(pod("a", 1)).unwrap();
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        lw.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (reflector, stop, task) = start(lw.clone(), &queue, exact_backoff());
     settle().await;
     drain(&queue, &store);
     // Another client's writes to other objects, which this watch would filter out: the server
@@ -279,8 +271,7 @@ async fn a_watch_resumes_from_the_newest_bookmark() {
     srv.close_watches();
     settle().await;
     assert_eq!(lw.watches(), ["1", "3"]);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorListAndWatchWithErrors and TestReflectorListAndWatchInitConnBackoff:
@@ -293,17 +284,8 @@ async fn failed_lists_back_off_exponentially_and_reach_the_error_handler() {
     srv.fail_next_lists(4);
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let (errors, handler) = error_log();
-    let options = ReflectorOptions {
-        error_handler: Some(handler),
-        ..exact_backoff()
-    };
-    let reflector = Arc::new(Reflector::new(lw.clone(), Arc::clone(&queue), options));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (errors, options) = logging_errors();
+    let (_, stop, task) = start(lw.clone(), &queue, options);
     tokio::time::sleep(Duration::from_secs(20)).await;
     let times = lw.times();
     let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).take(4).collect();
@@ -311,8 +293,7 @@ async fn failed_lists_back_off_exponentially_and_reach_the_error_handler() {
     assert_eq!(errors.lock().unwrap().len(), 4);
     assert_eq!(lw.lists().len(), 5);
     assert_eq!(drain(&queue, &store), ["a: Replaced(1@1)"]);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestNoRelistOnTooManyRequests / TestBackoffOnTooManyRequests: a watch that cannot
@@ -324,16 +305,7 @@ async fn a_watch_that_cannot_open_is_retried_after_a_backoff_without_a_relist() 
     srv.fail_next_watches(2);
     let lw = Recording::new(srv.clone());
     let (queue, _store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        lw.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (_, stop, task) = start(lw.clone(), &queue, exact_backoff());
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(lw.lists(), ["0"]);
     assert_eq!(lw.watches(), ["1", "1", "1"]);
@@ -341,8 +313,7 @@ async fn a_watch_that_cannot_open_is_retried_after_a_backoff_without_a_relist() 
     assert_eq!(times[2] - times[1], ms(800));
     assert_eq!(times[3] - times[2], ms(1600));
     assert_eq!(srv.open_watches(), 1);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorResync: the resync timer asks ShouldResync every period and resyncs
@@ -362,12 +333,7 @@ async fn resync_asks_should_resync_every_period_and_resyncs_the_queue() {
         }),
         ..exact_backoff()
     };
-    let reflector = Arc::new(Reflector::new(srv.clone(), Arc::clone(&queue), options));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (_, stop, task) = start(srv.clone(), &queue, options);
     settle().await;
     assert_eq!(drain(&queue, &store), ["a: Replaced(1@1)"]);
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -378,8 +344,7 @@ async fn resync_asks_should_resync_every_period_and_resyncs_the_queue() {
     assert!(drain(&queue, &store).is_empty(), "declined: no resync");
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(drain(&queue, &store), ["a: Sync(1@1)"]);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorWatchListPageSize: lists are paged (500 by default), following
@@ -392,16 +357,7 @@ async fn lists_are_paged_by_500_following_continue() {
     }
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        lw.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (reflector, stop, task) = start(lw.clone(), &queue, exact_backoff());
     settle().await;
     let lists: Vec<Call> = lw
         .calls()
@@ -427,8 +383,7 @@ async fn lists_are_paged_by_500_following_continue() {
     );
     assert_eq!(drain(&queue, &store).len(), 1200);
     assert_eq!(reflector.last_sync_resource_version(), "1200");
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 // Mirrors TestReflectorStopWatch / TestRunUntil: stopping ends `run` promptly, with the
@@ -438,33 +393,18 @@ async fn stop_ends_run_promptly_and_closes_the_watch() {
     let srv = server(10);
     srv.upsert(pod("a", 1)).unwrap();
     let (queue, _store) = queue_and_store();
-    let reflector = Arc::new(Reflector::new(
-        srv.clone(),
-        Arc::clone(&queue),
-        exact_backoff(),
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (reflector, stop, task) = start(srv.clone(), &queue, exact_backoff());
     settle().await;
     assert_eq!(srv.open_watches(), 1);
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
     assert_eq!(srv.open_watches(), 0);
 
     // Stopped while backing off after a failed list.
     srv.fail_next_lists(100);
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (stop, task) = spawn_run(&reflector);
     tokio::time::sleep(ms(100)).await;
     let before = tokio::time::Instant::now();
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
     assert_eq!(
         before.elapsed(),
         Duration::ZERO,
@@ -480,24 +420,14 @@ async fn a_very_short_empty_watch_ends_the_round_and_relists() {
     srv.upsert(pod("a", 1)).unwrap();
     let lw = Recording::new(srv.clone());
     let (queue, _store) = queue_and_store();
-    let (errors, handler) = error_log();
-    let options = ReflectorOptions {
-        error_handler: Some(handler),
-        ..exact_backoff()
-    };
-    let reflector = Arc::new(Reflector::new(lw.clone(), Arc::clone(&queue), options));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (errors, options) = logging_errors();
+    let (_, stop, task) = start(lw.clone(), &queue, options);
     settle().await;
     srv.close_watches();
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(lw.lists(), ["0", "1"]);
     assert!(errors.lock().unwrap().contains(&Error::VeryShortWatch));
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }
 
 /// A ListerWatcher whose server can be swapped, as when a client fails over to an API server
@@ -533,21 +463,8 @@ async fn a_too_large_version_falls_back_to_a_full_list() {
     behind.upsert(pod("a", 7)).unwrap();
     let switch = Arc::new(Switch(std::sync::Mutex::new(ahead.clone())));
     let (queue, store) = queue_and_store();
-    let (errors, handler) = error_log();
-    let options = ReflectorOptions {
-        error_handler: Some(handler),
-        ..exact_backoff()
-    };
-    let reflector = Arc::new(Reflector::new(
-        Arc::clone(&switch),
-        Arc::clone(&queue),
-        options,
-    ));
-    let stop = StopSignal::new();
-    let task = tokio::spawn({
-        let (r, s) = (Arc::clone(&reflector), stop.clone());
-        async move { r.run(s).await }
-    });
+    let (errors, options) = logging_errors();
+    let (reflector, stop, task) = start(Arc::clone(&switch), &queue, options);
     settle().await;
     assert_eq!(reflector.last_sync_resource_version(), "4");
     drain(&queue, &store);
@@ -574,6 +491,5 @@ async fn a_too_large_version_falls_back_to_a_full_list() {
             "d: Tombstone(1@4)",
         ]
     );
-    stop.stop();
-    task.await.unwrap();
+    finish(stop, task).await;
 }

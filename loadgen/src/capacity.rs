@@ -1046,23 +1046,19 @@ mod tests {
             },
             peak_rss_bytes: Some(1 << 20),
             peak_rss_source: Some("hwm".into()),
-            reads_per_s: None,
             threads: 1,
             shards: Some(16),
             deltas: 100_000,
             offered_rate: Some(100_000),
             producer_lag_ms: Some(if kept_up { 0.1 } else { 50.0 }),
             kept_up: Some(kept_up),
-            controller: None,
             verdict: if verdict_ok { "ok" } else { "FAIL: lost" }.into(),
             failures: if verdict_ok {
                 vec![]
             } else {
                 vec!["lost".into()]
             },
-            handlers: Vec::new(),
-            informer: None,
-            timeline: None,
+            ..Default::default()
         }
     }
 

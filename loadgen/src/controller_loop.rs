@@ -44,9 +44,9 @@ use crate::driver::{
     elapsed_ns, kept_schedule, produce, queue_options, Consumer, EngineConfig, EngineError,
     EngineKind, Progress, SHARDED_BATCH,
 };
-use crate::latency::{new_histogram, Percentiles};
-use crate::report::{si, LatencyUs, RunResult};
-use crate::rss::{PeakSource, RssProbe};
+use crate::latency::new_histogram;
+use crate::report::{peak_rss, si, LatencyUs, RunResult};
+use crate::rss::RssProbe;
 use crate::run::{generate_with_progress, RunError};
 use crate::ui::Ui;
 use crate::verdict::{check, Counters};
@@ -686,11 +686,7 @@ pub fn measure(
     let wall_s = outcome.wall.as_secs_f64().max(1e-9);
     let events = gen.event_count();
     let c = &outcome.counters;
-    let latency = Percentiles::of(&outcome.latency).map_or(LatencyUs::default(), |p| LatencyUs {
-        p50: Some(p.p50),
-        p99: Some(p.p99),
-        p999: Some(p.p999),
-    });
+    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
     let verdict = crate::verdict::Verdict::from_failures(failures);
     Ok(RunResult {
         engine: engine.name().to_string(),
@@ -701,16 +697,9 @@ pub fn measure(
         events_per_s: events as f64 / wall_s,
         pops: c.pops,
         deltas_per_pop: (c.pops > 0).then(|| c.deltas as f64 / c.pops as f64),
-        latency_us: latency,
-        peak_rss_bytes: peak.map(|(bytes, _)| bytes),
-        peak_rss_source: peak.map(|(_, source)| {
-            match source {
-                PeakSource::HighWaterMark => "hwm",
-                PeakSource::EndResident => "rss_end",
-            }
-            .to_string()
-        }),
-        reads_per_s: None,
+        latency_us: LatencyUs::of(&outcome.latency),
+        peak_rss_bytes,
+        peak_rss_source,
         threads: match engine {
             EngineKind::Reference => 1,
             EngineKind::Sharded => cfg.consumers.max(1),
@@ -723,9 +712,6 @@ pub fn measure(
             .rate
             .zip(outcome.producer_lag)
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
-        handlers: Vec::new(),
-        timeline: None,
-        informer: None,
         controller: Some(ControllerFigures {
             workers: ctl.workers,
             reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
@@ -736,6 +722,7 @@ pub fn measure(
         }),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
+        ..Default::default()
     })
 }
 

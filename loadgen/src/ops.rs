@@ -229,11 +229,23 @@ pub fn main(args: OpsArgs) -> ExitCode {
         Chosen::Fifo(engine) => engine,
         Chosen::Workqueue(engine) => return workqueue::main(engine),
     };
+    run_stdio(|stdin, stdout, stderr| replay_logged(stdin, stdout, stderr, engine).map(|_| ()))
+}
+
+/// Runs one replay over the process's stdin, stdout (buffered) and stderr (its log), and turns
+/// its outcome into `loadgen ops`' exit code; the same for every engine.
+fn run_stdio(
+    replay: impl FnOnce(
+        io::StdinLock<'static>,
+        io::BufWriter<io::StdoutLock<'static>>,
+        &mut dyn Write,
+    ) -> Result<(), OpsError>,
+) -> ExitCode {
     let stdin = io::stdin().lock();
     let stdout = io::BufWriter::new(io::stdout().lock());
     let mut stderr = io::stderr().lock();
-    match replay_logged(stdin, stdout, &mut stderr, engine) {
-        Ok(_) => ExitCode::SUCCESS,
+    match replay(stdin, stdout, &mut stderr) {
+        Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             match &err {
                 // The trace's own errors are reported exactly as `line N: ...`.

@@ -6,6 +6,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::driver::{
@@ -29,7 +30,10 @@ pub struct LatencyUs {
 }
 
 /// One row of a report; the JSON object of `results[]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// `Default` leaves every per-path field empty (`controller`, `handlers`, `informer`,
+/// `timeline`, the paced-run figures), so each path names only the fields it fills.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunResult {
     /// `reference` or `sharded`.
     pub engine: String,
@@ -118,6 +122,29 @@ pub struct InformerStats {
     pub skipped_resyncs: u64,
 }
 
+impl LatencyUs {
+    /// The percentiles of `hist`; all `null` when it holds no sample.
+    pub fn of(hist: &Histogram<u64>) -> Self {
+        Percentiles::of(hist).map_or(LatencyUs::default(), |p| LatencyUs {
+            p50: Some(p.p50),
+            p99: Some(p.p99),
+            p999: Some(p.p999),
+        })
+    }
+}
+
+/// `peak_rss_bytes` and `peak_rss_source` of a run from what its [`RssProbe`] found.
+pub fn peak_rss(peak: Option<(u64, PeakSource)>) -> (Option<u64>, Option<String>) {
+    let source = peak.map(|(_, source)| {
+        match source {
+            PeakSource::HighWaterMark => "hwm",
+            PeakSource::EndResident => "rss_end",
+        }
+        .to_string()
+    });
+    (peak.map(|(bytes, _)| bytes), source)
+}
+
 impl RunResult {
     /// Whether the verdict is `ok`.
     pub fn is_ok(&self) -> bool {
@@ -151,11 +178,7 @@ pub fn measure(
         Mode::Queue => gen.event_count(),
     };
     let c: &Counters = &done.counters;
-    let latency = Percentiles::of(&done.latency).map_or(LatencyUs::default(), |p| LatencyUs {
-        p50: Some(p.p50),
-        p99: Some(p.p99),
-        p999: Some(p.p999),
-    });
+    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
     Ok(RunResult {
         engine: engine.name().to_string(),
         workload: workload.to_string(),
@@ -166,15 +189,9 @@ pub fn measure(
         pops: c.pops,
         deltas_per_pop: (mode == Mode::Queue && c.pops > 0)
             .then(|| c.deltas as f64 / c.pops as f64),
-        latency_us: latency,
-        peak_rss_bytes: peak.map(|(bytes, _)| bytes),
-        peak_rss_source: peak.map(|(_, source)| {
-            match source {
-                PeakSource::HighWaterMark => "hwm",
-                PeakSource::EndResident => "rss_end",
-            }
-            .to_string()
-        }),
+        latency_us: LatencyUs::of(&done.latency),
+        peak_rss_bytes,
+        peak_rss_source,
         reads_per_s: (mode == Mode::Direct).then(|| done.reads as f64 / wall_s),
         threads: done.threads,
         shards: (engine == EngineKind::Sharded && mode == Mode::Queue).then_some(cfg.shards),
@@ -185,13 +202,11 @@ pub fn measure(
             .rate
             .zip(done.producer_lag)
             .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
-        controller: None,
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
-        handlers: Vec::new(),
-        informer: None,
         timeline: crate::timeline::enabled()
             .then(|| crate::timeline::intervals(&done.samples, crate::timeline::INTERVAL_MS)),
+        ..Default::default()
     })
 }
 
@@ -400,26 +415,16 @@ mod tests {
             events_per_s: 1.0,
             pops: 1,
             deltas_per_pop: Some(1.0),
-            latency_us: LatencyUs::default(),
-            peak_rss_bytes: None,
-            peak_rss_source: None,
-            reads_per_s: None,
             threads: 1,
             shards: Some(1),
             deltas: 1,
-            offered_rate: None,
-            producer_lag_ms: None,
-            kept_up: None,
-            controller: None,
             verdict: if failures.is_empty() {
                 "ok".into()
             } else {
                 format!("FAIL: {}", failures[0])
             },
             failures: failures.iter().map(|f| f.to_string()).collect(),
-            handlers: Vec::new(),
-            informer: None,
-            timeline: None,
+            ..Default::default()
         }
     }
 

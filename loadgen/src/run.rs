@@ -345,9 +345,10 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
 }
 
+/// `loadgen run`'s arguments parsed from `args` (without the command name) as the command line
+/// parses them; for the tests of every path `run` dispatches to.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
     use clap::Parser;
 
     #[derive(Debug, Parser)]
@@ -356,9 +357,13 @@ mod tests {
         run: RunArgs,
     }
 
-    fn parse(args: &[&str]) -> RunArgs {
-        Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
-    }
+    Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_args as parse;
+    use super::*;
 
     #[test]
     fn a_child_command_line_asks_for_exactly_the_parents_run() {

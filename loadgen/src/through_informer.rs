@@ -44,10 +44,10 @@ use smallvec::smallvec;
 
 use crate::driver::{pace, EngineConfig, EngineKind, Progress, PACE_EVERY, SHARDED_BATCH};
 use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
-use crate::latency::{new_histogram, Percentiles, SAMPLE_EVERY};
+use crate::latency::{new_histogram, SAMPLE_EVERY};
 use crate::report::{aligned, si, LatencyUs};
-use crate::report::{HandlerResult, RunResult};
-use crate::rss::{PeakSource, RssProbe};
+use crate::report::{peak_rss, HandlerResult, RunResult};
+use crate::rss::RssProbe;
 use crate::run::{child_args as queue_child_args, generate_with_progress, RunArgs, RunError};
 use crate::ui::Ui;
 use crate::verdict::Verdict;
@@ -756,11 +756,7 @@ pub fn measure(
     }
     let wall_s = done.wall.as_secs_f64().max(1e-9);
     let events = gen.event_count();
-    let latency = Percentiles::of(&done.latency).map_or(LatencyUs::default(), |p| LatencyUs {
-        p50: Some(p.p50),
-        p99: Some(p.p99),
-        p999: Some(p.p999),
-    });
+    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
     let summary = Verdict::from_failures(failures.clone()).summary();
     Ok(RunResult {
         engine: engine.name().to_string(),
@@ -771,35 +767,24 @@ pub fn measure(
         events_per_s: events as f64 / wall_s,
         pops: 0,
         deltas_per_pop: None,
-        latency_us: latency,
-        peak_rss_bytes: peak.map(|(bytes, _)| bytes),
-        peak_rss_source: peak.map(|(_, source)| {
-            match source {
-                PeakSource::HighWaterMark => "hwm",
-                PeakSource::EndResident => "rss_end",
-            }
-            .to_string()
-        }),
-        reads_per_s: None,
+        latency_us: LatencyUs::of(&done.latency),
+        peak_rss_bytes,
+        peak_rss_source,
         // The informer path paces the server's writes but does not judge the schedule: capacity
-        // searches run on the bare queue path.
-        offered_rate: None,
-        producer_lag_ms: None,
-        kept_up: None,
+        // searches run on the bare queue path, so the paced-run figures stay empty.
         threads: cfg.consumers + icfg.handlers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications),
         verdict: summary,
         failures,
         handlers,
-        timeline: None,
-        controller: None,
         informer: Some(crate::report::InformerStats {
             lists: done.lists,
             watches: done.watches,
             reflector_errors: done.reflector_errors,
             skipped_resyncs: done.skipped_resyncs,
         }),
+        ..Default::default()
     })
 }
 
@@ -918,17 +903,7 @@ pub fn handler_table(results: &[RunResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use clap::Parser;
-
-    #[derive(Debug, Parser)]
-    struct Cli {
-        #[command(flatten)]
-        run: RunArgs,
-    }
-
-    fn parse(args: &[&str]) -> RunArgs {
-        Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
-    }
+    use crate::run::parse_args as parse;
 
     #[test]
     fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {

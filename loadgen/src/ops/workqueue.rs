@@ -23,7 +23,7 @@
 //! assert_eq!(String::from_utf8(out).unwrap(), "{\"get\":null,\"empty\":true}\n{\"get\":\"a\"}\n");
 //! ```
 
-use std::io::{self, BufRead, Write};
+use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -510,21 +510,5 @@ fn run<Q: WorkQueue + 'static>(
 
 /// Runs `loadgen ops` for a workqueue engine: stdin → the queue → stdout.
 pub fn main(engine: WorkqueueEngine) -> ExitCode {
-    let stdin = io::stdin().lock();
-    let stdout = io::BufWriter::new(io::stdout().lock());
-    let mut stderr = io::stderr().lock();
-    match replay(stdin, stdout, &mut stderr, engine) {
-        Ok(_) => ExitCode::SUCCESS,
-        Err(err) => {
-            match &err {
-                OpsError::Malformed { .. } => {
-                    let _ = writeln!(stderr, "{err}");
-                }
-                _ => {
-                    let _ = writeln!(stderr, "loadgen ops: {err}");
-                }
-            }
-            ExitCode::from(err.exit_code())
-        }
-    }
+    super::run_stdio(|stdin, stdout, stderr| replay(stdin, stdout, stderr, engine).map(|_| ()))
 }
