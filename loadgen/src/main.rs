@@ -6,6 +6,8 @@
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
+//! - `loadgen e2e --workload wN --rate R --client kcache|kube-rs|all` (feature `wire`): real
+//!   clients (kcache's informer through kube-rs, kube-rs' own reflector) against `serve`.
 
 #![forbid(unsafe_code)]
 
@@ -44,6 +46,10 @@ enum Command {
     /// Serve pods as a Kubernetes API server (docs/wire.md), churning them at a chosen rate.
     #[cfg(feature = "wire")]
     Serve(loadgen::serve::ServeArgs),
+    /// Run kcache's informer (through its kube-rs adapter) and kube-rs' own reflector against
+    /// `serve`, and report events/s, lag, memory and a verdict per client.
+    #[cfg(feature = "wire")]
+    E2e(loadgen::e2e::E2eArgs),
 }
 
 fn main() -> ExitCode {
@@ -56,5 +62,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => loadgen::watch_stream::main(args),
         #[cfg(feature = "wire")]
         Command::Serve(args) => loadgen::serve::main(args),
+        #[cfg(feature = "wire")]
+        Command::E2e(args) => loadgen::e2e::main(args),
     }
 }

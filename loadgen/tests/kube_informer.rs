@@ -141,3 +141,35 @@ async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_re
     informer.shutdown().await;
     server.stop().await.unwrap();
 }
+
+/// `loadgen e2e` through the binary, tiny: both clients end with the server's state.
+#[test]
+fn e2e_through_the_binary_gives_both_clients_verdict_ok() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["e2e", "--workload", "w1", "--rate", "4000", "--keys", "300"])
+        .args(["--events", "2000", "--window", "500", "--client", "all"])
+        .output()
+        .expect("loadgen runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for client in ["kcache", "kube-rs"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(client))
+            .unwrap_or_else(|| panic!("no line for {client}:\n{stdout}"));
+        assert!(line.ends_with(" ok"), "{line}");
+        let received: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(received > 1_000, "{client} received most events: {line}");
+    }
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["e2e", "--rate", "0"])
+        .output()
+        .expect("loadgen runs");
+    assert_eq!(bad.status.code(), Some(2), "a bad rate is a usage error");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a rate"));
+}
