@@ -424,7 +424,9 @@ async fn run_client(
     let _ = sampler.await;
     stop().await;
 
-    let mut lags = Histogram::<u64>::new(3).map_err(|e| format!("histogram: {e}"))?;
+    // Up to an hour in microseconds; a longer lag is clamped to it.
+    let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| format!("histogram: {e}"))?;
     for &(rv, at) in lock(&seen.events).iter() {
         if let Some(published) = timeline.not_yet_published(rv) {
             let us = at.saturating_duration_since(published).as_micros();
