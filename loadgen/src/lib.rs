@@ -33,6 +33,8 @@ pub mod chart;
 pub mod compare;
 pub mod controller_loop;
 pub mod driver;
+#[cfg(feature = "wire")]
+pub mod e2e;
 pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;

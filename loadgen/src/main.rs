@@ -7,6 +7,8 @@
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
 //! - `loadgen scale --workload w1 --engine all [--keys 10k,100k,1M,4M]`: a sweep over key counts.
+//! - `loadgen e2e --workload wN --rate R --client kcache|kube-rs|all` (feature `wire`): real
+//!   clients (kcache's informer through kube-rs, kube-rs' own reflector) against `serve`.
 
 #![forbid(unsafe_code)]
 
@@ -48,6 +50,10 @@ enum Command {
     /// Sweep the key count: events/s, paced p99 and bytes per key of each engine, with a
     /// chart.
     Scale(loadgen::scale::ScaleArgs),
+    /// Run kcache's informer (through its kube-rs adapter) and kube-rs' own reflector against
+    /// `serve`, and report events/s, lag, memory and a verdict per client.
+    #[cfg(feature = "wire")]
+    E2e(loadgen::e2e::E2eArgs),
 }
 
 fn main() -> ExitCode {
@@ -64,5 +70,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "wire")]
         Command::Serve(args) => loadgen::serve::main(args),
         Command::Scale(args) => loadgen::scale::main(args),
+        #[cfg(feature = "wire")]
+        Command::E2e(args) => loadgen::e2e::main(args),
     }
 }

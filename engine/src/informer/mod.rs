@@ -13,10 +13,14 @@
 //!   failures, for tests and the load generator.
 //! - [`Reflector`] and [`Backoff`]: list, replace, watch, relist on 410, back off on failure,
 //!   resync.
+//! - `KubeListerWatcher` (feature `kube`): the same over kube-rs' `Api<K>`, against a real
+//!   API server.
 //! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
 //!   buffer, delivery thread, `has_synced` and resync period; [`StoreReader`] reads the store.
 
 mod backoff;
+#[cfg(feature = "kube")]
+mod kube;
 mod lister_watcher;
 mod memory;
 mod processor;
@@ -25,6 +29,11 @@ mod reflector;
 mod shared_informer;
 mod stop;
 
+#[cfg(feature = "kube")]
+pub use self::kube::{
+    from_kube_error, from_kube_event, kube_key, kube_key_fn, KubeListerWatcher,
+    MAX_WATCH_TIMEOUT_SECS,
+};
 pub use backoff::{Backoff, BackoffTimer};
 pub use lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,

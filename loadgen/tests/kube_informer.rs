@@ -1,0 +1,175 @@
+//! kcache's `SharedInformer` over the wire: `KubeListerWatcher<Pod>` (the engine's `kube`
+//! feature) against `loadgen serve` with W1 churning. The informer's store must end equal to
+//! the server's final state, and a watch from a version that fell out of the server's window
+//! must get `410 Expired` and make the reflector relist.
+#![cfg(feature = "wire")]
+
+mod serve_common;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kcache::informer::{
+    kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
+    Versioned, WatchEvent, WatchOptions, WatchStream,
+};
+use kube::api::Api;
+use kube::{Client, Config, ResourceExt};
+use loadgen::serve::store::Store;
+use serve_common::{churn_done, server_state, start};
+
+fn client(url: &str) -> Client {
+    Client::try_from(Config::new(url.parse().expect("a valid url"))).expect("a client")
+}
+
+/// The adapter, counting full lists (first pages) and the 410s its watches bring; its first
+/// watch waits until the server's window has moved past the version it asks for, as a client
+/// held up by a slow network would find it.
+struct Observed {
+    inner: KubeListerWatcher<Pod>,
+    store: Arc<Store>,
+    stall_first_watch: AtomicBool,
+    lists: AtomicUsize,
+    expired: Arc<AtomicUsize>,
+}
+
+impl ListerWatcher<Pod> for Observed {
+    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
+        if options.continue_token.is_none() {
+            self.lists.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.list(options)
+    }
+
+    fn watch(
+        &self,
+        options: WatchOptions,
+    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
+        let stall = self.stall_first_watch.swap(false, Ordering::Relaxed);
+        let store = Arc::clone(&self.store);
+        let expired = Arc::clone(&self.expired);
+        let watch = self.inner.watch(options.clone());
+        async move {
+            if stall {
+                let from: u64 = options.resource_version.parse().unwrap_or(0);
+                let deadline = Instant::now() + Duration::from_secs(20);
+                while store.oldest() <= from {
+                    assert!(
+                        Instant::now() < deadline,
+                        "the window never moved past {from}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            let stream = watch.await?;
+            let counted: WatchStream<Pod> = stream
+                .inspect(move |event| {
+                    if let Ok(WatchEvent::Error(status)) = event {
+                        if status.code == 410 {
+                            expired.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                })
+                .boxed();
+            Ok(counted)
+        }
+    }
+}
+
+/// `namespace/name` → resource version of what the informer's store holds.
+fn state_of(pods: Vec<Arc<Pod>>) -> BTreeMap<String, u64> {
+    pods.iter()
+        .map(|p| {
+            let key = format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any());
+            (key, Versioned::resource_version(&**p).parse().unwrap())
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_relist() {
+    // 1,500 pods, 6,000 events at 3,000/s, a window of only 300 events: the stalled first
+    // watch is certain to fall out of it.
+    let server = start(1_500, 6_000, 3_000.0, 300).await;
+    let observed = Arc::new(Observed {
+        inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
+        store: Arc::clone(server.store()),
+        stall_first_watch: AtomicBool::new(true),
+        lists: AtomicUsize::new(0),
+        expired: Arc::new(AtomicUsize::new(0)),
+    });
+    let informer = SharedInformer::builder(Arc::clone(&observed), kube_key_fn::<Pod>())
+        .page_size(250)
+        .min_watch_timeout(Duration::from_secs(5))
+        .build();
+    informer.start().expect("the informer starts");
+
+    let final_rv = churn_done(&server, Duration::from_secs(30))
+        .await
+        .resource_version;
+    let expected = server_state(&server);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut got = state_of(informer.store().list());
+    while got != expected {
+        assert!(
+            Instant::now() < deadline,
+            "the informer did not converge: {} pods vs the server's {}, last sync {}, server at {final_rv}, failure {:?}",
+            got.len(),
+            expected.len(),
+            informer.last_sync_resource_version(),
+            informer.failure(),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        got = state_of(informer.store().list());
+    }
+    assert!(informer.has_synced());
+    assert!(
+        observed.expired.load(Ordering::Relaxed) >= 1,
+        "the stalled watch got a 410"
+    );
+    assert!(
+        observed.lists.load(Ordering::Relaxed) >= 2,
+        "the reflector relisted after the 410 ({} lists)",
+        observed.lists.load(Ordering::Relaxed)
+    );
+    assert_eq!(informer.failure(), None);
+    informer.shutdown().await;
+    server.stop().await.unwrap();
+}
+
+/// `loadgen e2e` through the binary, tiny: both clients end with the server's state.
+#[test]
+fn e2e_through_the_binary_gives_both_clients_verdict_ok() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["e2e", "--workload", "w1", "--rate", "4000", "--keys", "300"])
+        .args(["--events", "2000", "--window", "500", "--client", "all"])
+        .output()
+        .expect("loadgen runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for client in ["kcache", "kube-rs"] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(client))
+            .unwrap_or_else(|| panic!("no line for {client}:\n{stdout}"));
+        assert!(line.ends_with(" ok"), "{line}");
+        let received: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        assert!(received > 1_000, "{client} received most events: {line}");
+    }
+
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args(["e2e", "--rate", "0"])
+        .output()
+        .expect("loadgen runs");
+    assert_eq!(bad.status.code(), Some(2), "a bad rate is a usage error");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a rate"));
+}
