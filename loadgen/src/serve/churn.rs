@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use super::objects::{event_line, pod_json, EventType, PodState};
-use super::store::{Change, Store, StoredPod, WatchLine};
+use super::objects::{pod_json, EventType, PodState};
+use super::store::{Change, Store, StoredPod};
 use crate::workload::{Generated, Op, Pod};
 
 /// At most this many events go into the store under one lock.
@@ -160,21 +160,7 @@ impl Churn {
         self.resource_version += 1;
         let (namespace, name) = self.names(pod);
         let json = self.json(pod, &namespace, &name, self.resource_version);
-        let (line, object) = event_line(kind, &json);
-        Change {
-            kind,
-            pod: Arc::new(StoredPod {
-                namespace: Arc::clone(&namespace),
-                name,
-                resource_version: self.resource_version,
-                object: line.slice(object),
-            }),
-            line: Arc::new(WatchLine {
-                resource_version: self.resource_version,
-                namespace,
-                line,
-            }),
-        }
+        Change::new(kind, namespace, name, self.resource_version, &json)
     }
 
     /// The events of the next op into `out`; false when the workload is done.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
-use super::objects::{EventType, Status, POD_HEAD};
+use super::objects::{event_line, EventType, Status, POD_HEAD};
 
 /// A pod as the server holds it.
 #[derive(Debug)]
@@ -61,6 +61,34 @@ pub struct Change {
     pub pod: Arc<StoredPod>,
     /// The shared line.
     pub line: Arc<WatchLine>,
+}
+
+impl Change {
+    /// The `kind` event of the pod serialised as `json`, at `resource_version`: the watch line
+    /// is built once, and the stored object is a slice of it (serialised once, not per watcher).
+    pub fn new(
+        kind: EventType,
+        namespace: Arc<str>,
+        name: Arc<str>,
+        resource_version: u64,
+        json: &[u8],
+    ) -> Change {
+        let (line, object) = event_line(kind, json);
+        Change {
+            kind,
+            pod: Arc::new(StoredPod {
+                namespace: Arc::clone(&namespace),
+                name,
+                resource_version,
+                object: line.slice(object),
+            }),
+            line: Arc::new(WatchLine {
+                resource_version,
+                namespace,
+                line,
+            }),
+        }
+    }
 }
 
 /// What a watch sends before its live events.
@@ -328,7 +356,7 @@ fn select<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::objects::{event_line, pod_json, PodState};
+    use crate::serve::objects::{pod_json, PodState};
 
     fn change(kind: EventType, i: u32, rv: u64) -> Change {
         let (namespace, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
@@ -342,22 +370,7 @@ mod tests {
             resource_version: rv,
             created: 0,
         });
-        let (line, range) = event_line(kind, &json);
-        let namespace: Arc<str> = namespace.into();
-        Change {
-            kind,
-            pod: Arc::new(StoredPod {
-                namespace: namespace.clone(),
-                name: name.into(),
-                resource_version: rv,
-                object: line.slice(range),
-            }),
-            line: Arc::new(WatchLine {
-                resource_version: rv,
-                namespace,
-                line,
-            }),
-        }
+        Change::new(kind, namespace.into(), name.into(), rv, &json)
     }
 
     #[test]

@@ -217,7 +217,7 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::objects::{event_line, pod_json, EventType, PodState};
+    use crate::serve::objects::{pod_json, EventType, PodState};
     use crate::serve::store::{Change, Store};
     use serde_json::Value;
 
@@ -233,22 +233,7 @@ mod tests {
             resource_version: rv,
             created: 0,
         });
-        let (line, range) = event_line(EventType::Added, &json);
-        let namespace: Arc<str> = namespace.into();
-        Change {
-            kind: EventType::Added,
-            pod: Arc::new(StoredPod {
-                namespace: namespace.clone(),
-                name: name.into(),
-                resource_version: rv,
-                object: line.slice(range),
-            }),
-            line: Arc::new(WatchLine {
-                resource_version: rv,
-                namespace,
-                line,
-            }),
-        }
+        Change::new(EventType::Added, namespace.into(), name.into(), rv, &json)
     }
 
     fn options(namespace: Option<&str>, bookmarks: bool) -> WatchOptions {
