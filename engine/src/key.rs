@@ -115,6 +115,44 @@ impl AsRef<str> for Key {
     }
 }
 
+/// A borrowed [`Key`]: its hash and its name, inline. Equal exactly when the keys are, and
+/// compared the same way (hash, then the same string allocation, then the bytes), so a set of
+/// them answers "is this key in it?" without a reference count per member, and mostly without
+/// leaving the set's own memory.
+#[derive(Clone, Copy)]
+pub(crate) struct KeyRef<'a> {
+    hash: u64,
+    name: &'a str,
+}
+
+impl<'a> KeyRef<'a> {
+    pub(crate) fn of(key: &'a Key) -> Self {
+        Self {
+            hash: key.hash,
+            name: &key.name,
+        }
+    }
+}
+
+impl PartialEq for KeyRef<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        // As `Key::eq`: two keys share a string allocation exactly when their names are the same
+        // pointer (and length).
+        self.hash == other.hash && (std::ptr::eq(self.name, other.name) || self.name == other.name)
+    }
+}
+
+impl Eq for KeyRef<'_> {}
+
+impl Hash for KeyRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.hash);
+    }
+}
+
+/// A set of borrowed keys (see [`KeyRef`]).
+pub(crate) type KeyRefSet<'a> = std::collections::HashSet<KeyRef<'a>, BuildKeyHasher>;
+
 /// A [`Hasher`] that passes a [`Key`]'s precomputed hash through.
 ///
 /// Only for maps keyed by [`Key`]: anything else written to it is folded in with a cheap

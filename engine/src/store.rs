@@ -20,6 +20,33 @@ pub trait KnownObjects<T>: Send + Sync {
     fn list_keys(&self) -> Vec<Key>;
     /// The object stored under `key`, if any.
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>>;
+
+    /// Calls `visit` with every key in the store: what [`list_keys`](Self::list_keys) returns,
+    /// without building the list. The sharded queue's `replace` walks the store with it.
+    ///
+    /// `visit` is the queue's own code and never calls back into the store, so an
+    /// implementation may call it while holding its own locks. The default walks `list_keys`.
+    fn visit_keys(&self, visit: &mut dyn FnMut(&Key)) {
+        for key in self.list_keys() {
+            visit(&key);
+        }
+    }
+
+    /// Calls `visit` with every key in the store and the object stored under it: what
+    /// `list_keys` and a `get_by_key` of each would give, without a lookup per key. The sharded
+    /// queue's `resync` walks the store with it.
+    ///
+    /// `visit` is the queue's own code and never calls back into the store, so an
+    /// implementation may call it while holding its own locks. The default walks `list_keys`
+    /// and calls `get_by_key` for each key (skipping keys gone meanwhile): a store that can walk
+    /// its content directly should say so here.
+    fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
+        for key in self.list_keys() {
+            if let Some(obj) = self.get_by_key(&key) {
+                visit(&key, &obj);
+            }
+        }
+    }
 }
 
 /// The values an index function gives one object. Most objects have exactly one.

@@ -17,8 +17,8 @@ mod common;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{obj, options, MapStore, Obj};
-use kcache::{process_deltas, DeltaQueue, Deltas, Key, NoopHandler, Tombstone, TryPop};
+use common::{key_of, obj, options, MapStore, Obj};
+use kcache::{process_deltas, DeltaQueue, Deltas, Key, NoopHandler, Store, Tombstone, TryPop};
 use proptest::prelude::*;
 
 const KEYS: [&str; 6] = ["a", "b", "c", "ns/d", "ns/e", "x/f"];
@@ -88,9 +88,20 @@ fn op(drain_only: bool) -> impl Strategy<Value = Op> {
     proptest::strategy::Union::new_weighted(ops)
 }
 
+/// Which store the queue is given as known objects (the same kind for both engines). The
+/// indexers walk themselves for `replace` and `resync` (`visit_keys`, `visit_objects`); the
+/// plain map takes the trait's default walk over `list_keys` and `get_by_key`.
+#[derive(Debug, Clone, Copy)]
+enum KnownStore {
+    Map,
+    ReferenceIndexer,
+    ShardedIndexer,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Config {
     known_objects: bool,
+    store: KnownStore,
     emit_replaced: bool,
     compact_updates: bool,
     /// `max_queued_deltas`; 0 is unbounded.
@@ -100,13 +111,19 @@ struct Config {
 fn config() -> impl Strategy<Value = Config> {
     (
         any::<bool>(),
+        prop_oneof![
+            Just(KnownStore::Map),
+            Just(KnownStore::ReferenceIndexer),
+            Just(KnownStore::ShardedIndexer)
+        ],
         any::<bool>(),
         any::<bool>(),
         prop_oneof![Just(0usize), 1..6usize],
     )
         .prop_map(
-            |(known_objects, emit_replaced, compact_updates, max_queued_deltas)| Config {
+            |(known_objects, store, emit_replaced, compact_updates, max_queued_deltas)| Config {
                 known_objects,
+                store,
                 emit_replaced,
                 compact_updates,
                 max_queued_deltas,
@@ -166,7 +183,44 @@ fn run<Q: DeltaQueue<Obj>>(
     make_room: MakeRoom,
     ops: &[Op],
 ) -> Vec<Line> {
-    let store = Arc::new(MapStore::default());
+    let key_fn: kcache::KeyFn<Obj> = Arc::new(key_of);
+    match cfg.store {
+        KnownStore::Map => run_with(Arc::new(MapStore::default()), make, cfg, make_room, ops),
+        KnownStore::ReferenceIndexer => run_with(
+            Arc::new(kcache::reference::IndexedStore::new(key_fn, Vec::new())),
+            make,
+            cfg,
+            make_room,
+            ops,
+        ),
+        KnownStore::ShardedIndexer => run_with(
+            Arc::new(kcache::sharded::IndexedStore::new(key_fn, Vec::new())),
+            make,
+            cfg,
+            make_room,
+            ops,
+        ),
+    }
+}
+
+/// The store's content as (key, version), sorted.
+fn snapshot<S: Store<Obj>>(store: &S) -> Vec<(String, u64)> {
+    let mut out: Vec<_> = store
+        .list_keys()
+        .into_iter()
+        .filter_map(|key| store.get_by_key(&key).map(|o| (key.to_string(), o.v)))
+        .collect();
+    out.sort();
+    out
+}
+
+fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
+    store: Arc<S>,
+    make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
+    cfg: Config,
+    make_room: MakeRoom,
+    ops: &[Op],
+) -> Vec<Line> {
     let mut opts = options()
         .emit_replaced(cfg.emit_replaced)
         .compact_updates(cfg.compact_updates)
@@ -247,7 +301,7 @@ fn run<Q: DeltaQueue<Obj>>(
                 out.push(Line::Keys(keys));
                 out.push(Line::Queued(q.queued_deltas()));
             }
-            Op::Known => out.push(Line::Known(store.snapshot())),
+            Op::Known => out.push(Line::Known(snapshot(&*store))),
             Op::Close => q.close(),
         }
     }

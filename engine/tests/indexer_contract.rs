@@ -141,7 +141,40 @@ for_both_engines!(
     key_errors_are_returned_by_add_and_delete,
     debug_shows_counts_only,
     a_panicking_index_function_changes_nothing,
+    visits_see_what_list_keys_and_get_by_key_see,
 );
+
+/// `visit_keys` and `visit_objects` (what a queue walks the store with) see every key once,
+/// with the object `get_by_key` returns; an object lent to `visit_objects` can be kept past the
+/// walk and past its removal from the store.
+fn visits_see_what_list_keys_and_get_by_key_see<I: Indexer<Pod>>(new: New<I>) {
+    let idx = indexer(new);
+    for (ns, name) in [("a", "p1"), ("a", "p2"), ("b", "p3"), ("b", "p4")] {
+        idx.add(pod(ns, name, &["n1"])).unwrap();
+    }
+    idx.update(pod("a", "p2", &["n2"])).unwrap();
+    idx.delete(&pod("b", "p3", &[])).unwrap();
+
+    let mut visited_keys = Vec::new();
+    idx.visit_keys(&mut |key| visited_keys.push(key.clone()));
+    assert_eq!(sorted_keys(visited_keys), sorted_keys(idx.list_keys()));
+
+    let mut visited = Vec::new();
+    idx.visit_objects(&mut |key, obj| visited.push((key.clone(), Arc::clone(obj))));
+    visited.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(
+        sorted_keys(visited.iter().map(|(key, _)| key.clone()).collect()),
+        ["a/p1", "a/p2", "b/p4"]
+    );
+    for (key, obj) in &visited {
+        assert_eq!(Some(obj), idx.get_by_key(key).as_ref(), "{key}");
+    }
+    assert_eq!(visited[1].1.nodes, ["n2"], "the updated object");
+
+    idx.delete(&pod("a", "p1", &[])).unwrap();
+    idx.update(pod("a", "p2", &["n3"])).unwrap();
+    assert_eq!((visited[0].1.name, visited[1].1.nodes), ("p1", &["n2"][..]));
+}
 
 fn add_stores_and_indexes_the_object<I: Indexer<Pod>>(new: New<I>) {
     let idx = indexer(new);

@@ -183,6 +183,16 @@ impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>> {
         read(&self.inner).items.get(key).cloned()
     }
+
+    fn visit_keys(&self, visit: &mut dyn FnMut(&Key)) {
+        read(&self.inner).items.keys().for_each(visit);
+    }
+
+    fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
+        for (key, obj) in &read(&self.inner).items {
+            visit(key, obj);
+        }
+    }
 }
 
 impl<T: Send + Sync> Store<T> for IndexedStore<T> {

@@ -64,7 +64,7 @@ use smallvec::SmallVec;
 use crate::delta::{
     push_delta, push_grows, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone,
 };
-use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
+use crate::key::{Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet};
 use crate::latch::Latch;
 use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
 use crate::store::KnownObjects;
@@ -650,45 +650,85 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         self.room.add(usize::from(pushed.grew));
     }
 
-    /// The known keys that `wanted` accepts (it sees the key and its shard), with what the known
-    /// store holds for each, or will hold once in-flight keys are done: what client-go would see
-    /// under its lock. Keys the store will no longer hold are left out. Sorted by key, and
-    /// objects are fetched only for wanted keys. Caller holds every shard lock.
-    fn known_view(
+    /// The known keys with nothing queued that `listed` does not have, each with what the known
+    /// store holds for it, or will hold once in-flight keys are done: what client-go would see
+    /// under its lock. Keys the store will no longer hold are left out. Sorted by key, each
+    /// once. Walks the store's keys once and fetches objects only for the keys it returns.
+    /// Caller holds every shard lock.
+    fn known_gone(
         &self,
         states: &[MutexGuard<'_, ShardState<T>>],
-        mut wanted: impl FnMut(&Key, &ShardState<T>) -> bool,
+        listed: &KeyRefSet<'_>,
     ) -> Vec<(Key, Option<Arc<T>>)> {
         let Some(known) = &self.known else {
             return Vec::new();
         };
-        let mut keys = known.list_keys();
-        for state in states {
-            // In-flight keys the store does not list yet (their add is not applied yet).
-            keys.extend(state.in_flight.keys().cloned());
-        }
-        let mut seen = KeySet::with_capacity_and_hasher(keys.len(), Default::default());
-        let mut view: Vec<(Key, Option<Arc<T>>)> = keys
+        let wanted = |key: &Key, state: &ShardState<T>| {
+            !listed.contains(&KeyRef::of(key)) && !state.has_pending(key)
+        };
+        let any_in_flight = states.iter().any(|state| !state.in_flight.is_empty());
+        let mut gone = Vec::new();
+        known.visit_keys(&mut |key| {
+            let state = &states[self.shard_of(key)];
+            // In-flight keys are answered from their popped deltas, below.
+            if wanted(key, state) && !(any_in_flight && state.in_flight.contains_key(key)) {
+                gone.push(key.clone());
+            }
+        });
+        // Fetched after the walk: the store may hold its locks while it calls `visit`.
+        let mut gone: Vec<(Key, Option<Arc<T>>)> = gone
             .into_iter()
-            .filter_map(|key| {
-                let state = &states[self.shard_of(&key)];
-                if !wanted(&key, state) || !seen.insert(key.clone()) {
-                    return None;
-                }
-                let obj = match state.in_flight.get(&key) {
-                    Some(flight) => match &flight.known_after {
-                        Some(obj) => Some(Arc::clone(obj)),
-                        // Will be gone once the consumer is done: not known (client-go would
-                        // only see it after the delete was applied).
-                        None => return None,
-                    },
-                    None => known.get_by_key(&key),
-                };
-                Some((key, obj))
+            .map(|key| {
+                let obj = known.get_by_key(&key);
+                (key, obj)
             })
             .collect();
-        view.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        view
+        gone.extend(
+            Self::in_flight_known(states, wanted)
+                .into_iter()
+                .map(|(key, obj)| (key, Some(obj))),
+        );
+        gone.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        // Once per key, as the reference asks (a store could list a key twice).
+        gone.dedup_by(|a, b| a.0 == b.0);
+        gone
+    }
+
+    /// Every known key with what the known store holds for it, or will hold once in-flight
+    /// keys are done (see [`known_gone`](Self::known_gone)), in the store's order, in one walk
+    /// of the store. Caller holds every shard lock.
+    fn known_objects(&self, states: &[MutexGuard<'_, ShardState<T>>]) -> Vec<(Key, Arc<T>)> {
+        let Some(known) = &self.known else {
+            return Vec::new();
+        };
+        let any_in_flight = states.iter().any(|state| !state.in_flight.is_empty());
+        let mut objects = Vec::new();
+        known.visit_objects(&mut |key, obj| {
+            if !(any_in_flight && states[self.shard_of(key)].in_flight.contains_key(key)) {
+                objects.push((key.clone(), Arc::clone(obj)));
+            }
+        });
+        objects.extend(Self::in_flight_known(states, |_, _| true));
+        objects
+    }
+
+    /// The in-flight keys that `wanted` accepts and that the known store will hold once the
+    /// consumer is done, with that object (an in-flight key whose newest popped delta is
+    /// `Deleted` will be gone: client-go would only see it after the delete was applied).
+    fn in_flight_known(
+        states: &[MutexGuard<'_, ShardState<T>>],
+        wanted: impl Fn(&Key, &ShardState<T>) -> bool,
+    ) -> Vec<(Key, Arc<T>)> {
+        let mut known = Vec::new();
+        for state in states {
+            for (key, flight) in &state.in_flight {
+                match &flight.known_after {
+                    Some(obj) if wanted(key, state) => known.push((key.clone(), Arc::clone(obj))),
+                    _ => {}
+                }
+            }
+        }
+        known
     }
 
     /// Flags the first `count` queued keys as the initial list (see module docs). Returns how
@@ -778,6 +818,8 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         self.enqueue_delete(key, DeltaObject::Tombstone(Arc::new(tombstone)))
     }
 
+    // Rare and large: kept out of the callers' code (and visible in profiles).
+    #[inline(never)]
     fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
         // Every call into user code comes before the first change, so an error or a panic in any
         // of them changes nothing. Keys and transforms first, outside any lock.
@@ -791,7 +833,9 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         } else {
             DeltaType::Sync
         };
-        let listed_keys: KeySet = listed.iter().map(|(key, _)| key.clone()).collect();
+        // Still outside the locks: the listed keys, borrowed (no reference count each).
+        let mut listed_keys = KeyRefSet::with_capacity_and_hasher(listed.len(), Default::default());
+        listed_keys.extend(listed.iter().map(|(key, _)| KeyRef::of(key)));
         // Declared before the shard guards, so it drops (and wakes consumers) after them.
         let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
@@ -799,20 +843,15 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         // Known keys with nothing queued that the list no longer has: their deletion was missed.
         // Asked of the known store (user code) before anything changes. Listed keys will have
         // something queued and are excluded anyway, so "nothing queued" can be judged now.
-        let gone = self.known_view(&states, |key, state| {
-            !listed_keys.contains(key) && !state.has_pending(key)
-        });
+        let gone = self.known_gone(&states, &listed_keys);
 
-        for (key, obj) in listed {
-            self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
-        }
-
-        // Keys with pending deltas that the list no longer has: their deletion was missed.
-        let mut tombstones = 0;
+        // Keys with pending deltas that the list does not have: their deletion was missed too.
+        // Judged before the list is queued, which only adds listed keys and leaves these keys'
+        // newest deltas as they are.
         let mut missing = Vec::new();
         for state in states.iter() {
             for (key, entry) in &state.pending {
-                if listed_keys.contains(key) {
+                if listed_keys.contains(&KeyRef::of(key)) {
                     continue;
                 }
                 let last_known = entry
@@ -828,6 +867,14 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         // Same order as the reference for identical output with one shard: these keys are all
         // queued already, so the order only matters for determinism.
         missing.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+        let distinct_listed = listed_keys.len();
+        drop(listed_keys);
+
+        for (key, obj) in listed {
+            self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
+        }
+
+        let mut tombstones = 0;
         for tombstone in missing {
             tombstones += 1;
             let key = tombstone.key.clone();
@@ -846,7 +893,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         }
 
         if !self.populated.load(Ordering::Relaxed) {
-            let flagged = Self::flag_initial(&mut states, listed_keys.len() + tombstones);
+            let flagged = Self::flag_initial(&mut states, distinct_listed + tombstones);
             // Relaxed store, then the Release store of `populated` publishes it.
             self.initial_remaining.store(flagged, Ordering::Relaxed);
             self.populated.store(true, Ordering::Release);
@@ -857,25 +904,50 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         Ok(())
     }
 
+    // Rare and large: kept out of the callers' code (and visible in profiles).
+    #[inline(never)]
     fn resync(&self) -> Result<(), QueueError> {
         if self.known.is_none() {
             return Ok(());
         }
         let mut wake = Wake::new(&self.scheduler);
         let mut states = self.lock_all();
-        // Every known object, and its key computed again by the key function (client-go's
-        // `syncKeyLocked` calls `KeyOf` on the known object and returns its error), all before
-        // anything changes: a key error or a panic in user code changes nothing. Sorted by the
-        // store's key, as the reference walks them.
+        // Every known object is keyed again by the key function (client-go's `syncKeyLocked`
+        // calls `KeyOf` on the known object and returns its error), all before anything
+        // changes: a key error or a panic in user code changes nothing. Only the objects whose
+        // key has nothing queued are kept, so only those are sorted (by the store's key, the
+        // order the reference walks them in).
         let mut synced = Vec::new();
-        for (_, obj) in self.known_view(&states, |_, _| true) {
-            // Listed but no longer found: skipped, as client-go does.
-            let Some(obj) = obj else { continue };
-            synced.push(((self.key_fn)(&obj)?, obj));
+        let mut first_error: Option<(Key, KeyError)> = None;
+        for (store_key, obj) in self.known_objects(&states) {
+            match (self.key_fn)(&obj) {
+                // A key with queued deltas is skipped: its queued state is newer than the
+                // store's. (Nothing is queued until every key is known, so judging it now is
+                // judging it at push time, except for repeats, judged again below.)
+                Ok(key) => {
+                    if !states[self.shard_of(&key)].has_pending(&key) {
+                        synced.push((store_key, key, obj));
+                    }
+                }
+                // The reference walks the store sorted and returns at the first error: the
+                // error of the smallest failing store key is the one it returns.
+                Err(error) => {
+                    if first_error
+                        .as_ref()
+                        .is_none_or(|(first, _)| store_key < *first)
+                    {
+                        first_error = Some((store_key, error));
+                    }
+                }
+            }
         }
-        for (key, obj) in synced {
-            // A key with queued deltas is skipped: its queued state is newer than the store's.
-            // Judged at push time, so a second known object with the same key is skipped too.
+        if let Some((_, error)) = first_error {
+            return Err(error.into());
+        }
+        synced.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        for (_, key, obj) in synced {
+            // Two known objects with one key: the first (by store key) is queued, the second
+            // now finds it queued and is skipped, as in the reference.
             if states[self.shard_of(&key)].has_pending(&key) {
                 continue;
             }

@@ -517,6 +517,24 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
         let guard = crossbeam_epoch::pin();
         self.state.load().object(key, &guard, Slot::load_arc)
     }
+
+    /// One items shard after the other, like `list_keys`.
+    fn visit_keys(&self, visit: &mut dyn FnMut(&Key)) {
+        for entry in self.state.load().items.iter() {
+            visit(entry.key());
+        }
+    }
+
+    /// One items shard after the other, like `list`; each object is lent to `visit` without a
+    /// reference count (and one pin for the whole walk).
+    fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
+        let guard = crossbeam_epoch::pin();
+        for entry in self.state.load().items.iter() {
+            entry
+                .value()
+                .with_arc(&guard, |obj| visit(entry.key(), obj));
+        }
+    }
 }
 
 impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {

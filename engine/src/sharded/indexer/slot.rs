@@ -11,6 +11,7 @@
 //! pin that protects it writes the pinning thread's own epoch record; see the indexer's
 //! module docs for everything a read writes.)
 
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
@@ -52,6 +53,18 @@ impl<T: Send + Sync + 'static> Slot<T> {
     pub(super) fn load_arc(&self, guard: &Guard) -> Arc<T> {
         // Safety: the object is borrowed from this slot under `guard`, pinned for the call.
         unsafe { share(self.load(guard)) }
+    }
+
+    /// Calls `f` with the current object as an `Arc` borrowed for the call, without touching
+    /// its reference count (`f` may clone it, which counts as usual).
+    pub(super) fn with_arc<R>(&self, guard: &Guard, f: impl FnOnce(&Arc<T>) -> R) -> R {
+        let ptr: *const T = self.load(guard);
+        // Safety: `ptr` came from `Arc::into_raw` and its allocation stays alive while `guard`
+        // is pinned (see `load`), with a strong count of at least one that the slot owns. The
+        // `Arc` rebuilt here is never dropped (`ManuallyDrop`), so it releases nothing: it only
+        // lends that count to `f` for the call, which the borrow cannot outlive.
+        let obj = ManuallyDrop::new(unsafe { Arc::from_raw(ptr) });
+        f(&obj)
     }
 
     /// Publishes `obj` and returns the object it replaces.
