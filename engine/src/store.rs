@@ -34,12 +34,14 @@ pub trait KnownObjects<T>: Send + Sync {
 
     /// Calls `visit` with every key in the store and the object stored under it: what
     /// `list_keys` and a `get_by_key` of each would give, without a lookup per key. The sharded
-    /// queue's `resync` walks the store with it.
+    /// queue's `resync` walks the store with it, and keys each object inside `visit` (while the
+    /// walk has it in cache).
     ///
-    /// `visit` is the queue's own code and never calls back into the store, so an
-    /// implementation may call it while holding its own locks. The default walks `list_keys`
-    /// and calls `get_by_key` for each key (skipping keys gone meanwhile): a store that can walk
-    /// its content directly should say so here.
+    /// So `visit` runs the queue's key function, which may read this store (never write it):
+    /// an implementation may call `visit` while holding a lock of its own only if that lock
+    /// never makes a reader wait for a waiting writer. The default walks `list_keys` and calls
+    /// `get_by_key` for each key (skipping keys gone meanwhile), holding nothing while it
+    /// visits: a store that can walk its content directly should say so here.
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
         for key in self.list_keys() {
             if let Some(obj) = self.get_by_key(&key) {

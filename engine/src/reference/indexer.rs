@@ -188,8 +188,15 @@ impl<T: Send + Sync> KnownObjects<T> for IndexedStore<T> {
         read(&self.inner).items.keys().for_each(visit);
     }
 
+    /// Visits a copy of the content, taken under the lock: `visit` runs with no lock held (a
+    /// reader of this store could otherwise wait behind a waiting writer).
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
-        for (key, obj) in &read(&self.inner).items {
+        let items: Vec<(Key, Arc<T>)> = read(&self.inner)
+            .items
+            .iter()
+            .map(|(key, obj)| (key.clone(), Arc::clone(obj)))
+            .collect();
+        for (key, obj) in &items {
             visit(key, obj);
         }
     }

@@ -694,22 +694,28 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         gone
     }
 
-    /// Every known key with what the known store holds for it, or will hold once in-flight
-    /// keys are done (see [`known_gone`](Self::known_gone)), in the store's order, in one walk
-    /// of the store. Caller holds every shard lock.
-    fn known_objects(&self, states: &[MutexGuard<'_, ShardState<T>>]) -> Vec<(Key, Arc<T>)> {
+    /// Calls `f` with every known key and what the known store holds for it, or will hold once
+    /// in-flight keys are done (see [`known_gone`](Self::known_gone)), in the store's order, in
+    /// one walk of the store: `f` sees each object while the walk has it in cache. `f` may run
+    /// while the store holds a read lock of its own (see [`KnownObjects::visit_objects`]).
+    /// Caller holds every shard lock.
+    fn for_each_known_object(
+        &self,
+        states: &[MutexGuard<'_, ShardState<T>>],
+        mut f: impl FnMut(&Key, &Arc<T>),
+    ) {
         let Some(known) = &self.known else {
-            return Vec::new();
+            return;
         };
         let any_in_flight = states.iter().any(|state| !state.in_flight.is_empty());
-        let mut objects = Vec::new();
         known.visit_objects(&mut |key, obj| {
             if !(any_in_flight && states[self.shard_of(key)].in_flight.contains_key(key)) {
-                objects.push((key.clone(), Arc::clone(obj)));
+                f(key, obj);
             }
         });
-        objects.extend(Self::in_flight_known(states, |_, _| true));
-        objects
+        for (key, obj) in Self::in_flight_known(states, |_, _| true) {
+            f(&key, &obj);
+        }
     }
 
     /// The in-flight keys that `wanted` accepts and that the known store will hold once the
@@ -919,28 +925,26 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         // order the reference walks them in).
         let mut synced = Vec::new();
         let mut first_error: Option<(Key, KeyError)> = None;
-        for (store_key, obj) in self.known_objects(&states) {
-            match (self.key_fn)(&obj) {
-                // A key with queued deltas is skipped: its queued state is newer than the
-                // store's. (Nothing is queued until every key is known, so judging it now is
-                // judging it at push time, except for repeats, judged again below.)
-                Ok(key) => {
-                    if !states[self.shard_of(&key)].has_pending(&key) {
-                        synced.push((store_key, key, obj));
-                    }
-                }
-                // The reference walks the store sorted and returns at the first error: the
-                // error of the smallest failing store key is the one it returns.
-                Err(error) => {
-                    if first_error
-                        .as_ref()
-                        .is_none_or(|(first, _)| store_key < *first)
-                    {
-                        first_error = Some((store_key, error));
-                    }
+        self.for_each_known_object(&states, |store_key, obj| match (self.key_fn)(obj) {
+            // A key with queued deltas is skipped: its queued state is newer than the store's.
+            // (Nothing is queued until every key is known, so judging it now is judging it at
+            // push time, except for repeats, judged again below.)
+            Ok(key) => {
+                if !states[self.shard_of(&key)].has_pending(&key) {
+                    synced.push((store_key.clone(), key, Arc::clone(obj)));
                 }
             }
-        }
+            // The reference walks the store sorted and returns at the first error: the error
+            // of the smallest failing store key is the one it returns.
+            Err(error) => {
+                if first_error
+                    .as_ref()
+                    .is_none_or(|(first, _)| store_key < first)
+                {
+                    first_error = Some((store_key.clone(), error));
+                }
+            }
+        });
         if let Some((_, error)) = first_error {
             return Err(error.into());
         }

@@ -526,7 +526,9 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     }
 
     /// One items shard after the other, like `list`; each object is lent to `visit` without a
-    /// reference count (and one pin for the whole walk).
+    /// reference count (and one pin for the whole walk). `visit` runs under the shard's read
+    /// lock, which never makes a reader wait for a waiting writer (dashmap's lock lets readers
+    /// in unless a writer holds it), so a `visit` that reads this store cannot deadlock.
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
         let guard = crossbeam_epoch::pin();
         for entry in self.state.load().items.iter() {
