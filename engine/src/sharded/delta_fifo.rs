@@ -242,8 +242,9 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// # Panics in user code
 ///
 /// The key function and the transformer run outside every lock; the known objects run under
-/// the shard locks (in `resync`, the key function too), always before anything changes, so a
-/// panic there leaves the queue as it was. If `process` panics, the key it was given is done
+/// the shard locks (in `resync`, the key function too, inside the known store's walk: see
+/// [`KnownObjects::visit_objects`]), always before anything changes, so a panic there leaves
+/// the queue as it was. If `process` panics, the key it was given is done
 /// with, and the keys of its batch not yet given to it are queued again at the head of their
 /// shard. Nothing stays in flight, and [`len`](DeltaQueue::len) keeps counting exactly the
 /// keys that can be popped. Details on [`DeltaQueue`].
