@@ -74,6 +74,9 @@ use super::grow;
 use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
+mod footprint;
+mod release;
+
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
 pub const DEFAULT_SHARDS: usize = 16;
 
@@ -589,7 +592,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             Ok(grown) => self.room.add(grown),
             Err(_) => self.room.release(returned_deltas.unsigned_abs()),
         }
+        let released = state.release_drained();
         drop(state);
+        drop(released);
         if schedule {
             self.scheduler.schedule(shard);
         }
