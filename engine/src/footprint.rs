@@ -1,13 +1,4 @@
-//! What an engine's structures hold on the heap, structure by structure.
-//!
-//! Memory measurements (`membench`) want more than one total: which of the queue's maps, the
-//! indexer's tables or its index sets a byte per key goes to. Each engine's queue and store
-//! report a [`Footprint`], computed from the capacities of their tables, deques and spilled
-//! delta lists. The figures are the sizes the engine *requests* from the allocator (what a
-//! counting allocator sees), not what the allocator rounds them up to; hash tables are sized
-//! from the capacity they report, so a table whose capacity removals have eaten into is
-//! counted at the power of two that capacity needs. The keys' strings and the objects are not
-//! counted: every structure shares one string per key and the objects belong to the caller.
+//! What an engine's structures hold on the heap, structure by structure: [`Footprint`].
 
 use std::fmt;
 use std::mem::{align_of, size_of};
@@ -23,7 +14,16 @@ pub struct FootprintPart {
     pub bytes: usize,
 }
 
-/// The heap bytes a queue or a store holds, per structure; see the [module docs](self).
+/// The heap bytes a queue or a store holds, per structure.
+///
+/// Memory measurements (`membench`) want more than one total: which of the queue's maps, the
+/// indexer's tables or its index sets a byte per key goes to. Each engine's queue and store
+/// report one (`footprint()`), computed from the capacities of their tables, deques and spilled
+/// delta lists. The figures are the sizes the engine *requests* from the allocator (what a
+/// counting allocator sees), not what the allocator rounds them up to; hash tables are sized
+/// from the capacity they report, so a table whose capacity removals have eaten into is
+/// counted at the power of two that capacity needs. The keys' strings and the objects are not
+/// counted: every structure shares one string per key and the objects belong to the caller.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Footprint {
     /// One line per structure, in the order the engine lists them.

@@ -302,7 +302,8 @@ pub fn table(report: &ScaleReport) -> String {
 const BASE_KEYS: usize = 100_000;
 
 /// The sweep as a Markdown page: how it was made, the table, and per key count the same-run
-/// ratios sharded ÷ reference and each engine's events/s against its own at [`BASE_KEYS`].
+/// ratios sharded ÷ reference and each engine's events/s against its own at 100,000 keys (or
+/// at the sweep's first key count when it has no 100,000).
 pub fn markdown(report: &ScaleReport) -> String {
     let m = &report.machine;
     let unknown = || "unknown".to_string();

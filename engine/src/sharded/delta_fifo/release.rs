@@ -7,9 +7,10 @@
 //! tables.
 //!
 //! When is a trade: a table given back must be grown again by the next backlog, one doubling
-//! at a time, which costs about one more write per key queued (measured: a quarter more
-//! cache misses per event for bursts of 500,000 events drained between bursts at 4M keys). So
-//! a shard gives its room back
+//! at a time, which costs about one more write per key queued (measured with callgrind,
+//! results/BENCHMARKS.md: bursts of 500,000 events at 4M keys, each drained before the next,
+//! took 22.0 last-level cache misses per event when every drain gave the room back, 16.1 with
+//! the rule below). So a shard gives its room back
 //!
 //! - at once, the first time its backlog drains completely (an informer's initial list, a
 //!   burst that does not come back): its room is freed as soon as it is not needed;
