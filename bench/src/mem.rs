@@ -17,6 +17,11 @@
 //! - **retained**: bytes still allocated after the drain, above the baseline, while the engine
 //!   is alive: the steady-state footprint of the indexer.
 //! - **allocations**: how many allocations the run made.
+//! - **footprints**: what the queue and the store hold structure by structure (their
+//!   [`Footprint`]s, computed from capacities), when the producer has issued its last op (the
+//!   backlog) and after the drain (at rest). Their totals should come close to the counted
+//!   bytes; what they do not cover is the allocator's view of everything else (threads, the
+//!   store's retired objects waiting for their epoch).
 //!
 //! # How each engine is driven
 //!
@@ -31,7 +36,8 @@ use std::thread;
 use std::time::Instant;
 
 use kcache::{
-    apply_deltas_coalesced, process_deltas, DeltaQueue, Indexer, KnownObjects, NoopHandler, Store,
+    apply_deltas_coalesced, process_deltas, DeltaQueue, Footprint, Indexer, KnownObjects,
+    NoopHandler, Store,
 };
 use loadgen::workload::{generate, Generated, Op, Workload, WorkloadSpec};
 
@@ -83,7 +89,7 @@ impl FromStr for Engine {
 }
 
 /// The outcome of one memory run.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MemReport {
     /// Which engine.
     pub engine: Engine,
@@ -113,6 +119,36 @@ pub struct MemReport {
     pub stored: usize,
     /// Whether the store ended exactly as the generator's model (every key, every version).
     pub store_matches_model: bool,
+    /// Queue and store, structure by structure, when the producer had issued its last op.
+    pub backlog: Vec<PartReport>,
+    /// Queue and store, structure by structure, after the drain.
+    pub at_rest: Vec<PartReport>,
+}
+
+/// One structure of a [`Footprint`], with its bytes per key of the workload.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PartReport {
+    /// The structure (see the engines' `footprint` methods).
+    pub name: String,
+    /// Entries it held.
+    pub entries: usize,
+    /// Heap bytes it held.
+    pub bytes: usize,
+    /// `bytes` divided by the workload's key count.
+    pub bytes_per_key: f64,
+}
+
+fn parts(footprint: &Footprint, keys: usize) -> Vec<PartReport> {
+    footprint
+        .parts
+        .iter()
+        .map(|part| PartReport {
+            name: part.name.clone(),
+            entries: part.entries,
+            bytes: part.bytes,
+            bytes_per_key: part.bytes as f64 / keys.max(1) as f64,
+        })
+        .collect()
 }
 
 /// Generates `workload` at `keys` keys and `events` churn events from `seed` (before any
@@ -148,23 +184,27 @@ pub fn generate_workload(workload: Workload, keys: usize, events: usize, seed: u
 pub fn measure(engine: Engine, shards: usize, gen: &Generated, alloc: &CountingAlloc) -> MemReport {
     let before = alloc.reset_peak();
     let started = Instant::now();
-    let (store, stats): (Arc<dyn Indexer<Pod>>, _) = match engine {
+    let keys = gen.universe.keys.len();
+    let (store, stats, backlog, at_rest): (Arc<dyn Indexer<Pod>>, _, _, _) = match engine {
         Engine::Reference => {
             let store = Arc::new(crate::reference_indexer());
             let queue = crate::reference_queue(Some(known(&store)));
-            run(&queue, &store, gen, |q, s| {
+            let footprint = || queue.footprint().merged(store.footprint());
+            let backlog = run(&queue, &store, gen, footprint, |q, s| {
                 while q
                     .pop(|deltas, initial| process_deltas(&**s, &mut NoopHandler, &deltas, initial))
                     .is_ok()
                 {}
             });
             let stats = alloc.stats();
-            (store, stats)
+            let at_rest = footprint();
+            (store, stats, backlog, at_rest)
         }
         Engine::Sharded => {
             let store = Arc::new(crate::sharded_indexer());
             let queue = crate::sharded_queue(Some(known(&store)), shards);
-            run(&queue, &store, gen, |q, s| {
+            let footprint = || queue.footprint().merged(store.footprint());
+            let backlog = run(&queue, &store, gen, footprint, |q, s| {
                 while q
                     .pop_batch(BATCH, |deltas, initial| {
                         apply_deltas_coalesced(&**s, &mut NoopHandler, &deltas, initial);
@@ -173,7 +213,8 @@ pub fn measure(engine: Engine, shards: usize, gen: &Generated, alloc: &CountingA
                 {}
             });
             let stats = alloc.stats();
-            (store, stats)
+            let at_rest = footprint();
+            (store, stats, backlog, at_rest)
         }
     };
     let wall = started.elapsed();
@@ -185,7 +226,7 @@ pub fn measure(engine: Engine, shards: usize, gen: &Generated, alloc: &CountingA
             Engine::Sharded => shards,
         },
         workload: gen.label.split(' ').next().unwrap_or_default().to_string(),
-        keys: gen.universe.keys.len(),
+        keys,
         events: churn_events(gen),
         objects: gen.event_count(),
         baseline_bytes: before.current,
@@ -196,6 +237,8 @@ pub fn measure(engine: Engine, shards: usize, gen: &Generated, alloc: &CountingA
         wall_ms: u64::try_from(wall.as_millis()).unwrap_or(u64::MAX),
         stored: store.len(),
         store_matches_model,
+        backlog: parts(&backlog, keys),
+        at_rest: parts(&at_rest, keys),
     }
 }
 
@@ -227,8 +270,15 @@ fn churn_events(gen: &Generated) -> usize {
     }
 }
 
-/// One producer (this thread) and one consumer (`consume`, on its own thread).
-fn run<Q, S>(queue: &Q, store: &Arc<S>, gen: &Generated, consume: impl FnOnce(&Q, &Arc<S>) + Send)
+/// One producer (this thread) and one consumer (`consume`, on its own thread); returns the
+/// `footprint` taken once the producer has issued its last op, before the drain.
+fn run<Q, S>(
+    queue: &Q,
+    store: &Arc<S>,
+    gen: &Generated,
+    footprint: impl FnOnce() -> Footprint,
+    consume: impl FnOnce(&Q, &Arc<S>) + Send,
+) -> Footprint
 where
     Q: DeltaQueue<Pod>,
     S: Store<Pod> + Send + Sync,
@@ -248,8 +298,10 @@ where
             };
             debug_assert!(done.is_ok(), "generated op refused: {done:?}");
         }
+        let backlog = footprint();
         queue.close();
-    });
+        backlog
+    })
 }
 
 /// Whether `store` holds exactly the model's alive keys, each at the model's version.
@@ -314,6 +366,44 @@ pub fn table(reports: &[MemReport]) -> String {
     out
 }
 
+/// Each run's footprints as a plain-text table: one row per structure, bytes per key in the
+/// backlog (the producer done, before the drain) and at rest (after it), with the totals and,
+/// beside them, what the allocator counted (peak and retained above the baseline, per key).
+pub fn breakdown(reports: &[MemReport]) -> String {
+    let mut out = String::new();
+    for r in reports {
+        let per_key = |bytes: f64| bytes / r.keys.max(1) as f64;
+        out += &format!(
+            "{} {} ({} keys): B/key in the backlog and at rest\n",
+            r.engine, r.workload, r.keys
+        );
+        for (backlog, rest) in r.backlog.iter().zip(&r.at_rest) {
+            out += &format!(
+                "  {:<24} {:>12} entries {:>9.1} {:>12} entries {:>9.1}\n",
+                rest.name, backlog.entries, backlog.bytes_per_key, rest.entries, rest.bytes_per_key
+            );
+        }
+        let total = |parts: &[PartReport]| parts.iter().map(|p| p.bytes_per_key).sum::<f64>();
+        out += &format!(
+            "  {:<24} {:>12}         {:>9.1} {:>12}         {:>9.1}\n",
+            "total",
+            "",
+            total(&r.backlog),
+            "",
+            total(&r.at_rest)
+        );
+        out += &format!(
+            "  {:<24} {:>12}         {:>9.1} {:>12}         {:>9.1}\n",
+            "allocator (peak, retained)",
+            "",
+            per_key(r.peak_bytes_above_baseline as f64),
+            "",
+            per_key(r.retained_bytes_above_baseline as f64)
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -329,6 +419,17 @@ mod tests {
                 assert_eq!(report.stored, gen.model.alive_count());
                 assert_eq!(report.events, 3000, "{engine} {workload}");
                 assert_eq!(report.workload, workload.name());
+                // At rest the queue holds no key and the store holds every alive one.
+                let entries = |name: &str| {
+                    report
+                        .at_rest
+                        .iter()
+                        .find(|p| p.name == name)
+                        .map(|p| p.entries)
+                };
+                assert_eq!(entries("queue.pending"), Some(0), "{engine} {workload}");
+                assert_eq!(entries("store.items"), Some(report.stored));
+                assert!(breakdown(&[report]).contains("store.items"));
             }
         }
     }

@@ -327,6 +327,16 @@ impl<T> Deltas<T> {
         &self.list
     }
 
+    /// The deltas the list holds on the heap (its capacity once it spilled its inline room,
+    /// else 0), for [`Footprint`](crate::Footprint)s.
+    pub(crate) fn heap_capacity(&self) -> usize {
+        if self.list.spilled() {
+            self.list.capacity()
+        } else {
+            0
+        }
+    }
+
     /// Splits into key and the engines' keyless list.
     pub(crate) fn into_list(self) -> (Key, DeltaList<T>) {
         (self.key, self.list)

@@ -200,6 +200,7 @@
 
 mod consumer;
 mod delta;
+mod footprint;
 mod key;
 pub(crate) mod latch;
 mod queue;
@@ -214,6 +215,7 @@ pub mod workqueue;
 
 pub use consumer::{apply_deltas_coalesced, process_deltas, EventHandler, NoopHandler};
 pub use delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
+pub use footprint::{Footprint, FootprintPart};
 pub use key::{
     meta_namespace_key, split_meta_namespace_key, BuildKeyHasher, Key, KeyError, KeyFn, KeyHasher,
     KeyMap, KeySet, ObjectMeta,

@@ -562,6 +562,7 @@ fn scale_sweep(
         seed: args.seed,
         json: args.out.join("scale.json"),
         chart: args.out.join("scale.svg"),
+        md: args.out.join("scale.md"),
     };
     crate::scale::sweep_and_write(&sweep, ui)
 }

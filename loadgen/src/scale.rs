@@ -5,7 +5,8 @@
 //! (its capacity and its peak memory) and paced at one fixed offered rate (its latency at a
 //! load both engines are meant to carry). Every run is a child process of its own
 //! ([`isolate`](crate::isolate)), so peak memory is that run's alone. The sweep writes a JSON
-//! report and an SVG chart of events/s, paced p99 and bytes per key against the key count.
+//! report, an SVG chart of events/s, paced p99 and bytes per key against the key count, and a
+//! Markdown summary (the table, the same-run ratios, the machine and its load average).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -14,7 +15,8 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::driver::{EngineConfig, EngineKind};
-use crate::report::{refuse, si, write_json, RunResult};
+use crate::machine::Machine;
+use crate::report::{refuse, si, write_file, write_json, RunResult};
 use crate::run::{child_args, parse_workload, EngineChoice};
 use crate::ui::Ui;
 use crate::workload::{Workload, WorkloadSpec, DEFAULT_SEED};
@@ -56,6 +58,9 @@ pub struct ScaleArgs {
     /// Where the chart goes.
     #[arg(long, default_value = "results/scale.svg")]
     pub chart: PathBuf,
+    /// Where the Markdown summary goes.
+    #[arg(long, default_value = "results/scale.md")]
+    pub md: PathBuf,
 }
 
 /// A sweep's key counts, in the order given.
@@ -136,6 +141,11 @@ impl Point {
 /// `scale`'s JSON report.
 #[derive(Debug, Serialize)]
 pub struct ScaleReport {
+    /// The machine and build the sweep ran on.
+    pub machine: Machine,
+    /// `/proc/loadavg`'s 1, 5 and 15-minute load averages when the sweep started and ended
+    /// (the runs share the machine with whatever else runs: read the figures with these).
+    pub load_average: [Option<String>; 2],
     /// The workload.
     pub workload: String,
     /// Churn events of every run.
@@ -172,6 +182,7 @@ pub fn sweep(args: &ScaleArgs, ui: Ui) -> Result<ScaleReport, ScaleError> {
     if args.rate == 0 {
         return Err(ScaleError::Invalid("--rate must be at least 1".to_string()));
     }
+    let load_before = load_average();
     let engines = args.engine.engines();
     let total = (args.keys.0.len() * engines.len() * 2) as u64;
     let phase = ui.phase(format!("{} scale", args.workload), total);
@@ -202,6 +213,8 @@ pub fn sweep(args: &ScaleArgs, ui: Ui) -> Result<ScaleReport, ScaleError> {
     }
     phase.finish(&format!("{} runs", runs.len()));
     Ok(ScaleReport {
+        machine: Machine::detect(),
+        load_average: [load_before, load_average()],
         workload: args.workload.name().to_string(),
         events: args
             .events
@@ -210,6 +223,13 @@ pub fn sweep(args: &ScaleArgs, ui: Ui) -> Result<ScaleReport, ScaleError> {
         points,
         runs,
     })
+}
+
+/// The 1, 5 and 15-minute load averages, as `/proc/loadavg` gives them.
+fn load_average() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let fields: Vec<&str> = text.split_whitespace().take(3).collect();
+    (fields.len() == 3).then(|| fields.join(" "))
 }
 
 fn one_run(
@@ -272,6 +292,88 @@ pub fn table(report: &ScaleReport) -> String {
             ms(p.paced_p99_us),
             ms(p.paced_p999_us),
             if p.ok { "ok" } else { "FAIL" },
+        );
+    }
+    out
+}
+
+/// The key count each engine's events/s are compared with in [`markdown`]: 100,000 (the
+/// workloads' usual size) when the sweep has it, else its first.
+const BASE_KEYS: usize = 100_000;
+
+/// The sweep as a Markdown page: how it was made, the table, and per key count the same-run
+/// ratios sharded ÷ reference and each engine's events/s against its own at 100,000 keys (or
+/// at the sweep's first key count when it has no 100,000).
+pub fn markdown(report: &ScaleReport) -> String {
+    let m = &report.machine;
+    let unknown = || "unknown".to_string();
+    let load = |l: &Option<String>| l.clone().unwrap_or_else(unknown);
+    let mut out = format!(
+        "# {} against key count\n\n\
+         `loadgen scale --workload {} --events {} --rate {}` (every run a child process of its \
+         own; flat out for events/s and peak memory, paced at {}/s for p99/p999).\n\n\
+         Machine: {}, {} cores, {}, commit `{}`, {} build, {}. Load average (1, 5, 15 min) \
+         {} at the start, {} at the end.\n\n```text\n{}```\n\n",
+        report.workload.to_uppercase(),
+        report.workload,
+        report.events,
+        report.rate,
+        si(report.rate as f64),
+        m.cpu.clone().unwrap_or_else(unknown),
+        m.cores,
+        m.rustc.clone().unwrap_or_else(unknown),
+        m.commit.clone().unwrap_or_else(unknown),
+        m.profile,
+        m.allocator,
+        load(&report.load_average[0]),
+        load(&report.load_average[1]),
+        table(report),
+    );
+    let find = |engine: &str, keys: usize| {
+        report
+            .points
+            .iter()
+            .find(|p| p.engine == engine && p.keys == keys)
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}×", a / b),
+        _ => "-".to_string(),
+    };
+    let base = if report.points.iter().any(|p| p.keys == BASE_KEYS) {
+        Some(BASE_KEYS)
+    } else {
+        report.points.first().map(|p| p.keys)
+    };
+    let at_base = base.map_or_else(|| "-".to_string(), |k| k.to_string());
+    out += &format!(
+        "| keys | events/s sharded ÷ reference | B/key sharded ÷ reference | paced p99 sharded ÷ reference | sharded events/s ÷ at {at_base} keys | reference events/s ÷ at {at_base} keys |\n"
+    );
+    out += "|---:|---:|---:|---:|---:|---:|\n";
+    let mut keys: Vec<usize> = report.points.iter().map(|p| p.keys).collect();
+    keys.dedup();
+    for k in keys {
+        let (r, s) = (find("reference", k), find("sharded", k));
+        let own = |engine: &str| {
+            let at = find(engine, k).map(|p| p.events_per_s);
+            ratio(
+                at,
+                base.and_then(|b| find(engine, b)).map(|p| p.events_per_s),
+            )
+        };
+        out += &format!(
+            "| {} | {} | {} | {} | {} | {} |\n",
+            k,
+            ratio(s.map(|p| p.events_per_s), r.map(|p| p.events_per_s)),
+            ratio(
+                s.and_then(|p| p.bytes_per_key),
+                r.and_then(|p| p.bytes_per_key)
+            ),
+            ratio(
+                s.and_then(|p| p.paced_p99_us),
+                r.and_then(|p| p.paced_p99_us)
+            ),
+            own("sharded"),
+            own("reference"),
         );
     }
     out
@@ -394,6 +496,8 @@ pub fn sweep_and_write(args: &ScaleArgs, ui: Ui) -> Result<ScaleReport, ScaleErr
     let report = sweep(args, ui)?;
     write_json(&args.json, &report).map_err(|e| ScaleError::Write(e.to_string()))?;
     chart_svg(&report, &args.chart).map_err(|e| ScaleError::Write(e.to_string()))?;
+    write_file(&args.md, markdown(&report).as_bytes())
+        .map_err(|e| ScaleError::Write(e.to_string()))?;
     Ok(report)
 }
 
@@ -402,7 +506,12 @@ pub fn main(args: ScaleArgs) -> ExitCode {
     match sweep_and_write(&args, Ui::detect()) {
         Ok(report) => {
             print!("{}", table(&report));
-            eprintln!("wrote {} and {}", args.json.display(), args.chart.display());
+            eprintln!(
+                "wrote {}, {} and {}",
+                args.json.display(),
+                args.chart.display(),
+                args.md.display()
+            );
             if report.points.iter().all(|p| p.ok) {
                 ExitCode::SUCCESS
             } else {

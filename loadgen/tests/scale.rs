@@ -12,7 +12,11 @@ fn scratch(name: &str) -> PathBuf {
 #[test]
 fn a_tiny_sweep_writes_one_point_per_engine_and_key_count_and_a_chart() {
     let dir = scratch("sweep");
-    let (json, chart) = (dir.join("scale.json"), dir.join("scale.svg"));
+    let (json, chart, md) = (
+        dir.join("scale.json"),
+        dir.join("scale.svg"),
+        dir.join("scale.md"),
+    );
     let status = Command::new(env!("CARGO_BIN_EXE_loadgen"))
         .args([
             "scale",
@@ -31,6 +35,8 @@ fn a_tiny_sweep_writes_one_point_per_engine_and_key_count_and_a_chart() {
         .arg(&json)
         .arg("--chart")
         .arg(&chart)
+        .arg("--md")
+        .arg(&md)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
@@ -66,6 +72,16 @@ fn a_tiny_sweep_writes_one_point_per_engine_and_key_count_and_a_chart() {
     );
     let svg = std::fs::read_to_string(&chart).expect("chart written");
     assert!(svg.starts_with("<svg") && svg.contains("bytes per key"));
+    assert!(doc["load_average"].as_array().is_some_and(|l| l.len() == 2));
+    let page = std::fs::read_to_string(&md).expect("summary written");
+    assert!(page.contains("sharded ÷ reference") && page.contains("Load average"));
+    // One ratio row per key count.
+    assert_eq!(
+        page.lines()
+            .filter(|l| l.starts_with("| 200 ") || l.starts_with("| 1000 "))
+            .count(),
+        2
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use bench::alloc::CountingAlloc;
-use bench::mem::{generate_workload, measure, table, Engine, MemReport};
+use bench::mem::{breakdown, generate_workload, measure, table, Engine, MemReport};
 use clap::Parser;
 use loadgen::workload::{Workload, DEFAULT_SEED};
 
@@ -57,6 +57,7 @@ fn main() -> ExitCode {
         }
     }
     print!("{}", table(&reports));
+    print!("{}", breakdown(&reports));
 
     if let Some(path) = &args.json {
         let json = match serde_json::to_string_pretty(&reports) {

@@ -16,6 +16,8 @@ use crate::queue::{
 use crate::store::KnownObjects;
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
 
+mod footprint;
+
 /// The faithful port of client-go's `DeltaFIFO` (Kubernetes 1.36): one mutex over the whole
 /// state, one condition variable, nothing clever.
 ///

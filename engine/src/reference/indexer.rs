@@ -27,6 +27,8 @@ use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::store::{self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, Store};
 use crate::sync::{read, write, RwLock};
 
+mod footprint;
+
 /// A thread-safe, indexed key → object store, ported from client-go (`cache.NewIndexer`).
 ///
 /// One `RwLock` guards everything: readers run in parallel, a writer excludes everyone. See

@@ -74,6 +74,9 @@ use super::grow;
 use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
+mod footprint;
+mod release;
+
 /// The shard count [`DeltaFifo::with_default_shards`] uses.
 pub const DEFAULT_SHARDS: usize = 16;
 
@@ -117,6 +120,8 @@ struct ShardState<T> {
     scheduled: bool,
     /// The shard's index: staggers `pending`'s growth against the other shards' ([`grow`]).
     salt: u64,
+    /// When to give back the room a drained backlog left ([`release`]).
+    release: release::Hysteresis,
 }
 
 impl<T> ShardState<T> {
@@ -128,6 +133,7 @@ impl<T> ShardState<T> {
             parked: 0,
             scheduled: false,
             salt,
+            release: release::Hysteresis::default(),
         }
     }
 
@@ -590,7 +596,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             Ok(grown) => self.room.add(grown),
             Err(_) => self.room.release(returned_deltas.unsigned_abs()),
         }
+        let released = state.release_drained(done.len());
         drop(state);
+        drop(released);
         if schedule {
             self.scheduler.schedule(shard);
         }

@@ -75,6 +75,7 @@
 //! the key and a slot pointer in the value's set. Replaced objects live until the epoch passes
 //! them (normally within a few hundred writes of the writer's thread).
 
+mod footprint;
 #[allow(unsafe_code)] // The crate's one unsafe module: see its `Safety:` comments.
 mod slot;
 
