@@ -54,6 +54,10 @@ enum Command {
     /// `serve`, and report events/s, lag, memory and a verdict per client.
     #[cfg(feature = "wire")]
     E2e(loadgen::e2e::E2eArgs),
+    /// One client of `e2e`, in a process of its own (started by `e2e`).
+    #[cfg(feature = "wire")]
+    #[command(hide = true)]
+    E2eClient(loadgen::e2e::client::E2eClientArgs),
 }
 
 fn main() -> ExitCode {
@@ -72,5 +76,7 @@ fn main() -> ExitCode {
         Command::Scale(args) => loadgen::scale::main(args),
         #[cfg(feature = "wire")]
         Command::E2e(args) => loadgen::e2e::main(args),
+        #[cfg(feature = "wire")]
+        Command::E2eClient(args) => loadgen::e2e::client::main(args),
     }
 }

@@ -173,3 +173,115 @@ fn e2e_through_the_binary_gives_both_clients_verdict_ok() {
     assert_eq!(bad.status.code(), Some(2), "a bad rate is a usage error");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a rate"));
 }
+
+/// The adapter, counting its lists and watches.
+struct Counted {
+    inner: KubeListerWatcher<Pod>,
+    lists: AtomicUsize,
+    watches: AtomicUsize,
+}
+
+impl ListerWatcher<Pod> for Counted {
+    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
+        if options.continue_token.is_none() {
+            self.lists.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.list(options)
+    }
+
+    fn watch(
+        &self,
+        options: WatchOptions,
+    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+        self.inner.watch(options)
+    }
+}
+
+/// The API server restarts twice mid-watch (every connection dropped, the port closed for a
+/// moment, the same state served again while the churn goes on): kcache's informer and
+/// kube-rs' own watcher + reflector both watch again and end equal to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_clients_survive_a_server_restart_mid_watch() {
+    use kube::runtime::{reflector, watcher, WatchStreamExt};
+
+    // 1,000 pods, 8,000 events at 2,000/s: about four seconds of churn.
+    let mut server = start(1_000, 8_000, 2_000.0, 100_000).await;
+    let counted = Arc::new(Counted {
+        inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
+        lists: AtomicUsize::new(0),
+        watches: AtomicUsize::new(0),
+    });
+    let informer = SharedInformer::builder(Arc::clone(&counted), kube_key_fn::<Pod>())
+        .min_watch_timeout(Duration::from_secs(30))
+        .build();
+    informer.start().expect("the informer starts");
+
+    let (reader, writer) = reflector::store::<Pod>();
+    let kube_rs_events = Arc::new(AtomicUsize::new(0));
+    let kube_rs = {
+        let api: Api<Pod> = Api::all(client(&server.url()));
+        let events = Arc::clone(&kube_rs_events);
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .boxed();
+            while let Some(event) = stream.next().await {
+                if event.is_ok() {
+                    events.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+
+    for down in [Duration::from_millis(300), Duration::from_millis(800)] {
+        // Let both clients get well into their watches first.
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        let published = server.store().resource_version();
+        server.restart(down).await.expect("the server restarts");
+        assert!(
+            server.store().resource_version() > published,
+            "the churn went on while the server was down"
+        );
+    }
+
+    churn_done(&server, Duration::from_secs(30)).await;
+    let expected = server_state(&server);
+    let kube_rs_state = || -> BTreeMap<String, u64> {
+        state_of(
+            reader
+                .state()
+                .iter()
+                .map(|p| Arc::new((**p).clone()))
+                .collect(),
+        )
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let kcache_matches = state_of(informer.store().list()) == expected;
+        let kube_rs_matches = kube_rs_state() == expected;
+        if kcache_matches && kube_rs_matches {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not converged after the restarts: kcache {kcache_matches} ({} watches, {} lists, \
+             failure {:?}), kube-rs {kube_rs_matches}",
+            counted.watches.load(Ordering::Relaxed),
+            counted.lists.load(Ordering::Relaxed),
+            informer.failure(),
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        counted.watches.load(Ordering::Relaxed) >= 3,
+        "kcache watched again after each restart ({} watches)",
+        counted.watches.load(Ordering::Relaxed)
+    );
+    assert_eq!(informer.failure(), None);
+    assert!(kube_rs_events.load(Ordering::Relaxed) > 1_000);
+    kube_rs.abort();
+    informer.shutdown().await;
+    server.stop().await.unwrap();
+}

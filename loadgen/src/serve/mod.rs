@@ -137,6 +137,8 @@ pub struct Server {
     stop_churn: Arc<AtomicBool>,
     churn: signal::Receiver<Option<ChurnSummary>>,
     http: tokio::task::JoinHandle<io::Result<()>>,
+    /// What every request sees; `restart` serves it again behind a new shutdown signal.
+    app: App,
     initial_pods: usize,
 }
 
@@ -164,26 +166,17 @@ impl Server {
             io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.addr))
         })?;
         let addr = listener.local_addr()?;
-        let (shutdown, shutdown_rx) = signal::channel(false);
         let (churn_done, churn_rx) = signal::channel(None);
         let app = App {
             store: Arc::clone(&store),
             addr,
             bookmark_interval: config.bookmark_interval,
-            shutdown: shutdown_rx.clone(),
+            // Replaced by `serve_http`.
+            shutdown: signal::channel(false).1,
             churn: churn_rx.clone(),
             label: workload_label(&config),
         };
-        let router = axum::Router::new().fallback(routes::handle).with_state(app);
-        let mut graceful = shutdown_rx;
-        let http = tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move {
-                    // An error means the sender is gone: the server is being dropped.
-                    let _ = graceful.wait_for(|stop| *stop).await;
-                })
-                .await
-        });
+        let (shutdown, http) = serve_http(listener, app.clone());
 
         let stop_churn = Arc::new(AtomicBool::new(false));
         let (churn_store, churn_stop, rate) =
@@ -202,6 +195,7 @@ impl Server {
             stop_churn,
             churn: churn_rx,
             http,
+            app,
             initial_pods,
         })
     }
@@ -242,6 +236,32 @@ impl Server {
         summary.expect("the churn thread ended without a summary (it panicked)")
     }
 
+    /// An API server restart, as a client sees one: every watch and connection ends, the
+    /// address refuses connections for `down`, then the same state is served again on the same
+    /// address. The pods and the window of recent events survive (a real API server keeps its
+    /// state in etcd) and the churn goes on throughout (other API servers keep writing), so a
+    /// client resumes its watch from its last version if that is still in the window, or gets
+    /// `410 Expired` and relists.
+    pub async fn restart(&mut self, down: Duration) -> io::Result<()> {
+        // No receiver left means nothing is serving any more: fine.
+        let _ = self.shutdown.send(true);
+        // A finished task stands in until the new one exists, so `stop` after a failed restart
+        // has a task to wait for.
+        let old = std::mem::replace(&mut self.http, tokio::spawn(async { Ok(()) }));
+        old.await.map_err(io::Error::other)??;
+        tokio::time::sleep(down).await;
+        let listener = listen(self.addr).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot listen on {} again: {e}", self.addr),
+            )
+        })?;
+        let (shutdown, http) = serve_http(listener, self.app.clone());
+        self.shutdown = shutdown;
+        self.http = http;
+        Ok(())
+    }
+
     /// Stops the churn, ends every watch, and waits for the HTTP server to finish.
     pub async fn stop(mut self) -> io::Result<()> {
         // Relaxed: the flag carries no data (see Churn::run).
@@ -258,6 +278,29 @@ impl Drop for Server {
         self.stop_churn.store(true, Ordering::Relaxed);
         let _ = self.shutdown.send(true);
     }
+}
+
+/// Serves `app` on `listener` until the returned sender turns true; every watch ends then.
+fn serve_http(
+    listener: tokio::net::TcpListener,
+    mut app: App,
+) -> (
+    signal::Sender<bool>,
+    tokio::task::JoinHandle<io::Result<()>>,
+) {
+    let (shutdown, shutdown_rx) = signal::channel(false);
+    app.shutdown = shutdown_rx.clone();
+    let router = axum::Router::new().fallback(routes::handle).with_state(app);
+    let mut graceful = shutdown_rx;
+    let http = tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move {
+                // An error means the sender is gone: the server is being dropped.
+                let _ = graceful.wait_for(|stop| *stop).await;
+            })
+            .await
+    });
+    (shutdown, http)
 }
 
 /// How many connections may wait to be accepted: thousands of watchers connecting at once must

@@ -1,0 +1,385 @@
+//! One client of `loadgen e2e`, in a process of its own (`loadgen e2e-client`, hidden).
+//!
+//! The parent serves and churns; this process only lists and watches, so its peak memory and
+//! CPU time are the client's alone. The protocol is three lines long: the parent starts this
+//! process with the server's URL, writes `churned` on its stdin when the server has published
+//! its last event, and reads one JSON line ([`ClientOutcome`]) from its stdout. What the
+//! handler saw, `(resource version, unix nanoseconds)` per event, goes to the `--seen` file
+//! (little-endian `u64` pairs), from which the parent computes the lag against its own record
+//! of when each version was published (both processes read the same realtime clock).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kcache::informer::{
+    kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
+    Versioned, WatchEvent, WatchOptions, WatchStream,
+};
+use kcache::{DeltaObject, EventHandler};
+use kube::api::{Api, ListParams};
+use kube::runtime::{reflector, watcher, WatchStreamExt};
+use kube::{Client, Config, ResourceExt};
+use serde::{Deserialize, Serialize};
+
+use crate::rss::status_field_bytes;
+
+/// The client a child runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OneClient {
+    /// kcache's SharedInformer through its kube-rs adapter.
+    Kcache,
+    /// kube-rs' own watcher + reflector.
+    #[value(name = "kube-rs")]
+    KubeRs,
+}
+
+impl OneClient {
+    /// Its name on the command line and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            OneClient::Kcache => "kcache",
+            OneClient::KubeRs => "kube-rs",
+        }
+    }
+}
+
+/// Arguments of `loadgen e2e-client` (started by `loadgen e2e`, not by people).
+#[derive(Debug, Clone, clap::Args)]
+pub struct E2eClientArgs {
+    /// The server, `http://ADDR`.
+    #[arg(long)]
+    pub url: String,
+    /// Which client.
+    #[arg(long, value_enum)]
+    pub client: OneClient,
+    /// Give up this many seconds after the churn if the cache still differs.
+    #[arg(long)]
+    pub settle_seconds: f64,
+    /// Where to write what the handler saw.
+    #[arg(long)]
+    pub seen: PathBuf,
+}
+
+/// What the child reports on its stdout.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientOutcome {
+    /// Watch events (added, modified, deleted) received.
+    pub received: u64,
+    /// Events the handler applied (initial-list adds excluded).
+    pub applied: u64,
+    /// Seconds from the parent's `churned` until the cache matched (or until giving up).
+    pub settle_seconds: f64,
+    /// Pods the server listed after the churn.
+    pub served: usize,
+    /// Pods in the client's cache at the end.
+    pub cached: usize,
+    /// Whether the cache equals the server's list (name and resource version of every pod).
+    pub ok: bool,
+    /// The process's peak resident memory (`VmHWM`), bytes.
+    pub peak_bytes: Option<u64>,
+    /// CPU seconds the process used (user + system).
+    pub cpu_seconds: Option<f64>,
+}
+
+/// `loadgen e2e-client`.
+pub fn main(args: E2eClientArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("loadgen e2e-client: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(&args)) {
+        Ok(outcome) => {
+            let line = serde_json::to_string(&outcome).expect("plain numbers serialise");
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("loadgen e2e-client ({}): {e}", args.client.name());
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// CPU seconds this process has used, from `/proc/self/stat` (user and system ticks, fields
+/// 14 and 15, at Linux's fixed 100 ticks per second for user space).
+pub fn process_cpu_seconds() -> Option<f64> {
+    parse_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").ok()?)
+}
+
+/// User + system seconds from the text of a `/proc/<pid>/stat` file.
+fn parse_cpu_seconds(stat: &str) -> Option<f64> {
+    // The command name (field 2) is in parentheses and may hold spaces: count after it.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let mut fields = rest.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some((user + system) as f64 / 100.0)
+}
+
+/// Now, in nanoseconds since the epoch (the clock both processes share).
+pub fn unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What the handler saw: (resource version, unix nanoseconds).
+#[derive(Debug, Default)]
+struct Seen {
+    events: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Seen {
+    fn record(&self, pod: &Pod) {
+        if let Ok(rv) = Versioned::resource_version(pod).parse::<u64>() {
+            lock(&self.events).push((rv, unix_nanos()));
+        }
+    }
+
+    fn write(&self, path: &PathBuf) -> std::io::Result<()> {
+        let events = lock(&self.events);
+        let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+        for &(rv, at) in events.iter() {
+            out.write_all(&rv.to_le_bytes())?;
+            out.write_all(&at.to_le_bytes())?;
+        }
+        out.flush()
+    }
+}
+
+/// Reads a `--seen` file back.
+pub fn read_seen(path: &PathBuf) -> std::io::Result<Vec<(u64, u64)>> {
+    let bytes = std::fs::read(path)?;
+    Ok(bytes
+        .chunks_exact(16)
+        .map(|pair| {
+            let (rv, at) = pair.split_at(8);
+            (
+                u64::from_le_bytes(rv.try_into().expect("8 bytes")),
+                u64::from_le_bytes(at.try_into().expect("8 bytes")),
+            )
+        })
+        .collect())
+}
+
+struct Handler(Arc<Seen>);
+
+impl EventHandler<Pod> for Handler {
+    fn on_add(&mut self, obj: &Arc<Pod>, is_in_initial_list: bool) {
+        if !is_in_initial_list {
+            self.0.record(obj);
+        }
+    }
+
+    fn on_update(&mut self, _old: &Arc<Pod>, new: &Arc<Pod>) {
+        self.0.record(new);
+    }
+
+    fn on_delete(&mut self, obj: &DeltaObject<Pod>) {
+        if let Some(obj) = obj.object() {
+            self.0.record(obj);
+        }
+    }
+}
+
+/// The adapter, counting the object events its watches deliver.
+struct Counting {
+    inner: KubeListerWatcher<Pod>,
+    received: Arc<AtomicU64>,
+}
+
+impl ListerWatcher<Pod> for Counting {
+    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
+        self.inner.list(options)
+    }
+
+    fn watch(
+        &self,
+        options: WatchOptions,
+    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
+        let received = Arc::clone(&self.received);
+        let watch = self.inner.watch(options);
+        async move {
+            let stream: WatchStream<Pod> = watch
+                .await?
+                .inspect(move |event| {
+                    if let Ok(
+                        WatchEvent::Added(_) | WatchEvent::Modified(_) | WatchEvent::Deleted(_),
+                    ) = event
+                    {
+                        received.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+                .boxed();
+            Ok(stream)
+        }
+    }
+}
+
+/// Reads a client's cache as `namespace/name` → resource version.
+type ReadCache = Box<dyn Fn() -> BTreeMap<String, String> + Send>;
+/// Stops a client.
+type Stop = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+fn state_of<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<String, String> {
+    pods.map(|p| {
+        (
+            format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()),
+            Versioned::resource_version(p).to_owned(),
+        )
+    })
+    .collect()
+}
+
+/// Starts `client` against `api`; returns how to read its cache and how to stop it.
+fn start_client(
+    client: OneClient,
+    api: Api<Pod>,
+    seen: &Arc<Seen>,
+    received: &Arc<AtomicU64>,
+) -> Result<(ReadCache, Stop), String> {
+    match client {
+        OneClient::Kcache => {
+            let lw = Counting {
+                inner: KubeListerWatcher::new(api),
+                received: Arc::clone(received),
+            };
+            let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
+            informer
+                .add_event_handler(Handler(Arc::clone(seen)))
+                .map_err(|e| e.to_string())?;
+            informer.start().map_err(|e| e.to_string())?;
+            let reader = Arc::clone(&informer);
+            Ok((
+                Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
+                Box::new(move || Box::pin(async move { informer.shutdown().await })),
+            ))
+        }
+        OneClient::KubeRs => {
+            let (reader, writer) = reflector::store::<Pod>();
+            let seen = Arc::clone(seen);
+            let received = Arc::clone(received);
+            let task = tokio::spawn(async move {
+                let mut stream = watcher(api, watcher::Config::default())
+                    .default_backoff()
+                    .reflect(writer)
+                    .boxed();
+                while let Some(event) = stream.next().await {
+                    // Errors (a 410 among them) make the watcher relist on its next poll.
+                    if let Ok(watcher::Event::Apply(pod) | watcher::Event::Delete(pod)) = event {
+                        received.fetch_add(1, Ordering::Relaxed);
+                        seen.record(&pod);
+                    }
+                }
+            });
+            Ok((
+                Box::new(move || state_of(reader.state().iter().map(|p| &**p))),
+                Box::new(move || {
+                    Box::pin(async move {
+                        task.abort();
+                        let _ = task.await;
+                    })
+                }),
+            ))
+        }
+    }
+}
+
+async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
+    let url = args
+        .url
+        .parse()
+        .map_err(|e| format!("the server's url {:?}: {e}", args.url))?;
+    let kube_client = Client::try_from(Config::new(url))
+        .map_err(|e| format!("cannot make a kube client: {e}"))?;
+    let api: Api<Pod> = Api::all(kube_client);
+    let seen = Arc::new(Seen::default());
+    let received = Arc::new(AtomicU64::new(0));
+    let (read_cache, stop) = start_client(args.client, api.clone(), &seen, &received)?;
+
+    // The parent's word that the churn is over (end of input: the parent is gone).
+    let word = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("reading stdin: {e}"))?;
+    if word.trim() != "churned" {
+        return Err(format!("expected `churned` on stdin, got {word:?}"));
+    }
+    let churn_end = Instant::now();
+    // The churn is over, so one list is the server's final state.
+    let expected = state_of(
+        api.list(&ListParams::default())
+            .await
+            .map_err(|e| format!("listing the server's final state: {e}"))?
+            .items
+            .iter(),
+    );
+    let settle = Duration::from_secs_f64(args.settle_seconds);
+    let mut cache = read_cache();
+    while cache != expected && churn_end.elapsed() < settle {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        cache = read_cache();
+    }
+    let settle_seconds = churn_end.elapsed().as_secs_f64();
+    let peak_bytes = status_field_bytes("VmHWM");
+    let cpu_seconds = process_cpu_seconds();
+    stop().await;
+    seen.write(&args.seen)
+        .map_err(|e| format!("writing {}: {e}", args.seen.display()))?;
+    let applied = lock(&seen.events).len() as u64;
+    Ok(ClientOutcome {
+        received: received.load(Ordering::Relaxed),
+        applied,
+        settle_seconds,
+        served: expected.len(),
+        cached: cache.len(),
+        ok: cache == expected,
+        peak_bytes,
+        cpu_seconds,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seen_files_read_back_what_was_written() {
+        let seen = Seen::default();
+        lock(&seen.events).extend([(1, 10), (u64::MAX, 0), (7, u64::MAX)]);
+        let path = std::env::temp_dir().join(format!("loadgen-seen-{}", std::process::id()));
+        seen.write(&path).unwrap();
+        assert_eq!(
+            read_seen(&path).unwrap(),
+            vec![(1, 10), (u64::MAX, 0), (7, u64::MAX)]
+        );
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn cpu_seconds_are_user_plus_system_ticks_after_the_command_name() {
+        // A command name with a space and a parenthesis of its own.
+        let stat = "42 (odd) name) S 1 42 42 0 -1 4194560 500 0 0 0 250 37 0 0 20 0 3 0";
+        assert_eq!(parse_cpu_seconds(stat), Some(2.87));
+        assert_eq!(parse_cpu_seconds("42 (short) S 1"), None);
+        assert!(process_cpu_seconds().is_some(), "/proc/self/stat on Linux");
+    }
+}

@@ -1,0 +1,491 @@
+//! `loadgen e2e` (feature `wire`): real clients over the wire against `loadgen serve`.
+//!
+//! For each client asked for, a fresh in-process server churns the same workload (same seed:
+//! the same stream of events) on loopback, and the client lists and watches it through kube-rs
+//! in a process of its own ([`client`], `loadgen e2e-client`): (a) `kcache`: kcache's
+//! `SharedInformer` through its kube-rs adapter (`KubeListerWatcher`), (b) `kube-rs`: kube-rs'
+//! own `watcher` + `reflector`. The clients run one after the other, so neither takes CPU from
+//! the other, and each one's memory and CPU time are its own.
+//!
+//! Reported per client: watch events received and handler events applied (and per second, over
+//! the churn), lag from the event's publication on the server to the handler (an upper bound:
+//! the server's resource version is sampled about every millisecond, and the lag counts from
+//! the last sample before the event's version, so it is over by at most that period), the
+//! client process's peak resident memory and CPU seconds, the server's CPU seconds, how long
+//! the cache took to match after the churn, and the verdict: the client's final cache equals
+//! the server's final state.
+
+pub mod capacity;
+pub mod client;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+
+use crate::serve::store::Store;
+use crate::serve::{ServeConfig, Server, DEFAULT_WINDOW};
+use crate::workload::{Workload, WorkloadSpec};
+use client::{process_cpu_seconds, read_seen, unix_nanos, ClientOutcome, OneClient};
+
+/// Which clients to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientChoice {
+    /// kcache's SharedInformer through its kube-rs adapter.
+    Kcache,
+    /// kube-rs' own watcher + reflector.
+    #[value(name = "kube-rs")]
+    KubeRs,
+    /// Both, one after the other.
+    All,
+}
+
+/// Arguments of `loadgen e2e`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct E2eArgs {
+    /// The workload whose events churn the pods (W4 and W5 churn like W1).
+    #[arg(long, default_value = "w1")]
+    pub workload: Workload,
+    /// Offered rate of churn, in events per second.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Which client(s) to run.
+    #[arg(long, value_enum, default_value = "all")]
+    pub client: ClientChoice,
+    /// Keys (pods) of the workload [default: the workload's K].
+    #[arg(long)]
+    pub keys: Option<usize>,
+    /// Churn events [default: the workload's E].
+    #[arg(long)]
+    pub events: Option<usize>,
+    /// The server's window of recent events (older resource versions get 410 Expired).
+    #[arg(long, default_value_t = DEFAULT_WINDOW)]
+    pub window: usize,
+    /// The workload's seed.
+    #[arg(long, default_value_t = crate::workload::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Give up on a client whose cache does not match this many seconds after the churn.
+    #[arg(long, default_value_t = 60.0)]
+    pub settle_seconds: f64,
+    /// Instead of one run at `--rate`: find the highest rate each client keeps up with, starting
+    /// from `--rate` (server on schedule, lag p99 within `--max-lag-ms`, verdict ok), and what
+    /// limits it.
+    #[arg(long)]
+    pub find_capacity: bool,
+    /// With `--find-capacity`: seconds of churn per probe (`--events` is rate × this).
+    #[arg(long, default_value_t = 10.0)]
+    pub probe_seconds: f64,
+    /// With `--find-capacity`: the lag p99 a client must keep, milliseconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub max_lag_ms: f64,
+    /// Also write the figures as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a rate: expected events per second, a number above 0"
+        )),
+    }
+}
+
+/// What one client did.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ClientReport {
+    /// `kcache` or `kube-rs`.
+    pub client: &'static str,
+    /// Watch events (added, modified, deleted) the client received.
+    pub received: u64,
+    /// Events its handler applied (initial-list adds excluded).
+    pub applied: u64,
+    /// Seconds the churn lasted on the server.
+    pub churn_seconds: f64,
+    /// Lag percentiles from publication to handler, microseconds: p50, p99, max.
+    pub lag_us: (u64, u64, u64),
+    /// The client process's peak resident memory, bytes.
+    pub peak_bytes: Option<u64>,
+    /// CPU seconds the client process used.
+    pub client_cpu_seconds: Option<f64>,
+    /// CPU seconds this process (the server and its churn) used while the client ran.
+    pub server_cpu_seconds: Option<f64>,
+    /// Seconds from the end of the churn until the cache matched (or until giving up).
+    pub settle_seconds: f64,
+    /// Whether the cache ended equal to the server's final state.
+    pub ok: bool,
+    /// Pods in the server's final state and in the client's cache.
+    pub pods: (usize, usize),
+}
+
+/// `loadgen e2e`.
+pub fn main(args: E2eArgs) -> ExitCode {
+    let positive = |x: f64| x.is_finite() && x > 0.0;
+    if args.window == 0
+        || !positive(args.settle_seconds)
+        || !positive(args.probe_seconds)
+        || !positive(args.max_lag_ms)
+    {
+        eprintln!(
+            "loadgen e2e: --window, --settle-seconds, --probe-seconds and --max-lag-ms must be \
+             above 0"
+        );
+        return ExitCode::from(2);
+    }
+    if args.find_capacity && args.events.is_some() {
+        eprintln!("loadgen e2e: --find-capacity sets each probe's events (rate × --probe-seconds); drop --events");
+        return ExitCode::from(2);
+    }
+    let mut spec = WorkloadSpec::new(args.workload).seed(args.seed);
+    if let Some(keys) = args.keys {
+        if keys == 0 || keys > u32::MAX as usize {
+            eprintln!("loadgen e2e: --keys must be between 1 and {}", u32::MAX);
+            return ExitCode::from(2);
+        }
+        spec = spec.keys(keys);
+    }
+    if let Some(events) = args.events {
+        spec = spec.events(events);
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("loadgen e2e: cannot find this loadgen binary to run the clients: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("loadgen e2e: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let clients: &[OneClient] = match args.client {
+        ClientChoice::All => &[OneClient::Kcache, OneClient::KubeRs],
+        ClientChoice::Kcache => &[OneClient::Kcache],
+        ClientChoice::KubeRs => &[OneClient::KubeRs],
+    };
+    if args.find_capacity {
+        return find_capacity(&args, spec, &exe, &runtime, clients);
+    }
+    let mut reports = Vec::new();
+    for &client in clients {
+        let mut config = ServeConfig::new(spec, args.rate);
+        config.window = args.window;
+        config.bookmark_interval = Duration::from_secs(1);
+        match runtime.block_on(run_client(&exe, client, config, args.settle_seconds)) {
+            Ok(report) => reports.push(report),
+            Err(e) => {
+                eprintln!("loadgen e2e: {}: {e}", client.name());
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    print_reports(&reports, args.rate);
+    if let Some(path) = &args.json {
+        let figures = serde_json::json!({
+            "workload": args.workload.to_string(),
+            "keys": spec.keys,
+            "events": spec.events,
+            "rate": args.rate,
+            "clients": reports,
+        });
+        if let Err(e) = write_json(path, &figures) {
+            eprintln!("loadgen e2e: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if reports.iter().all(|r| r.ok) {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn write_json(path: &std::path::Path, value: &serde_json::Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).expect("plain figures serialise");
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// `--find-capacity`: a search per client (see [`capacity`]), one line per probe as it ends.
+fn find_capacity(
+    args: &E2eArgs,
+    spec: WorkloadSpec,
+    exe: &std::path::Path,
+    runtime: &tokio::runtime::Runtime,
+    clients: &[OneClient],
+) -> ExitCode {
+    let mut searches = Vec::new();
+    for &client in clients {
+        let mut probes = Vec::new();
+        while let Some(rate) = capacity::next_rate(args.rate, &probes) {
+            let events = ((rate * args.probe_seconds) as usize).max(1_000);
+            let mut config = ServeConfig::new(spec.events(events), rate);
+            config.window = args.window;
+            config.bookmark_interval = Duration::from_secs(1);
+            let report =
+                match runtime.block_on(run_client(exe, client, config, args.settle_seconds)) {
+                    Ok(report) => report,
+                    Err(e) => {
+                        eprintln!("loadgen e2e: {}: {e}", client.name());
+                        return ExitCode::FAILURE;
+                    }
+                };
+            let probe = capacity::Probe::judge(rate, events, args.max_lag_ms, report);
+            eprintln!(
+                "{:<8} {:>9.0}/s  lag p50 {:>8.2} ms  p99 {:>8.2} ms  client cpu {:>5.0}%  {}",
+                client.name(),
+                rate,
+                probe.report.lag_us.0 as f64 / 1e3,
+                probe.report.lag_us.1 as f64 / 1e3,
+                probe
+                    .report
+                    .client_cpu_seconds
+                    .map_or(f64::NAN, |c| 100.0 * c
+                        / probe.report.churn_seconds.max(1e-9)),
+                if probe.passed() {
+                    "kept up".to_owned()
+                } else {
+                    probe.failed.join("; ")
+                }
+            );
+            probes.push(probe);
+        }
+        searches.push(capacity::Search::from_probes(client.name(), probes));
+    }
+    println!(
+        "client   capacity (lag p99 ≤ {} ms)  lag p50/p99 at capacity  peak MB  limit above it",
+        args.max_lag_ms
+    );
+    for search in &searches {
+        let at = search
+            .capacity
+            .and_then(|c| search.probes.iter().find(|p| p.rate == c && p.passed()));
+        println!(
+            "{:<8} {:>27}  {:>23}  {:>7}  {}",
+            search.client,
+            search
+                .capacity
+                .map_or("none kept up".to_owned(), |c| format!("{c:.0} events/s")),
+            at.map_or("-".to_owned(), |p| format!(
+                "{:.2} / {:.2} ms",
+                p.report.lag_us.0 as f64 / 1e3,
+                p.report.lag_us.1 as f64 / 1e3
+            )),
+            at.and_then(|p| p.report.peak_bytes)
+                .map_or("-".to_owned(), |b| format!("{:.1}", b as f64 / 1e6)),
+            search.limit.as_deref().unwrap_or("not reached"),
+        );
+    }
+    if let Some(path) = &args.json {
+        let figures = serde_json::json!({
+            "workload": args.workload.to_string(),
+            "keys": spec.keys,
+            "probe_seconds": args.probe_seconds,
+            "max_lag_ms": args.max_lag_ms,
+            "searches": searches,
+        });
+        if let Err(e) = write_json(path, &figures) {
+            eprintln!("loadgen e2e: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    if searches
+        .iter()
+        .all(|s| s.probes.iter().all(|p| p.report.ok))
+    {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn print_reports(reports: &[ClientReport], rate: f64) {
+    println!(
+        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}  verdict",
+        "client",
+        "received",
+        "recv/s",
+        "applied",
+        "applied/s",
+        "lag p50",
+        "lag p99",
+        "lag max",
+        "peak MB",
+        "cpu s",
+        "srv cpu",
+        "settle"
+    );
+    for r in reports {
+        let per_s = |n: u64| n as f64 / r.churn_seconds.max(1e-9);
+        let peak = r
+            .peak_bytes
+            .map_or("n/a".to_owned(), |b| format!("{:.1}", b as f64 / 1e6));
+        let cpu = |c: Option<f64>| c.map_or("n/a".to_owned(), |c| format!("{c:.2}"));
+        let verdict = if r.ok {
+            "ok".to_owned()
+        } else {
+            format!("MISMATCH ({} pods served, {} cached)", r.pods.0, r.pods.1)
+        };
+        println!(
+            "{:<8} {:>10} {:>10.0} {:>10} {:>10.0} {:>7}µs {:>7}µs {:>7}µs {:>8} {:>8} {:>8} {:>7.2}s  {verdict}",
+            r.client,
+            r.received,
+            per_s(r.received),
+            r.applied,
+            per_s(r.applied),
+            r.lag_us.0,
+            r.lag_us.1,
+            r.lag_us.2,
+            peak,
+            cpu(r.client_cpu_seconds),
+            cpu(r.server_cpu_seconds),
+            r.settle_seconds,
+        );
+    }
+    println!(
+        "(offered {rate:.0} events/s; per second: over the churn's duration on the server; lag: \
+         publication to handler, an upper bound over by at most ~1 ms of sampling; each client \
+         ran alone in a process of its own (peak MB: its peak resident memory; cpu s: its CPU \
+         seconds), against a fresh server in this process with the same events (srv cpu: this \
+         process's CPU seconds meanwhile))"
+    );
+}
+
+/// The server's resource version, sampled about every millisecond: when each version was
+/// published (unix nanoseconds), within one sampling period.
+#[derive(Debug, Default)]
+struct Timeline {
+    samples: Mutex<Vec<(u64, u64)>>,
+}
+
+impl Timeline {
+    /// Samples `store` until `done`.
+    async fn sample(self: Arc<Self>, store: Arc<Store>, done: Arc<AtomicBool>) {
+        while !done.load(Ordering::Relaxed) {
+            let sample = (store.resource_version(), unix_nanos());
+            lock(&self.samples).push(sample);
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    /// The last moment `rv` was seen not yet published: the lag measured from it is an upper
+    /// bound, over by at most one sampling period. `None` if `rv` was published before the
+    /// sampling began.
+    fn not_yet_published(&self, rv: u64) -> Option<u64> {
+        let samples = lock(&self.samples);
+        let i = samples.partition_point(|&(at, _)| at < rv);
+        i.checked_sub(1).map(|i| samples[i].1)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A `--seen` file name no other loadgen process uses.
+fn seen_path(client: OneClient) -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "loadgen-e2e-{}-{}.seen",
+        std::process::id(),
+        client.name()
+    ))
+}
+
+/// Serves one fresh churn to `client` running in a child process, and reports on it.
+async fn run_client(
+    exe: &std::path::Path,
+    client: OneClient,
+    config: ServeConfig,
+    settle_seconds: f64,
+) -> Result<ClientReport, String> {
+    let server = Server::start(config)
+        .await
+        .map_err(|e| format!("cannot start the server: {e}"))?;
+    let timeline = Arc::new(Timeline::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler =
+        tokio::spawn(Arc::clone(&timeline).sample(Arc::clone(server.store()), Arc::clone(&done)));
+    let cpu_before = process_cpu_seconds();
+    let seen = seen_path(client);
+    let mut child = std::process::Command::new(exe)
+        .arg("e2e-client")
+        .args(["--url", &server.url(), "--client", client.name()])
+        .args(["--settle-seconds", &settle_seconds.to_string()])
+        .arg("--seen")
+        .arg(&seen)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {} e2e-client: {e}", exe.display()))?;
+
+    let summary = server.churn_finished().await;
+    let server_cpu_seconds = cpu_before
+        .zip(process_cpu_seconds())
+        .map(|(before, after)| after - before);
+    // The child may have died already; its exit status tells below.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(b"churned\n");
+    }
+    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("waiting for the client: {e}"))?;
+    done.store(true, Ordering::Relaxed);
+    let _ = sampler.await;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let outcome: ClientOutcome = stdout
+        .lines()
+        .last()
+        .and_then(|line| serde_json::from_str(line).ok())
+        .ok_or_else(|| {
+            format!(
+                "the client process ended with {} and no report (its error is above)",
+                output.status
+            )
+        })?;
+    let events = read_seen(&seen).map_err(|e| format!("reading {}: {e}", seen.display()));
+    let _ = std::fs::remove_file(&seen);
+    let events = events?;
+
+    // Up to an hour in microseconds; a longer lag is clamped to it.
+    let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| format!("histogram: {e}"))?;
+    for &(rv, at) in &events {
+        if let Some(published) = timeline.not_yet_published(rv) {
+            lags.saturating_record(at.saturating_sub(published) / 1_000);
+        }
+    }
+    // The child compared its cache with a list from the server; check the count against the
+    // server's own state too.
+    let served = server.store().snapshot(None).pods.len();
+    let report = ClientReport {
+        client: client.name(),
+        received: outcome.received,
+        applied: outcome.applied,
+        churn_seconds: summary.seconds,
+        lag_us: (
+            lags.value_at_quantile(0.5),
+            lags.value_at_quantile(0.99),
+            lags.max(),
+        ),
+        peak_bytes: outcome.peak_bytes,
+        client_cpu_seconds: outcome.cpu_seconds,
+        server_cpu_seconds,
+        settle_seconds: outcome.settle_seconds,
+        ok: outcome.ok && outcome.served == served,
+        pods: (served, outcome.cached),
+    };
+    server
+        .stop()
+        .await
+        .map_err(|e| format!("stopping the server: {e}"))?;
+    Ok(report)
+}
