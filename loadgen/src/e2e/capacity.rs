@@ -118,15 +118,18 @@ pub struct Search {
     pub probes: Vec<Probe>,
 }
 
-/// The rates to probe: the next one after `probes`, or `None` when the search is done.
-pub fn next_rate(start: f64, probes: &[Probe]) -> Option<f64> {
-    let best_pass = probes
+/// The highest rate that kept up, if any did.
+fn best_pass(probes: &[Probe]) -> Option<f64> {
+    probes
         .iter()
         .filter(|p| p.passed())
         .map(|p| p.rate)
-        .fold(None, |best: Option<f64>, r| {
-            Some(best.map_or(r, |b| b.max(r)))
-        });
+        .max_by(f64::total_cmp)
+}
+
+/// The rates to probe: the next one after `probes`, or `None` when the search is done.
+pub fn next_rate(start: f64, probes: &[Probe]) -> Option<f64> {
+    let best_pass = best_pass(probes);
     let lowest_fail = probes
         .iter()
         .filter(|p| !p.passed() && best_pass.is_none_or(|b| p.rate > b))
@@ -147,13 +150,7 @@ pub fn next_rate(start: f64, probes: &[Probe]) -> Option<f64> {
 impl Search {
     /// The search's outcome from its probes.
     pub fn from_probes(client: &'static str, probes: Vec<Probe>) -> Self {
-        let capacity = probes
-            .iter()
-            .filter(|p| p.passed())
-            .map(|p| p.rate)
-            .fold(None, |best: Option<f64>, r| {
-                Some(best.map_or(r, |b| b.max(r)))
-            });
+        let capacity = best_pass(&probes);
         let limit = probes
             .iter()
             .filter(|p| !p.passed() && capacity.is_none_or(|c| p.rate > c))
