@@ -27,15 +27,29 @@ fn client(url: &str) -> Client {
     Client::try_from(Config::new(url.parse().expect("a valid url"))).expect("a client")
 }
 
-/// The adapter, counting full lists (first pages) and the 410s its watches bring; its first
-/// watch waits until the server's window has moved past the version it asks for, as a client
+/// The adapter, counting full lists (first pages), watches and the 410s its watches bring;
+/// when `stall_first_watch` is set, its first watch waits until the server's window has moved past the version it asks for, as a client
 /// held up by a slow network would find it.
 struct Observed {
     inner: KubeListerWatcher<Pod>,
     store: Arc<Store>,
     stall_first_watch: AtomicBool,
     lists: AtomicUsize,
+    watches: AtomicUsize,
     expired: Arc<AtomicUsize>,
+}
+
+impl Observed {
+    fn new(server: &loadgen::serve::Server, stall_first_watch: bool) -> Self {
+        Observed {
+            inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
+            store: Arc::clone(server.store()),
+            stall_first_watch: AtomicBool::new(stall_first_watch),
+            lists: AtomicUsize::new(0),
+            watches: AtomicUsize::new(0),
+            expired: Arc::new(AtomicUsize::new(0)),
+        }
+    }
 }
 
 impl ListerWatcher<Pod> for Observed {
@@ -50,6 +64,7 @@ impl ListerWatcher<Pod> for Observed {
         &self,
         options: WatchOptions,
     ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
+        self.watches.fetch_add(1, Ordering::Relaxed);
         let stall = self.stall_first_watch.swap(false, Ordering::Relaxed);
         let store = Arc::clone(&self.store);
         let expired = Arc::clone(&self.expired);
@@ -96,13 +111,7 @@ async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_re
     // 1,500 pods, 6,000 events at 3,000/s, a window of only 300 events: the stalled first
     // watch is certain to fall out of it.
     let server = start(1_500, 6_000, 3_000.0, 300).await;
-    let observed = Arc::new(Observed {
-        inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
-        store: Arc::clone(server.store()),
-        stall_first_watch: AtomicBool::new(true),
-        lists: AtomicUsize::new(0),
-        expired: Arc::new(AtomicUsize::new(0)),
-    });
+    let observed = Arc::new(Observed::new(&server, true));
     let informer = SharedInformer::builder(Arc::clone(&observed), kube_key_fn::<Pod>())
         .page_size(250)
         .min_watch_timeout(Duration::from_secs(5))
@@ -174,30 +183,6 @@ fn e2e_through_the_binary_gives_both_clients_verdict_ok() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a rate"));
 }
 
-/// The adapter, counting its lists and watches.
-struct Counted {
-    inner: KubeListerWatcher<Pod>,
-    lists: AtomicUsize,
-    watches: AtomicUsize,
-}
-
-impl ListerWatcher<Pod> for Counted {
-    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
-        if options.continue_token.is_none() {
-            self.lists.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.list(options)
-    }
-
-    fn watch(
-        &self,
-        options: WatchOptions,
-    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
-        self.watches.fetch_add(1, Ordering::Relaxed);
-        self.inner.watch(options)
-    }
-}
-
 /// The API server restarts twice mid-watch (every connection dropped, the port closed for a
 /// moment, the same state served again while the churn goes on): kcache's informer and
 /// kube-rs' own watcher + reflector both watch again and end equal to the server.
@@ -207,11 +192,7 @@ async fn both_clients_survive_a_server_restart_mid_watch() {
 
     // 1,000 pods, 8,000 events at 2,000/s: about four seconds of churn.
     let mut server = start(1_000, 8_000, 2_000.0, 100_000).await;
-    let counted = Arc::new(Counted {
-        inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
-        lists: AtomicUsize::new(0),
-        watches: AtomicUsize::new(0),
-    });
+    let counted = Arc::new(Observed::new(&server, false));
     let informer = SharedInformer::builder(Arc::clone(&counted), kube_key_fn::<Pod>())
         .min_watch_timeout(Duration::from_secs(30))
         .build();
