@@ -28,8 +28,8 @@ fn client(url: &str) -> Client {
 }
 
 /// The adapter, counting full lists (first pages), watches and the 410s its watches bring;
-/// when `stall_first_watch` is set, its first watch waits until the server's window has moved past the version it asks for, as a client
-/// held up by a slow network would find it.
+/// when `stall_first_watch` is set, its first watch waits until the server's window has moved
+/// past the version it asks for, as a client held up by a slow network would find it.
 struct Observed {
     inner: KubeListerWatcher<Pod>,
     store: Arc<Store>,
