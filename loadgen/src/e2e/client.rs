@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -30,6 +30,7 @@ use kube::{Client, Config, ResourceExt};
 use serde::{Deserialize, Serialize};
 
 use crate::rss::status_field_bytes;
+use crate::serve::store::unix_nanos;
 
 /// The client a child runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -125,13 +126,6 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     let user: u64 = fields.next()?.parse().ok()?;
     let system: u64 = fields.next()?.parse().ok()?;
     Some((user + system) as f64 / 100.0)
-}
-
-/// Now, in nanoseconds since the epoch (the clock both processes share).
-pub fn unix_nanos() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

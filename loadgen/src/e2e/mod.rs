@@ -8,9 +8,8 @@
 //! the other, and each one's memory and CPU time are its own.
 //!
 //! Reported per client: watch events received and handler events applied (and per second, over
-//! the churn), lag from the event's publication on the server to the handler (an upper bound:
-//! the server's resource version is sampled about every millisecond, and the lag counts from
-//! the last sample before the event's version, so it is over by at most that period), the
+//! the churn), lag from the event's publication on the server to the handler (the store stamps
+//! each batch just before handing it to the watches; both processes read the same clock), the
 //! client process's peak resident memory and CPU seconds, the server's CPU seconds, how long
 //! the cache took to match after the churn, and the verdict: the client's final cache equals
 //! the server's final state.
@@ -21,16 +20,14 @@ pub mod client;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::serve::store::Store;
+use crate::serve::store::Publication;
 use crate::serve::{ServeConfig, Server, DEFAULT_WINDOW};
 use crate::workload::{Workload, WorkloadSpec};
-use client::{process_cpu_seconds, read_seen, unix_nanos, ClientOutcome, OneClient};
+use client::{process_cpu_seconds, read_seen, ClientOutcome, OneClient};
 
 /// Which clients to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -351,42 +348,23 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
     }
     println!(
         "(offered {rate:.0} events/s; per second: over the churn's duration on the server; lag: \
-         publication to handler, an upper bound over by at most ~1 ms of sampling; each client \
+         publication on the server to the client's handler; each client \
          ran alone in a process of its own (peak MB: its peak resident memory; cpu s: its CPU \
          seconds), against a fresh server in this process with the same events (srv cpu: this \
          process's CPU seconds meanwhile))"
     );
 }
 
-/// The server's resource version, sampled about every millisecond: when each version was
-/// published (unix nanoseconds), within one sampling period.
-#[derive(Debug, Default)]
-struct Timeline {
-    samples: Mutex<Vec<(u64, u64)>>,
-}
+/// When each event was published: the store's record of its batches.
+struct Timeline(Vec<Publication>);
 
 impl Timeline {
-    /// Samples `store` until `done`.
-    async fn sample(self: Arc<Self>, store: Arc<Store>, done: Arc<AtomicBool>) {
-        while !done.load(Ordering::Relaxed) {
-            let sample = (store.resource_version(), unix_nanos());
-            lock(&self.samples).push(sample);
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+    /// When `rv` became visible to the watches (Unix nanoseconds); `None` if it was not
+    /// published while recording (the population present at start).
+    fn published(&self, rv: u64) -> Option<u64> {
+        let i = self.0.partition_point(|&(first, _)| first <= rv);
+        i.checked_sub(1).map(|i| self.0[i].1)
     }
-
-    /// The last moment `rv` was seen not yet published: the lag measured from it is an upper
-    /// bound, over by at most one sampling period. `None` if `rv` was published before the
-    /// sampling began.
-    fn not_yet_published(&self, rv: u64) -> Option<u64> {
-        let samples = lock(&self.samples);
-        let i = samples.partition_point(|&(at, _)| at < rv);
-        i.checked_sub(1).map(|i| samples[i].1)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A `--seen` file name no other loadgen process uses.
@@ -402,16 +380,13 @@ fn seen_path(client: OneClient) -> PathBuf {
 async fn run_client(
     exe: &std::path::Path,
     client: OneClient,
-    config: ServeConfig,
+    mut config: ServeConfig,
     settle_seconds: f64,
 ) -> Result<ClientReport, String> {
+    config.record_publications = true;
     let server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start the server: {e}"))?;
-    let timeline = Arc::new(Timeline::default());
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler =
-        tokio::spawn(Arc::clone(&timeline).sample(Arc::clone(server.store()), Arc::clone(&done)));
     let cpu_before = process_cpu_seconds();
     let seen = seen_path(client);
     let mut child = std::process::Command::new(exe)
@@ -438,8 +413,6 @@ async fn run_client(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("waiting for the client: {e}"))?;
-    done.store(true, Ordering::Relaxed);
-    let _ = sampler.await;
     let stdout = String::from_utf8_lossy(&output.stdout);
     let outcome: ClientOutcome = stdout
         .lines()
@@ -458,8 +431,9 @@ async fn run_client(
     // Up to an hour in microseconds; a longer lag is clamped to it.
     let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
         .map_err(|e| format!("histogram: {e}"))?;
+    let timeline = Timeline(server.store().publications());
     for &(rv, at) in &events {
-        if let Some(published) = timeline.not_yet_published(rv) {
+        if let Some(published) = timeline.published(rv) {
             lags.saturating_record(at.saturating_sub(published) / 1_000);
         }
     }

@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::serve::ListenerExt;
 use tokio::sync::watch as signal;
 
 use crate::workload::{generate, Workload, WorkloadSpec};
@@ -112,6 +113,9 @@ pub struct ServeConfig {
     pub window: usize,
     /// Bookmark period.
     pub bookmark_interval: Duration,
+    /// Remember when each batch of events is published ([`Store::publications`]), from the
+    /// first event on.
+    pub record_publications: bool,
 }
 
 impl ServeConfig {
@@ -123,6 +127,7 @@ impl ServeConfig {
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             window: DEFAULT_WINDOW,
             bookmark_interval: Duration::from_secs_f64(DEFAULT_BOOKMARK_SECONDS),
+            record_publications: false,
         }
     }
 }
@@ -162,6 +167,9 @@ impl Server {
                 .map_err(io::Error::other)?;
         let initial_pods = initial.len();
         let store = Arc::new(Store::new(initial, resource_version, config.window));
+        if config.record_publications {
+            store.record_publications();
+        }
         let listener = listen(config.addr).map_err(|e| {
             io::Error::new(e.kind(), format!("cannot listen on {}: {e}", config.addr))
         })?;
@@ -292,6 +300,14 @@ fn serve_http(
     app.shutdown = shutdown_rx.clone();
     let router = axum::Router::new().fallback(routes::handle).with_state(app);
     let mut graceful = shutdown_rx;
+    // Without TCP_NODELAY, Nagle's algorithm holds a watch's small chunk back until the client
+    // acknowledges the previous one, and the client delays its ACK by up to 40 ms: every event
+    // of a quiet stream would wait for it.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(error) = tcp.set_nodelay(true) {
+            eprintln!("warning: TCP_NODELAY on a served connection: {error}");
+        }
+    });
     let http = tokio::spawn(async move {
         axum::serve(listener, router)
             .with_graceful_shutdown(async move {
@@ -359,6 +375,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
         addr: args.addr,
         window: args.window,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_seconds),
+        record_publications: false,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

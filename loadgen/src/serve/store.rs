@@ -19,6 +19,18 @@ use tokio::sync::broadcast;
 
 use super::objects::{event_line, EventType, Status, POD_HEAD};
 
+/// Now, in nanoseconds since the Unix epoch: the clock the server and its clients' processes
+/// share, so a lag can run from one process to another.
+pub fn unix_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// A pod as the server holds it.
 #[derive(Debug)]
 pub struct StoredPod {
@@ -158,7 +170,13 @@ pub struct Store {
     live: broadcast::Sender<Arc<WatchLine>>,
     window: usize,
     snapshots: Mutex<VecDeque<(Instant, Arc<Snapshot>)>>,
+    /// When each batch was published, if asked for (see [`Store::record_publications`]).
+    publications: Mutex<Option<Vec<Publication>>>,
 }
+
+/// A batch of events handed to the watches: the first resource version in it, and the moment
+/// (Unix nanoseconds) just before the first of them became visible.
+pub type Publication = (u64, u64);
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -191,7 +209,20 @@ impl Store {
             live,
             window,
             snapshots: Mutex::new(VecDeque::new()),
+            publications: Mutex::new(None),
         }
+    }
+
+    /// From now on, remember when each batch is published, for a lag measured from the moment
+    /// an event became visible rather than from a sample of the resource version. Costs one
+    /// entry per batch, so it is for bounded runs (`loadgen e2e`), not a long-lived server.
+    pub fn record_publications(&self) {
+        lock(&self.publications).get_or_insert_with(Vec::new);
+    }
+
+    /// The publications recorded so far, oldest first (empty unless recording).
+    pub fn publications(&self) -> Vec<Publication> {
+        lock(&self.publications).clone().unwrap_or_default()
     }
 
     fn read(&self) -> RwLockReadGuard<'_, State> {
@@ -229,6 +260,11 @@ impl Store {
     /// to every watch.
     pub fn publish(&self, changes: Vec<Change>) {
         let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
+        if let (Some(log), Some(first)) = (lock(&self.publications).as_mut(), changes.first()) {
+            // Stamped before any of the batch is sent, so a lag measured from it is never
+            // short.
+            log.push((first.line.resource_version, unix_nanos()));
+        }
         for change in changes {
             debug_assert_eq!(change.line.resource_version, state.resource_version + 1);
             state.resource_version = change.line.resource_version;
@@ -270,7 +306,7 @@ impl Store {
 
     /// Keeps `snapshot` for the `continue` tokens of a paged list.
     pub fn keep_snapshot(&self, snapshot: Arc<Snapshot>) {
-        let mut kept = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = lock(&self.snapshots);
         let now = Instant::now();
         kept.retain(|(at, _)| now.duration_since(*at) < SNAPSHOT_TTL);
         if kept.iter().any(|(_, s)| same_view(s, &snapshot)) {
@@ -288,7 +324,7 @@ impl Store {
         resource_version: u64,
         namespace: Option<&str>,
     ) -> Option<Arc<Snapshot>> {
-        let kept = self.snapshots.lock().unwrap_or_else(|e| e.into_inner());
+        let kept = lock(&self.snapshots);
         let now = Instant::now();
         kept.iter()
             .find(|(at, s)| {
