@@ -8,6 +8,7 @@
 
 mod delta_fifo;
 mod grow;
+pub(crate) mod idle;
 mod room;
 pub(crate) mod scheduler;
 

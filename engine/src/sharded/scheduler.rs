@@ -19,6 +19,7 @@
 //!   waiting, and producers notify under that lock, so a notification cannot fall between the
 //!   check and the wait.
 
+use super::idle::IdlePolicy;
 use crate::sync::{lock, AtomicU64, Condvar, Mutex, Ordering};
 
 const PERMIT: u64 = 1;
@@ -56,6 +57,7 @@ pub(crate) struct Scheduler {
     state: AtomicU64,
     sleep_lock: Mutex<()>,
     wake: Condvar,
+    idle: IdlePolicy,
 }
 
 impl Scheduler {
@@ -65,6 +67,7 @@ impl Scheduler {
             state: AtomicU64::new(0),
             sleep_lock: Mutex::new(()),
             wake: Condvar::new(),
+            idle: IdlePolicy::new(),
         }
     }
 
@@ -112,20 +115,20 @@ impl Scheduler {
     /// Takes a shard token, sleeping while there is none. Returns `None` once the queue is
     /// closed and no token is left.
     pub(crate) fn acquire(&self) -> Option<usize> {
-        let mut backoff = Backoff::new();
+        let mut backoff = self.idle.backoff();
         loop {
             match self.try_acquire() {
                 Acquired::Shard(shard) => return Some(shard),
                 Acquired::Closed => return None,
                 Acquired::Empty => {}
             }
-            // A producer usually follows within microseconds under load: spin and yield a little
-            // before paying for a futex sleep and wake-up.
+            // Under load a producer usually follows within microseconds: poll a little before
+            // paying for a futex sleep and wake-up, while polling pays (see `idle`).
             if backoff.snooze() {
                 continue;
             }
             self.sleep();
-            backoff = Backoff::new();
+            backoff = self.idle.backoff();
         }
     }
 
@@ -186,58 +189,6 @@ impl std::fmt::Debug for Scheduler {
             .field("sleepers", &sleepers(state))
             .field("closed", &is_closed(state))
             .finish()
-    }
-}
-
-/// How long an idle consumer polls for work before it sleeps. A futex sleep costs the next
-/// producer a system call and the consumer a wake-up that, on a virtual machine whose idle vCPU
-/// has halted, can take hundreds of microseconds; polling a little longer than a typical gap
-/// between events keeps a consumer under steady load awake, for at most this much CPU per idle
-/// period.
-#[cfg(not(kcache_loom))]
-const SPIN_BEFORE_SLEEP: std::time::Duration = std::time::Duration::from_micros(50);
-
-/// Poll, then give up (so the caller sleeps). Also used by the workqueue's `get`. Loom explores every interleaving of a sleep
-/// anyway, so under loom there is no polling at all.
-pub(crate) struct Backoff {
-    #[cfg(not(kcache_loom))]
-    started: Option<std::time::Instant>,
-    #[cfg(not(kcache_loom))]
-    polls: u32,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        Self {
-            #[cfg(not(kcache_loom))]
-            started: None,
-            #[cfg(not(kcache_loom))]
-            polls: 0,
-        }
-    }
-
-    /// Returns true while the caller should retry before sleeping.
-    pub(crate) fn snooze(&mut self) -> bool {
-        #[cfg(not(kcache_loom))]
-        {
-            self.polls += 1;
-            // Read the clock only every 32 polls: it costs more than a poll.
-            if self.polls % 32 == 1 {
-                let now = std::time::Instant::now();
-                let started = *self.started.get_or_insert(now);
-                if now.duration_since(started) >= SPIN_BEFORE_SLEEP {
-                    return false;
-                }
-            }
-            for _ in 0..8 {
-                std::hint::spin_loop();
-            }
-            true
-        }
-        #[cfg(kcache_loom)]
-        {
-            false
-        }
     }
 }
 

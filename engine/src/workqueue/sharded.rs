@@ -42,7 +42,7 @@ use std::task::{Context, Poll};
 use crossbeam_utils::CachePadded;
 
 use crate::key::{Key, KeyMap};
-use crate::sharded::scheduler::Backoff;
+use crate::sharded::idle::IdlePolicy;
 use crate::sync::{lock, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
 
 use super::clock::Time;
@@ -143,6 +143,8 @@ pub struct ShardedQueue {
     /// A `get` is polling before it sleeps (see [`ShardedQueue::get`]). A heuristic only: no
     /// hand-off depends on it, so it is a plain std atomic even in the loom build.
     polling: std::sync::atomic::AtomicBool,
+    /// Whether a `get`'s poll before it waits has been paying.
+    idle: IdlePolicy,
 }
 
 /// Shard selection uses bits 32.. of the hash, which the shard maps' own bucket index (low
@@ -183,6 +185,7 @@ impl ShardedQueue {
             drained: Condvar::new(),
             metrics: config.queue_metrics(),
             polling: std::sync::atomic::AtomicBool::new(false),
+            idle: IdlePolicy::new(),
         }
     }
 
@@ -281,7 +284,7 @@ impl WorkQueue for ShardedQueue {
         // `get` polls at a time: with more workers than cores, every extra poller takes a core
         // from whoever would add the item it waits for.
         let mut poller = PollerRole::new(&self.polling);
-        let mut backoff = Backoff::new();
+        let mut backoff = self.idle.backoff();
         let early = loop {
             match self.ready.try_acquire() {
                 Ready::Shard(index) => {
