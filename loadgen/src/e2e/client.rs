@@ -1,9 +1,10 @@
 //! One client of `loadgen e2e`, in a process of its own (`loadgen e2e-client`, hidden).
 //!
 //! The parent serves and churns; this process only lists and watches, so its peak memory and
-//! CPU time are the client's alone. The protocol is three lines long: the parent starts this
-//! process with the server's URL, writes `churned` on its stdin when the server has published
-//! its last event, and reads one JSON line ([`ClientOutcome`]) from its stdout. What the
+//! CPU time are the client's alone. The protocol is four lines long: the parent starts this
+//! process with the server's URL and holds the churn until this process prints `synced` (its
+//! handler has seen the initial list), writes `churned` on its stdin when the server has
+//! published its last event, and reads one JSON line ([`ClientOutcome`]) from its stdout. What the
 //! handler saw, `(resource version, unix nanoseconds)` per event, goes to the `--seen` file
 //! (little-endian `u64` pairs), from which the parent computes the lag against its own record
 //! of when each version was published (both processes read the same realtime clock).
@@ -229,6 +230,8 @@ impl ListerWatcher<Pod> for Counting {
 type ReadCache = Box<dyn Fn() -> BTreeMap<String, String> + Send>;
 /// Stops a client.
 type Stop = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+/// Completes once the client's handler has seen the initial list.
+type Synced = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn state_of<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<String, String> {
     pods.map(|p| {
@@ -246,7 +249,7 @@ fn start_client(
     api: Api<Pod>,
     seen: &Arc<Seen>,
     received: &Arc<AtomicU64>,
-) -> Result<(ReadCache, Stop), String> {
+) -> Result<(ReadCache, Synced, Stop), String> {
     match client {
         OneClient::Kcache => {
             let lw = Counting {
@@ -254,13 +257,14 @@ fn start_client(
                 received: Arc::clone(received),
             };
             let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
-            informer
+            let registration = informer
                 .add_event_handler(Handler(Arc::clone(seen)))
                 .map_err(|e| e.to_string())?;
             informer.start().map_err(|e| e.to_string())?;
             let reader = Arc::clone(&informer);
             Ok((
                 Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
+                Box::pin(async move { registration.wait_for_sync().await }),
                 Box::new(move || Box::pin(async move { informer.shutdown().await })),
             ))
         }
@@ -281,8 +285,15 @@ fn start_client(
                     }
                 }
             });
+            let ready = reader.clone();
             Ok((
                 Box::new(move || state_of(reader.state().iter().map(|p| &**p))),
+                // The store is ready once the first list is in: the stream applied it and
+                // yielded it to the loop above before it reads the next event.
+                Box::pin(async move {
+                    // An error means the writer is gone: the task ended; `churned` tells.
+                    let _ = ready.wait_until_ready().await;
+                }),
                 Box::new(move || {
                     Box::pin(async move {
                         task.abort();
@@ -304,7 +315,15 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
     let api: Api<Pod> = Api::all(kube_client);
     let seen = Arc::new(Seen::default());
     let received = Arc::new(AtomicU64::new(0));
-    let (read_cache, stop) = start_client(args.client, api.clone(), &seen, &received)?;
+    let (read_cache, synced, stop) = start_client(args.client, api.clone(), &seen, &received)?;
+    synced.await;
+    // The parent holds the churn until this line.
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "synced")
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("writing stdout: {e}"))?;
+    }
 
     // The parent's word that the churn is over (end of input: the parent is gone).
     let word = tokio::task::spawn_blocking(|| {

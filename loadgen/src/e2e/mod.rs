@@ -367,6 +367,25 @@ impl Timeline {
     }
 }
 
+/// How long a client may take to list and sync before the churn starts.
+const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The lines of `child`'s stdout, as they come; the channel closes at its end.
+fn child_lines(child: &mut std::process::Child) -> tokio::sync::mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    if let Some(stdout) = child.stdout.take() {
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    rx
+}
+
 /// A `--seen` file name no other loadgen process uses.
 fn seen_path(client: OneClient) -> PathBuf {
     std::env::temp_dir().join(format!(
@@ -384,10 +403,10 @@ async fn run_client(
     settle_seconds: f64,
 ) -> Result<ClientReport, String> {
     config.record_publications = true;
-    let server = Server::start(config)
+    config.hold_churn = true;
+    let mut server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start the server: {e}"))?;
-    let cpu_before = process_cpu_seconds();
     let seen = seen_path(client);
     let mut child = std::process::Command::new(exe)
         .arg("e2e-client")
@@ -400,7 +419,32 @@ async fn run_client(
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("cannot start {} e2e-client: {e}", exe.display()))?;
+    let mut lines = child_lines(&mut child);
 
+    // The churn starts once the client has listed and its handler has seen the list: the lag
+    // measured is the steady state's, not that of events waiting behind the initial list.
+    match tokio::time::timeout(SYNC_TIMEOUT, lines.recv()).await {
+        Ok(Some(line)) if line == "synced" => {}
+        Ok(Some(line)) => return Err(format!("expected `synced` from the client, got {line:?}")),
+        Ok(None) => {
+            let status = tokio::task::spawn_blocking(move || child.wait())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("waiting for the client: {e}"))?;
+            return Err(format!(
+                "the client process ended with {status} before it synced (its error is above)"
+            ));
+        }
+        Err(_) => {
+            let _ = child.kill();
+            return Err(format!(
+                "the client did not sync within {} s",
+                SYNC_TIMEOUT.as_secs()
+            ));
+        }
+    }
+    let cpu_before = process_cpu_seconds();
+    server.release_churn();
     let summary = server.churn_finished().await;
     let server_cpu_seconds = cpu_before
         .zip(process_cpu_seconds())
@@ -409,20 +453,18 @@ async fn run_client(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(b"churned\n");
     }
-    let output = tokio::task::spawn_blocking(move || child.wait_with_output())
+    let status = tokio::task::spawn_blocking(move || child.wait())
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| format!("waiting for the client: {e}"))?;
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let outcome: ClientOutcome = stdout
-        .lines()
-        .last()
-        .and_then(|line| serde_json::from_str(line).ok())
+    let mut last = None;
+    while let Some(line) = lines.recv().await {
+        last = Some(line);
+    }
+    let outcome: ClientOutcome = last
+        .and_then(|line| serde_json::from_str(&line).ok())
         .ok_or_else(|| {
-            format!(
-                "the client process ended with {} and no report (its error is above)",
-                output.status
-            )
+            format!("the client process ended with {status} and no report (its error is above)")
         })?;
     let events = read_seen(&seen).map_err(|e| format!("reading {}: {e}", seen.display()));
     let _ = std::fs::remove_file(&seen);
@@ -462,4 +504,19 @@ async fn run_client(
         .await
         .map_err(|e| format!("stopping the server: {e}"))?;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timeline;
+
+    #[test]
+    fn an_event_was_published_with_the_batch_that_holds_it() {
+        let timeline = Timeline(vec![(11, 100), (14, 200), (15, 300)]);
+        assert_eq!(timeline.published(10), None, "present before the churn");
+        assert_eq!(timeline.published(11), Some(100));
+        assert_eq!(timeline.published(13), Some(100));
+        assert_eq!(timeline.published(14), Some(200));
+        assert_eq!(timeline.published(99), Some(300));
+    }
 }

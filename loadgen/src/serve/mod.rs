@@ -116,6 +116,10 @@ pub struct ServeConfig {
     /// Remember when each batch of events is published ([`Store::publications`]), from the
     /// first event on.
     pub record_publications: bool,
+    /// Serve the initial population but hold the churn until [`Server::release_churn`]: a
+    /// client can list and start watching first, so what is measured is the steady state, not
+    /// events that waited behind the initial list.
+    pub hold_churn: bool,
 }
 
 impl ServeConfig {
@@ -128,6 +132,7 @@ impl ServeConfig {
             window: DEFAULT_WINDOW,
             bookmark_interval: Duration::from_secs_f64(DEFAULT_BOOKMARK_SECONDS),
             record_publications: false,
+            hold_churn: false,
         }
     }
 }
@@ -145,6 +150,8 @@ pub struct Server {
     /// What every request sees; `restart` serves it again behind a new shutdown signal.
     app: App,
     initial_pods: usize,
+    /// While the churn is held: dropping it lets the churn begin.
+    churn_gate: Option<std::sync::mpsc::Sender<()>>,
 }
 
 impl Server {
@@ -189,9 +196,19 @@ impl Server {
         let stop_churn = Arc::new(AtomicBool::new(false));
         let (churn_store, churn_stop, rate) =
             (Arc::clone(&store), Arc::clone(&stop_churn), config.rate);
+        let (churn_gate, held) = if config.hold_churn {
+            let (gate, held) = std::sync::mpsc::channel::<()>();
+            (Some(gate), Some(held))
+        } else {
+            (None, None)
+        };
         std::thread::Builder::new()
             .name("serve-churn".into())
             .spawn(move || {
+                if let Some(held) = held {
+                    // Nothing is ever sent: the gate opens when its sender is dropped.
+                    let _ = held.recv();
+                }
                 let summary = churn.run(&churn_store, rate, &churn_stop);
                 // Nobody waiting is fine.
                 let _ = churn_done.send(Some(summary));
@@ -205,7 +222,13 @@ impl Server {
             http,
             app,
             initial_pods,
+            churn_gate,
         })
+    }
+
+    /// Lets a churn held by [`ServeConfig::hold_churn`] begin (nothing if it is not held).
+    pub fn release_churn(&mut self) {
+        self.churn_gate = None;
     }
 
     /// Where it listens.
@@ -376,6 +399,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
         window: args.window,
         bookmark_interval: Duration::from_secs_f64(args.bookmark_seconds),
         record_publications: false,
+        hold_churn: false,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -436,4 +436,30 @@ mod tests {
         assert!(store.get("ns-1", "pod-11").is_none());
         assert_eq!(store.snapshot(Some("ns-0")).pods.len(), 2);
     }
+
+    #[test]
+    fn publications_are_recorded_per_batch_only_when_asked() {
+        let store = Store::new(Vec::new(), 10, 100);
+        store.publish(vec![change(EventType::Added, 1, 11)]);
+        assert!(store.publications().is_empty(), "off by default");
+
+        store.record_publications();
+        let before = unix_nanos();
+        store.publish(
+            (12..=14)
+                .map(|rv| change(EventType::Added, rv as u32, rv))
+                .collect(),
+        );
+        store.publish(Vec::new());
+        store.publish(vec![change(EventType::Modified, 12, 15)]);
+        let after = unix_nanos();
+        let log = store.publications();
+        assert_eq!(
+            log.iter().map(|&(rv, _)| rv).collect::<Vec<_>>(),
+            [12, 15],
+            "one entry per non-empty batch, by its first version"
+        );
+        assert!(log.windows(2).all(|w| w[0].1 <= w[1].1));
+        assert!(log.iter().all(|&(_, at)| before <= at && at <= after));
+    }
 }
