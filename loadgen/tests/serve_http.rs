@@ -383,3 +383,32 @@ async fn a_reader_too_slow_for_the_window_gets_410_instead_of_a_growing_backlog(
     assert!(versions.windows(2).all(|w| w[1] == w[0] + 1));
     server.stop().await.unwrap();
 }
+
+/// A held churn publishes nothing until released, then all of it; its duration counts from the
+/// release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_churn_starts_when_released() {
+    let mut config = loadgen::serve::ServeConfig::new(
+        loadgen::workload::WorkloadSpec::new(loadgen::workload::Workload::W1)
+            .keys(200)
+            .events(500),
+        1e6,
+    );
+    config.hold_churn = true;
+    config.record_publications = true;
+    let mut server = loadgen::serve::Server::start(config).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        server.store().resource_version(),
+        200,
+        "nothing published yet"
+    );
+    assert!(server.store().publications().is_empty());
+    server.release_churn();
+    let summary = churn_done(&server, Duration::from_secs(10)).await;
+    assert_eq!(summary.events, 500);
+    assert!(summary.seconds < 0.3, "timed from the release: {summary:?}");
+    let publications = server.store().publications();
+    assert_eq!(publications.first().map(|p| p.0), Some(201));
+    server.stop().await.unwrap();
+}
