@@ -35,8 +35,8 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -492,8 +492,13 @@ fn decode_ahead<T>(
     ahead: &mut VecDeque<Option<Result<WatchEvent<T>, Error>>>,
 ) {
     // A waker that does nothing is enough: on `Pending` the loop in `handle_watch` polls the
-    // stream again with its own waker before it waits.
-    let mut cx = Context::from_waker(Waker::noop());
+    // stream again with its own waker before it waits. (`Waker::noop` needs Rust 1.85.)
+    struct Noop;
+    impl Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    static NOOP: OnceLock<Waker> = OnceLock::new();
+    let mut cx = Context::from_waker(NOOP.get_or_init(|| Waker::from(Arc::new(Noop))));
     while ahead.len() < DECODE_AHEAD {
         match stream.as_mut().poll_next(&mut cx) {
             Poll::Ready(Some(Ok(event))) => ahead.push_back(Some(Ok(event))),
