@@ -40,6 +40,11 @@ pub(crate) struct IdlePolicy {
     /// Idle periods begun while polling was off (picks the probes).
     #[cfg(not(kcache_loom))]
     skipped: AtomicU32,
+    /// Polls that found work, ever (wrapping). A poll that runs out counts as a miss only if
+    /// no other poll found work meanwhile: with several idle consumers one event ends one poll
+    /// and leaves the others empty-handed, and that is no sign that polling does not pay.
+    #[cfg(not(kcache_loom))]
+    hits: AtomicU32,
 }
 
 impl IdlePolicy {
@@ -49,6 +54,8 @@ impl IdlePolicy {
             misses: AtomicU32::new(0),
             #[cfg(not(kcache_loom))]
             skipped: AtomicU32::new(0),
+            #[cfg(not(kcache_loom))]
+            hits: AtomicU32::new(0),
         }
     }
 
@@ -71,6 +78,7 @@ impl IdlePolicy {
                 started: None,
                 polls: 0,
                 gave_up: false,
+                hits_at_start: self.hits.load(Ordering::Relaxed),
             }
         }
         #[cfg(kcache_loom)]
@@ -99,6 +107,9 @@ pub(crate) struct Backoff<'a> {
     polls: u32,
     #[cfg(not(kcache_loom))]
     gave_up: bool,
+    /// The policy's hit count when this poll began.
+    #[cfg(not(kcache_loom))]
+    hits_at_start: u32,
     #[cfg(kcache_loom)]
     _policy: &'a IdlePolicy,
 }
@@ -119,8 +130,9 @@ impl Backoff<'_> {
                 if now.duration_since(started) >= self.limit {
                     self.gave_up = true;
                     // A poll that was off (limit zero) learns nothing: only a real poll that
-                    // ran out counts against polling.
-                    if !self.limit.is_zero() {
+                    // ran out while no other poll found work counts against polling.
+                    let others_hit = self.policy.hits.load(Ordering::Relaxed) != self.hits_at_start;
+                    if !self.limit.is_zero() && !others_hit {
                         self.policy.misses.fetch_add(1, Ordering::Relaxed);
                     }
                     return false;
@@ -142,8 +154,10 @@ impl Drop for Backoff<'_> {
     fn drop(&mut self) {
         #[cfg(not(kcache_loom))]
         if self.polls > 0 && !self.gave_up {
-            // It polled and work came before the limit: polling pays.
+            // It polled and the wait ended before the limit: polling pays. (The wait also ends
+            // when the queue closes; counting that as a hit is harmless, it happens once.)
             self.policy.misses.store(0, Ordering::Relaxed);
+            self.policy.hits.fetch_add(1, Ordering::Relaxed);
         }
     }
 }
@@ -198,6 +212,25 @@ mod tests {
         assert!(probe.snooze());
         drop(probe);
         assert!(policy.polling());
+    }
+
+    #[test]
+    fn a_poll_left_empty_handed_while_another_found_work_is_no_miss() {
+        let policy = IdlePolicy::new();
+        // Five idle consumers poll at once; one event ends one poll, the other four run out.
+        let mut polls: Vec<_> = (0..=MISSES_BEFORE_SLEEPING)
+            .map(|_| policy.backoff())
+            .collect();
+        let mut lucky = polls.pop().expect("five polls");
+        assert!(lucky.snooze());
+        drop(lucky);
+        for mut unlucky in polls {
+            while unlucky.snooze() {}
+        }
+        assert!(
+            policy.polling(),
+            "the idle period had a poll that found work"
+        );
     }
 
     #[test]

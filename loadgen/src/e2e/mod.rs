@@ -386,6 +386,13 @@ fn child_lines(child: &mut std::process::Child) -> tokio::sync::mpsc::UnboundedR
     rx
 }
 
+/// Kills a client that will not be asked for its report, and reaps it (no zombie left behind
+/// across a capacity search's probes).
+async fn end_child(mut child: std::process::Child) {
+    let _ = child.kill();
+    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+}
+
 /// A `--seen` file name no other loadgen process uses.
 fn seen_path(client: OneClient) -> PathBuf {
     std::env::temp_dir().join(format!(
@@ -425,7 +432,10 @@ async fn run_client(
     // measured is the steady state's, not that of events waiting behind the initial list.
     match tokio::time::timeout(SYNC_TIMEOUT, lines.recv()).await {
         Ok(Some(line)) if line == "synced" => {}
-        Ok(Some(line)) => return Err(format!("expected `synced` from the client, got {line:?}")),
+        Ok(Some(line)) => {
+            end_child(child).await;
+            return Err(format!("expected `synced` from the client, got {line:?}"));
+        }
         Ok(None) => {
             let status = tokio::task::spawn_blocking(move || child.wait())
                 .await
@@ -436,7 +446,7 @@ async fn run_client(
             ));
         }
         Err(_) => {
-            let _ = child.kill();
+            end_child(child).await;
             return Err(format!(
                 "the client did not sync within {} s",
                 SYNC_TIMEOUT.as_secs()

@@ -117,8 +117,9 @@ pub struct ServeConfig {
     /// first event on.
     pub record_publications: bool,
     /// Serve the initial population but hold the churn until [`Server::release_churn`]: a
-    /// client can list and start watching first, so what is measured is the steady state, not
-    /// events that waited behind the initial list.
+    /// client can list and sync first, so what is measured is the steady state, not events
+    /// that waited behind the initial list. [`Server::churn_finished`] waits for a held churn
+    /// to be released and run; stopping or dropping the server ends it unreleased.
     pub hold_churn: bool,
 }
 
