@@ -390,7 +390,15 @@ fn child_lines(child: &mut std::process::Child) -> tokio::sync::mpsc::UnboundedR
 /// across a capacity search's probes).
 async fn end_child(mut child: std::process::Child) {
     let _ = child.kill();
-    let _ = tokio::task::spawn_blocking(move || child.wait()).await;
+    let _ = wait_child(child).await;
+}
+
+/// Waits for the client process to exit, off the runtime's threads.
+async fn wait_child(mut child: std::process::Child) -> Result<std::process::ExitStatus, String> {
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("waiting for the client: {e}"))
 }
 
 /// A `--seen` file name no other loadgen process uses.
@@ -437,10 +445,7 @@ async fn run_client(
             return Err(format!("expected `synced` from the client, got {line:?}"));
         }
         Ok(None) => {
-            let status = tokio::task::spawn_blocking(move || child.wait())
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| format!("waiting for the client: {e}"))?;
+            let status = wait_child(child).await?;
             return Err(format!(
                 "the client process ended with {status} before it synced (its error is above)"
             ));
@@ -463,10 +468,7 @@ async fn run_client(
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(b"churned\n");
     }
-    let status = tokio::task::spawn_blocking(move || child.wait())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("waiting for the client: {e}"))?;
+    let status = wait_child(child).await?;
     let mut last = None;
     while let Some(line) = lines.recv().await {
         last = Some(line);
