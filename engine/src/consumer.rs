@@ -108,46 +108,39 @@ pub fn apply_deltas_coalesced<T, S, H>(
     }
 
     let key = deltas.key();
-    let before = store.get_by_key(key);
-    let mut current = before.clone();
-    let mut events: smallvec::SmallVec<[Event<'_, T>; 4]> = smallvec::SmallVec::new();
+    // The key's final state is decided by its last delta that stores or removes an object (a
+    // tombstone outside a Deleted changes nothing, and calls nothing).
+    let last = deltas
+        .iter()
+        .rev()
+        .find_map(|delta| match (delta.kind, &delta.object) {
+            (DeltaType::Deleted, _) => Some(None),
+            (_, DeltaObject::Object(obj)) => Some(Some(obj)),
+            (_, DeltaObject::Tombstone(_)) => None,
+        });
+    let Some(last) = last else { return };
+    // One write, which also returns what the key held before it: the consumer processing a
+    // key is its only writer, so that is the state the first delta applies to. (Looking it up
+    // first would probe the items map twice per key.) Removing an absent key changes nothing.
+    let before = match last {
+        Some(obj) => store.insert_by_key(key.clone(), Arc::clone(obj)),
+        None => store.remove_by_key(key),
+    };
+    // Replay the deltas over `before` for the handler: the calls process_deltas would make.
+    let mut current = before.as_ref();
     for delta in deltas {
         match (delta.kind, &delta.object) {
             (DeltaType::Deleted, payload) => {
                 current = None;
-                events.push(Event::Delete(payload));
+                handler.on_delete(payload);
             }
-            (_, DeltaObject::Object(obj)) => match current.replace(Arc::clone(obj)) {
-                Some(old) => events.push(Event::Update(old, obj)),
-                None => events.push(Event::Add(obj)),
+            (_, DeltaObject::Object(obj)) => match current.replace(obj) {
+                Some(old) => handler.on_update(old, obj),
+                None => handler.on_add(obj, is_in_initial_list),
             },
             (_, DeltaObject::Tombstone(_)) => {}
         }
     }
-    match current {
-        Some(obj) => {
-            store.insert_by_key(key.clone(), obj);
-        }
-        None => {
-            if before.is_some() {
-                store.remove_by_key(key);
-            }
-        }
-    }
-    for event in events {
-        match event {
-            Event::Add(obj) => handler.on_add(obj, is_in_initial_list),
-            Event::Update(old, new) => handler.on_update(&old, new),
-            Event::Delete(payload) => handler.on_delete(payload),
-        }
-    }
-}
-
-/// A handler call recorded while coalescing.
-enum Event<'a, T> {
-    Add(&'a Arc<T>),
-    Update(Arc<T>, &'a Arc<T>),
-    Delete(&'a DeltaObject<T>),
 }
 
 #[cfg(test)]
@@ -198,6 +191,88 @@ mod tests {
             }),
             4 => Delta::new(DeltaType::Sync, Arc::new(v)),
             _ => Delta::new(DeltaType::Replaced, Arc::new(v)),
+        }
+    }
+
+    /// A store that counts the calls made to it.
+    struct Counting {
+        inner: IndexedStore<u32>,
+        calls: std::sync::Mutex<Vec<&'static str>>,
+    }
+
+    impl Counting {
+        fn record(&self, call: &'static str) {
+            self.calls.lock().unwrap().push(call);
+        }
+    }
+
+    impl KnownObjects<u32> for Counting {
+        fn list_keys(&self) -> Vec<Key> {
+            self.record("list_keys");
+            self.inner.list_keys()
+        }
+        fn get_by_key(&self, key: &Key) -> Option<Arc<u32>> {
+            self.record("get_by_key");
+            self.inner.get_by_key(key)
+        }
+    }
+
+    impl Store<u32> for Counting {
+        fn key_of(&self, obj: &u32) -> Result<Key, KeyError> {
+            self.inner.key_of(obj)
+        }
+        fn insert_by_key(&self, key: Key, obj: Arc<u32>) -> Option<Arc<u32>> {
+            self.record("insert_by_key");
+            self.inner.insert_by_key(key, obj)
+        }
+        fn remove_by_key(&self, key: &Key) -> Option<Arc<u32>> {
+            self.record("remove_by_key");
+            self.inner.remove_by_key(key)
+        }
+        fn replace(&self, list: Vec<Arc<u32>>) -> Result<(), KeyError> {
+            self.inner.replace(list)
+        }
+        fn list(&self) -> Vec<Arc<u32>> {
+            self.inner.list()
+        }
+        fn len(&self) -> usize {
+            self.inner.len()
+        }
+    }
+
+    #[test]
+    fn coalesced_apply_makes_one_store_call_per_key_and_no_lookup() {
+        let cases: [(&[usize], Option<u32>, &[&str]); 5] = [
+            (&[0, 1, 1], None, &["insert_by_key"]),
+            (&[1, 2], Some(100), &["remove_by_key"]),
+            // Deleting a key the store does not hold: one call, which changes nothing.
+            (&[0, 2], None, &["remove_by_key"]),
+            (&[2, 0, 1], Some(100), &["insert_by_key"]),
+            // A tombstone outside a Deleted delta stores nothing and calls nothing.
+            (&[], None, &[]),
+        ];
+        for (seq, initial, expected) in cases {
+            let store = Counting {
+                inner: store(initial),
+                calls: Default::default(),
+            };
+            let mut list: Vec<Delta<u32>> = seq
+                .iter()
+                .enumerate()
+                .map(|(n, &d)| delta(d, n as u32 + 1))
+                .collect();
+            if seq.is_empty() {
+                let mut sync_of_tombstone = delta(3, 1);
+                sync_of_tombstone.kind = DeltaType::Sync;
+                list = vec![sync_of_tombstone.clone(), sync_of_tombstone];
+            }
+            let deltas = Deltas::from_vec(Key::new("k"), list);
+            apply_deltas_coalesced(&store, &mut Recorder::default(), &deltas, false);
+            assert_eq!(
+                *store.calls.lock().unwrap(),
+                expected,
+                "{seq:?} from {initial:?}"
+            );
         }
     }
 

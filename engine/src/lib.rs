@@ -194,8 +194,9 @@
 //!   they are busy.
 //! - Figures, and where the sharded engine loses, are in `results/BENCHMARKS.md`.
 
-// No unsafe code, except in one module that opts in: the epoch-reclaimed object slots of the
-// sharded store's borrowed reads (`sharded/indexer/slot.rs`, each block with its `Safety:`).
+// No unsafe code, except where a module opts in, each block with its `Safety:`: the
+// epoch-reclaimed object slots of the sharded store's borrowed reads (`sharded/indexer/slot.rs`)
+// and the sharded queue's prefetch hint (`sharded/prefetch.rs`, one intrinsic).
 #![deny(unsafe_code)]
 
 mod consumer;

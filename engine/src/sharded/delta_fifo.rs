@@ -71,6 +71,7 @@ use crate::store::KnownObjects;
 use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 use super::grow;
+use super::prefetch;
 use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
@@ -632,7 +633,14 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             initial_done: 0,
             rest: batch.into_iter(),
         };
-        for popped in serving.rest.by_ref() {
+        for ahead in serving.rest.as_slice().iter().take(prefetch::AHEAD) {
+            prefetch::objects(&ahead.deltas);
+        }
+        while let Some(popped) = serving.rest.next() {
+            // The objects of the key `AHEAD` after this one load while this one is applied.
+            if let Some(ahead) = serving.rest.as_slice().get(prefetch::AHEAD - 1) {
+                prefetch::objects(&ahead.deltas);
+            }
             // Counted before the call: a key whose `process` panics is done with too.
             serving.initial_done += usize::from(popped.initial);
             process(popped.deltas, popped.initial);

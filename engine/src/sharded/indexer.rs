@@ -76,7 +76,7 @@
 //! them (normally within a few hundred writes of the writer's thread).
 
 mod footprint;
-#[allow(unsafe_code)] // The crate's one unsafe module: see its `Safety:` comments.
+#[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
 mod slot;
 
 use std::fmt;

@@ -9,6 +9,7 @@
 mod delta_fifo;
 mod grow;
 pub(crate) mod idle;
+mod prefetch;
 mod room;
 pub(crate) mod scheduler;
 
