@@ -26,7 +26,7 @@
 //! key instead of 42); an eighth halves that exposure and still spreads the 64 items shards'
 //! doublings at 4M keys some 7,000 inserts apart.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hash};
 
 /// Up to `capacity >> EARLY_SHIFT` entries early (an eighth).
@@ -47,13 +47,44 @@ pub(crate) fn due(len: usize, capacity: usize, salt: u64) -> bool {
     len < capacity && len >= threshold(capacity, salt)
 }
 
-/// Doubles `map` now if it is at its staggered fill (see the module docs); call it before an
+/// A hash table [`ahead`] can grow: std's maps and sets.
+pub(crate) trait Table {
+    fn len(&self) -> usize;
+    fn capacity(&self) -> usize;
+    fn reserve(&mut self, additional: usize);
+}
+
+impl<K: Eq + Hash, V, S: BuildHasher> Table for HashMap<K, V, S> {
+    fn len(&self) -> usize {
+        HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        HashMap::capacity(self)
+    }
+    fn reserve(&mut self, additional: usize) {
+        HashMap::reserve(self, additional);
+    }
+}
+
+impl<K: Eq + Hash, S: BuildHasher> Table for HashSet<K, S> {
+    fn len(&self) -> usize {
+        HashSet::len(self)
+    }
+    fn capacity(&self) -> usize {
+        HashSet::capacity(self)
+    }
+    fn reserve(&mut self, additional: usize) {
+        HashSet::reserve(self, additional);
+    }
+}
+
+/// Doubles `table` now if it is at its staggered fill (see the module docs); call it before an
 /// insert that may add an entry.
-pub(crate) fn ahead<K: Eq + Hash, V, S: BuildHasher>(map: &mut HashMap<K, V, S>, salt: u64) {
-    let (len, capacity) = (map.len(), map.capacity());
+pub(crate) fn ahead(table: &mut impl Table, salt: u64) {
+    let (len, capacity) = (table.len(), table.capacity());
     if due(len, capacity, salt) {
         // One more than the capacity: the table doubles, as it would have on a later insert.
-        map.reserve(capacity - len + 1);
+        table.reserve(capacity - len + 1);
     }
 }
 

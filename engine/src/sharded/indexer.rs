@@ -71,15 +71,19 @@
 //!
 //! # Memory
 //!
-//! An item costs the key, its slot (an `Arc` of one pointer: 24 bytes) and, per index value,
-//! the key and a slot pointer in the value's set. Replaced objects live until the epoch passes
+//! An item costs the key in the items map, its slot (an `Arc` of the object pointer and the
+//! key: 48 bytes) and, per index value, one slot pointer in the value's set (a set finds a
+//! member's key in its slot). Replaced objects live until the epoch passes
 //! them (normally within a few hundred writes of the writer's thread).
 
 mod footprint;
 #[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
 mod slot;
 
+use std::borrow::Borrow;
+use std::collections::HashSet;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -101,8 +105,40 @@ const SHARDS: usize = 64;
 /// An object's values for every index, in the order of [`State::indexes`].
 type ValuesPerIndex = SmallVec<[IndexValues; 2]>;
 
-/// The keys that have one index value, each with its slot; never empty.
-type Members<T> = KeyMap<Arc<Slot<T>>>;
+/// The keys that have one index value, as their slots; never empty.
+type Members<T> = HashSet<Member<T>, BuildKeyHasher>;
+
+/// A key in an index value's set: its slot, which holds the key. A set is looked up and
+/// compared by that key (with its precomputed hash), so it stores one pointer per member
+/// instead of a key beside the pointer.
+struct Member<T: Send + Sync + 'static>(Arc<Slot<T>>);
+
+impl<T: Send + Sync + 'static> Member<T> {
+    fn key(&self) -> &Key {
+        self.0.key()
+    }
+}
+
+impl<T: Send + Sync + 'static> PartialEq for Member<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.key() == other.key()
+    }
+}
+
+impl<T: Send + Sync + 'static> Eq for Member<T> {}
+
+/// Hashes exactly as the key does, as `Borrow<Key>` requires.
+impl<T: Send + Sync + 'static> Hash for Member<T> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.key().hash(state);
+    }
+}
+
+impl<T: Send + Sync + 'static> Borrow<Key> for Member<T> {
+    fn borrow(&self) -> &Key {
+        self.key()
+    }
+}
 
 /// One named index: value → the keys (and slots) of the objects that have it.
 struct Index<T: Send + Sync + 'static> {
@@ -243,15 +279,16 @@ impl<T: Send + Sync + 'static> Index<T> {
         // Most values already have a set: update it without cloning the value.
         // The sets of many values fill in lockstep (an initial list walks them round-robin):
         // `grow::ahead` keeps them from all doubling within a few inserts of each other.
+        debug_assert!(slot.key() == key, "a set member's slot holds its key");
         if let Some(mut set) = self.map.get_mut(value) {
-            grow::ahead(&mut set, value.hash_value());
-            set.insert(key.clone(), Arc::clone(slot));
+            grow::ahead(&mut *set, value.hash_value());
+            set.insert(Member(Arc::clone(slot)));
             return;
         }
         self.map
             .entry(value.clone())
             .or_default()
-            .insert(key.clone(), Arc::clone(slot));
+            .insert(Member(Arc::clone(slot)));
     }
 
     /// Removes `key` from the set of `value`, and the set with it once empty, in one shard
@@ -267,7 +304,7 @@ impl<T: Send + Sync + 'static> Index<T> {
     fn keys(&self, value: &Key) -> Vec<Key> {
         self.map
             .get(value)
-            .map(|set| set.keys().cloned().collect())
+            .map(|set| set.iter().map(|member| member.key().clone()).collect())
             .unwrap_or_default()
     }
 
@@ -281,7 +318,7 @@ impl<T: Send + Sync + 'static> Index<T> {
     ) -> Vec<R> {
         self.map
             .get(value)
-            .map(|set| set.values().map(|slot| read(slot, guard)).collect())
+            .map(|set| set.iter().map(|member| read(&member.0, guard)).collect())
             .unwrap_or_default()
     }
 
@@ -298,10 +335,10 @@ impl<T: Send + Sync + 'static> Index<T> {
                 let mut union = KeyMap::default();
                 for value in many {
                     if let Some(set) = self.map.get(value) {
-                        for (key, slot) in set.iter() {
+                        for member in set.iter() {
                             union
-                                .entry(key.clone())
-                                .or_insert_with(|| read(slot, guard));
+                                .entry(member.key().clone())
+                                .or_insert_with(|| read(&member.0, guard));
                         }
                     }
                 }
@@ -367,7 +404,7 @@ impl<T: Send + Sync + 'static> State<T> {
                 Some(previous)
             }
             Entry::Vacant(entry) => {
-                let slot = Arc::new(Slot::new(obj));
+                let slot = Arc::new(Slot::new(entry.key().clone(), obj));
                 for (index, new) in self.indexes.iter().zip(&values) {
                     for value in new {
                         index.add(entry.key(), value, &slot);
@@ -781,7 +818,8 @@ mod tests {
         let guard = crossbeam_epoch::pin();
         for index in &state.indexes {
             for entry in index.map.iter() {
-                for (key, slot) in entry.value() {
+                for member in entry.value() {
+                    let (key, slot) = (member.key(), &member.0);
                     let obj = slot.load(&guard);
                     assert!(
                         (index.func)(obj).contains(entry.key()),

@@ -1,12 +1,11 @@
 //! [`IndexedStore::footprint`]: what the store's tables and index sets hold.
 
 use std::mem::{size_of, size_of_val};
-use std::sync::Arc;
 
 use dashmap::DashMap;
 
 use super::slot::Slot;
-use super::IndexedStore;
+use super::{IndexedStore, Member};
 use crate::footprint::{table_bytes, Footprint};
 use crate::key::{BuildKeyHasher, Key};
 
@@ -42,7 +41,7 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
             let (mut members, mut bytes) = (0, 0);
             for set in index.map.iter() {
                 members += set.len();
-                bytes += table_bytes::<(Key, Arc<Slot<T>>)>(set.capacity());
+                bytes += table_bytes::<Member<T>>(set.capacity());
             }
             footprint.add(format!("index.{}.sets", index.name), members, bytes);
         }

@@ -17,21 +17,31 @@ use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
 
+use crate::key::Key;
+
 /// One key's current object, published as the pointer of an `Arc` the slot holds a strong
-/// count of. Never null.
+/// count of (never null), and the key itself: the index sets hold slots alone and find a
+/// member's key here.
 ///
 /// `T: Send + Sync + 'static` because the count is released later, on whichever thread runs
 /// the epoch's deferred functions.
 pub(super) struct Slot<T: Send + Sync + 'static> {
     obj: AtomicPtr<T>,
+    key: Key,
 }
 
 impl<T: Send + Sync + 'static> Slot<T> {
-    /// A slot publishing `obj` (it takes over `obj`'s strong count).
-    pub(super) fn new(obj: Arc<T>) -> Self {
+    /// A slot of `key` publishing `obj` (it takes over `obj`'s strong count).
+    pub(super) fn new(key: Key, obj: Arc<T>) -> Self {
         Self {
             obj: AtomicPtr::new(Arc::into_raw(obj).cast_mut()),
+            key,
         }
+    }
+
+    /// The key whose object this slot holds; it never changes.
+    pub(super) fn key(&self) -> &Key {
+        &self.key
     }
 
     /// The current object, borrowed for as long as `guard` stays pinned.
