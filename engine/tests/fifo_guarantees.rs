@@ -87,6 +87,25 @@ fn pop_batch_hands_over_many_keys_in_order() {
     assert_eq!(q.len(), 6);
 }
 
+/// Every batch size around the prefetch distance (the queue looks two keys ahead while one is
+/// processed): each key handed over once, in FIFO order.
+#[test]
+fn pop_batch_of_any_size_hands_each_key_once_in_order() {
+    for max in 1..=6 {
+        let q = DeltaFifo::new(options(), 1);
+        for i in 0..11 {
+            q.add(obj(&format!("k{i:02}"), 1)).unwrap();
+        }
+        let mut seen = Vec::new();
+        while !q.is_empty() {
+            q.pop_batch(max, |d, _| seen.push(d.key().to_string()))
+                .unwrap();
+        }
+        let expected: Vec<String> = (0..11).map(|i| format!("k{i:02}")).collect();
+        assert_eq!(seen, expected, "batches of {max}");
+    }
+}
+
 #[test]
 fn key_in_flight_is_not_handed_to_a_second_consumer() {
     let q = Arc::new(DeltaFifo::new(options(), 1));

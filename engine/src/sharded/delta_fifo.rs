@@ -109,7 +109,7 @@ struct Flight<T> {
 /// A shard: its keys' state and the FIFO of keys with something to pop.
 struct ShardState<T> {
     /// Keys with deltas to pop (client-go's `items`); each is in `fifo` or parked.
-    pending: KeyMap<Pending<T>>,
+    pending: grow::Growing<KeyMap<Pending<T>>>,
     /// Keys held by consumers: at most a batch per consumer, so this map stays in cache.
     in_flight: KeyMap<Flight<T>>,
     /// Keys of `pending` in arrival order, except parked ones.
@@ -128,7 +128,7 @@ struct ShardState<T> {
 impl<T> ShardState<T> {
     fn new(salt: u64) -> Self {
         Self {
-            pending: KeyMap::default(),
+            pending: grow::Growing::default(),
             in_flight: KeyMap::default(),
             fifo: VecDeque::new(),
             parked: 0,
@@ -155,7 +155,7 @@ impl<T> ShardState<T> {
     /// the key if it had nothing pending.
     fn push(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
         // The shards fill in lockstep under a backlog: double each at its own moment.
-        grow::ahead(&mut self.pending, self.salt);
+        self.pending.ahead(self.salt);
         match self.pending.entry(key) {
             Entry::Occupied(mut entry) => Pushed {
                 schedule: false,
@@ -873,7 +873,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         // newest deltas as they are.
         let mut missing = Vec::new();
         for state in states.iter() {
-            for (key, entry) in &state.pending {
+            for (key, entry) in state.pending.iter() {
                 if listed_keys.contains(&KeyRef::of(key)) {
                     continue;
                 }

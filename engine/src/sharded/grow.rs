@@ -8,7 +8,7 @@
 //! the whole logical table, tens of milliseconds at a million keys, while events queue up
 //! behind it. (One big table, the reference's, stops once for the same time.)
 //!
-//! [`ahead`] lets each table double a little early, by an amount picked from a per-table
+//! [`Growing::ahead`] (and the indexer's items shards) let each table double a little early, by an amount picked from a per-table
 //! `salt` (its shard index or its value's hash): between 0 and 1/8 of its capacity before it
 //! is full. The doublings of a set of lockstep tables are then spread over the last eighth of
 //! each doubling interval instead of a few thousand inserts, so at any moment at most a few of
@@ -17,7 +17,12 @@
 //! Small tables are staggered too: one set of 224 keys doubles in microseconds, but the 5,000
 //! `node` sets of a million pods cross 224 together, and rehashing all of them at once (1.1M
 //! entries, 64 MiB of fresh tables) stopped the consumer for 40–70 ms. Only tables too small
-//! for an eighth to be an entry (capacity under 8) double when full.
+//! for an eighth to be an entry (capacities 3, 7 and 14) double when full.
+//!
+//! Removals leave tombstones, which lower what `capacity()` reports (entries plus the room left
+//! before the next rehash). A table whose live entries would fit in half its buckets is then
+//! rehashed in place by hashbrown, not doubled, so it is left alone: growing it early would
+//! double a table that never needed it.
 //!
 //! Why an eighth and not more: a table that doubles early holds twice the room for the rest of
 //! its interval, and lockstep tables all end a load at about the same fill. With a quarter, a
@@ -41,13 +46,24 @@ fn threshold(capacity: usize, salt: u64) -> usize {
     capacity - (((capacity >> EARLY_SHIFT) * byte) >> 8)
 }
 
-/// Whether a table holding `len` entries of `capacity`, salted with `salt`, should double
-/// before its next insert.
-pub(crate) fn due(len: usize, capacity: usize, salt: u64) -> bool {
-    len < capacity && len >= threshold(capacity, salt)
+/// hashbrown's capacity for `buckets` buckets: all but one below eight, seven eighths above.
+pub(crate) fn capacity_of_buckets(buckets: usize) -> usize {
+    if buckets < 8 {
+        buckets.saturating_sub(1)
+    } else {
+        buckets / 8 * 7
+    }
 }
 
-/// A hash table [`ahead`] can grow: std's maps and sets.
+/// Whether a table holding `len` entries, reporting `capacity` (entries plus the room left
+/// before its next rehash) out of `full` (its room without tombstones), salted with `salt`,
+/// should double before its next insert: it is at its staggered fill, and one more entry would
+/// not fit in half its buckets (below that, hashbrown rehashes in place instead of doubling).
+pub(crate) fn due(len: usize, capacity: usize, full: usize, salt: u64) -> bool {
+    len < capacity && len >= threshold(capacity, salt) && 2 * (len + 1) > full
+}
+
+/// A hash table [`Growing`] can grow: std's maps and sets.
 pub(crate) trait Table {
     fn len(&self) -> usize;
     fn capacity(&self) -> usize;
@@ -78,13 +94,46 @@ impl<K: Eq + Hash, S: BuildHasher> Table for HashSet<K, S> {
     }
 }
 
-/// Doubles `table` now if it is at its staggered fill (see the module docs); call it before an
-/// insert that may add an entry.
-pub(crate) fn ahead(table: &mut impl Table, salt: u64) {
-    let (len, capacity) = (table.len(), table.capacity());
-    if due(len, capacity, salt) {
-        // One more than the capacity: the table doubles, as it would have on a later insert.
-        table.reserve(capacity - len + 1);
+/// A std map or set that doubles at its staggered fill ([`ahead`](Self::ahead)). It remembers
+/// its room without tombstones, which std does not report: `capacity()` is the entries plus
+/// the room left before the next rehash, and removals lower it, so the most it has reported
+/// is the room of the table's current buckets (a table only ever grows here; one that is
+/// replaced is wrapped anew).
+#[derive(Debug, Default)]
+pub(crate) struct Growing<M> {
+    table: M,
+    full: usize,
+}
+
+impl<M: Table> Growing<M> {
+    pub(crate) fn new(table: M) -> Self {
+        let full = table.capacity();
+        Self { table, full }
+    }
+
+    /// Doubles the table now if it is at its staggered fill (see the module docs); call it
+    /// before an insert that may add an entry.
+    pub(crate) fn ahead(&mut self, salt: u64) {
+        let (len, capacity) = (self.table.len(), self.table.capacity());
+        self.full = self.full.max(capacity);
+        if due(len, capacity, self.full, salt) {
+            // One more than the capacity: the table doubles, as it would have on a later insert.
+            self.table.reserve(capacity - len + 1);
+            self.full = self.table.capacity();
+        }
+    }
+}
+
+impl<M> std::ops::Deref for Growing<M> {
+    type Target = M;
+    fn deref(&self) -> &M {
+        &self.table
+    }
+}
+
+impl<M> std::ops::DerefMut for Growing<M> {
+    fn deref_mut(&mut self) -> &mut M {
+        &mut self.table
     }
 }
 
@@ -126,20 +175,61 @@ mod tests {
 
     #[test]
     fn tiny_tables_and_full_tables_are_left_to_the_table() {
-        assert!((0..1000u64).all(|salt| !due(2, 3, salt) && !due(6, 7, salt)));
-        assert!(!due(3584, 3584, 7), "a full table grows on its own insert");
+        assert!((0..1000u64)
+            .all(|salt| !due(2, 3, 3, salt) && !due(6, 7, 7, salt) && !due(13, 14, 14, salt)));
+        assert!(
+            !due(3584, 3584, 3584, 7),
+            "a full table grows on its own insert"
+        );
+    }
+
+    #[test]
+    fn bucket_capacities_are_hashbrowns() {
+        for (buckets, capacity) in [(0, 0), (1, 0), (4, 3), (8, 7), (16, 14), (256, 224)] {
+            assert_eq!(capacity_of_buckets(buckets), capacity, "{buckets} buckets");
+        }
+        for n in [1usize, 10, 100, 1000, 5000] {
+            let map: HashMap<u32, ()> = HashMap::with_capacity(n);
+            let buckets = (map.capacity() + 1).next_power_of_two();
+            assert_eq!(capacity_of_buckets(buckets), map.capacity(), "{n}");
+        }
+    }
+
+    #[test]
+    fn churn_with_tombstones_does_not_double_a_half_empty_table() {
+        // A 256-bucket table (room for 224) holding 100–110 keys under remove + insert churn:
+        // its tombstones lower `capacity()` toward `len`, and hashbrown would rehash it in
+        // place. Growing early must not double it.
+        for live in [100u32, 105, 110] {
+            for salt in 0..32u64 {
+                let mut table = Growing::new(HashMap::<u32, ()>::with_capacity(224));
+                table.extend((0..live).map(|k| (k, ())));
+                for round in 0..3_000u32 {
+                    table.remove(&round);
+                    table.ahead(salt.wrapping_mul(0x2545_f491_4f6c_dd1d));
+                    table.insert(round + live, ());
+                }
+                assert_eq!(table.len(), live as usize);
+                assert!(
+                    table.capacity() <= 224,
+                    "{live} keys, salt {salt}: {}",
+                    table.capacity()
+                );
+            }
+        }
     }
 
     #[test]
     fn many_small_lockstep_tables_double_over_many_rounds() {
         // 1,000 sets filled round-robin, as an index's value sets are by an initial list: the
         // rounds at which they double from 224 entries (256 buckets) to more.
-        let mut tables: Vec<HashMap<u32, ()>> = (0..1000).map(|_| HashMap::new()).collect();
+        let mut tables: Vec<Growing<HashMap<u32, ()>>> =
+            (0..1000).map(|_| Growing::default()).collect();
         let mut doublings_per_round = vec![0usize; 240];
         for (round, doublings) in doublings_per_round.iter_mut().enumerate() {
             for (salt, table) in tables.iter_mut().enumerate() {
                 let before = table.capacity();
-                ahead(table, (salt as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
+                table.ahead((salt as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
                 table.insert(round as u32, ());
                 if before == 224 && table.capacity() > before {
                     *doublings += 1;
@@ -170,12 +260,12 @@ mod tests {
     fn lockstep_tables_double_at_different_inserts() {
         // 64 tables filled round-robin, as the items shards are: record at which round each
         // one doubles past 14,336 entries.
-        let mut tables: Vec<KeyMap<()>> = (0..64).map(|_| KeyMap::default()).collect();
+        let mut tables: Vec<Growing<KeyMap<()>>> = (0..64).map(|_| Growing::default()).collect();
         let mut doubled_at = vec![None; tables.len()];
         for round in 0..15_000usize {
             for (salt, table) in tables.iter_mut().enumerate() {
                 let before = table.capacity();
-                ahead(table, salt as u64);
+                table.ahead(salt as u64);
                 table.insert(Key::new(&format!("{salt}/{round}")), ());
                 if before >= 14_336 && table.capacity() > before {
                     doubled_at[salt].get_or_insert(round);

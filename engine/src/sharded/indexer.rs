@@ -3,8 +3,8 @@
 //! # Design
 //!
 //! The whole content is one immutable-shape [`State`] behind an [`ArcSwap`]: a sharded items map
-//! (key → [`Slot`]) and one sharded map per index (index value → the keys that have it, each
-//! with its slot). A slot holds the key's current object and is shared by the items map and
+//! (key → [`Slot`]) and one sharded map per index (index value → the slots of the keys that
+//! have it; a slot carries its key). A slot holds the key's current object and is shared by the items map and
 //! every set the key is in, so replacing an object whose index values did not change touches
 //! no index. Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing is
 //! ever rehashed.
@@ -106,7 +106,7 @@ const SHARDS: usize = 64;
 type ValuesPerIndex = SmallVec<[IndexValues; 2]>;
 
 /// The keys that have one index value, as their slots; never empty.
-type Members<T> = HashSet<Member<T>, BuildKeyHasher>;
+type Members<T> = grow::Growing<HashSet<Member<T>, BuildKeyHasher>>;
 
 /// A key in an index value's set: its slot, which holds the key. A set is looked up and
 /// compared by that key (with its precomputed hash), so it stores one pointer per member
@@ -140,7 +140,7 @@ impl<T: Send + Sync + 'static> Borrow<Key> for Member<T> {
     }
 }
 
-/// One named index: value → the keys (and slots) of the objects that have it.
+/// One named index: value → the slots (each with its key) of the objects that have it.
 struct Index<T: Send + Sync + 'static> {
     name: String,
     func: IndexFunc<T>,
@@ -281,14 +281,16 @@ impl<T: Send + Sync + 'static> Index<T> {
         // `grow::ahead` keeps them from all doubling within a few inserts of each other.
         debug_assert!(slot.key() == key, "a set member's slot holds its key");
         if let Some(mut set) = self.map.get_mut(value) {
-            grow::ahead(&mut *set, value.hash_value());
-            set.insert(Member(Arc::clone(slot)));
+            set.ahead(value.hash_value());
+            // `replace`, not `insert`: a member already there gives way to this slot, as a
+            // map entry would be overwritten.
+            set.replace(Member(Arc::clone(slot)));
             return;
         }
         self.map
             .entry(value.clone())
             .or_default()
-            .insert(Member(Arc::clone(slot)));
+            .replace(Member(Arc::clone(slot)));
     }
 
     /// Removes `key` from the set of `value`, and the set with it once empty, in one shard
@@ -424,7 +426,8 @@ impl<T: Send + Sync + 'static> State<T> {
     /// shard lock held.
     fn grow_items_shard(&self, shard: usize) {
         let mut table = self.items.shards()[shard].write();
-        if grow::due(table.len(), table.capacity(), shard as u64) {
+        let full = grow::capacity_of_buckets(table.buckets());
+        if grow::due(table.len(), table.capacity(), full, shard as u64) {
             let additional = table.capacity() - table.len() + 1;
             // The shard's hasher is the key's precomputed hash (BuildKeyHasher).
             table.reserve(additional, |(key, _)| key.hash_value());
@@ -818,7 +821,7 @@ mod tests {
         let guard = crossbeam_epoch::pin();
         for index in &state.indexes {
             for entry in index.map.iter() {
-                for member in entry.value() {
+                for member in entry.value().iter() {
                     let (key, slot) = (member.key(), &member.0);
                     let obj = slot.load(&guard);
                     assert!(
@@ -851,6 +854,10 @@ mod tests {
         idx.replace(vec![obj("p3", 3), obj("p4", 3)]).unwrap();
         assert_sets_name_matching_slots(&idx);
         idx.update(obj("p4", 4)).unwrap();
+        assert_sets_name_matching_slots(&idx);
+        // Deleted and added again: a new slot, which the sets must name instead of the old.
+        idx.delete(&obj("p3", 3)).unwrap();
+        idx.add(obj("p3", 3)).unwrap();
         assert_sets_name_matching_slots(&idx);
     }
 

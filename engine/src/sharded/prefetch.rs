@@ -19,8 +19,8 @@ use crate::delta::{DeltaObject, Deltas};
 pub(super) const AHEAD: usize = 2;
 
 /// Prefetches the objects of `deltas`' newest two deltas (what a consumer reads first: the
-/// object it stores and, coalescing, the one before), each from its start to its last byte
-/// (two cache lines at most).
+/// object it stores and, coalescing, the one before): the cache lines of each one's first and
+/// last byte (all of it for objects of up to 64 bytes, the head and tail of larger ones).
 pub(super) fn objects<T>(deltas: &Deltas<T>) {
     for delta in deltas.iter().rev().take(2) {
         if let DeltaObject::Object(obj) = &delta.object {

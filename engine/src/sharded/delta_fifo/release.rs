@@ -28,6 +28,7 @@ use std::collections::VecDeque;
 
 use super::{Pending, ShardState};
 use crate::key::{Key, KeyMap};
+use crate::sharded::grow::Growing;
 
 /// Room a shard always keeps (in keys), and a quarter of the smallest room it gives back:
 /// small tables are not worth moving.
@@ -48,7 +49,7 @@ pub(super) struct Hysteresis {
 
 /// The emptied tables a shard replaced, held only to be dropped once its lock is released.
 pub(super) struct Released<T> {
-    _pending: Option<KeyMap<Pending<T>>>,
+    _pending: Option<Growing<KeyMap<Pending<T>>>>,
     _fifo: Option<VecDeque<Key>>,
 }
 
@@ -86,7 +87,8 @@ impl<T> ShardState<T> {
             released_before: true,
         };
         let fresh = KeyMap::with_capacity_and_hasher(smaller_room(len), Default::default());
-        let mut pending = std::mem::replace(&mut self.pending, fresh);
+        // A new table, wrapped anew: its room is its own, not the old one's.
+        let mut pending = std::mem::replace(&mut self.pending, Growing::new(fresh));
         self.pending.extend(pending.drain());
         let fifo = mostly_empty(self.fifo.len(), self.fifo.capacity()).then(|| {
             let fresh = VecDeque::with_capacity(smaller_room(self.fifo.len()));
