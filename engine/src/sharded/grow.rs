@@ -8,11 +8,12 @@
 //! the whole logical table, tens of milliseconds at a million keys, while events queue up
 //! behind it. (One big table, the reference's, stops once for the same time.)
 //!
-//! [`Growing::ahead`] (and the indexer's items shards) let each table double a little early, by an amount picked from a per-table
-//! `salt` (its shard index or its value's hash): between 0 and 1/8 of its capacity before it
-//! is full. The doublings of a set of lockstep tables are then spread over the last eighth of
-//! each doubling interval instead of a few thousand inserts, so at any moment at most a few of
-//! them rehash. The total work is the same; the tables are on average about 1/16 emptier.
+//! [`Growing::ahead`] (and the indexer's items shards) let each table double a little early,
+//! by an amount picked from a per-table `salt` (its shard index or its value's hash): between
+//! 0 and 1/8 of its capacity before it is full. The doublings of a set of lockstep tables are
+//! then spread over the last eighth of each doubling interval instead of a few thousand
+//! inserts, so at any moment at most a few of them rehash. The total work is the same; the
+//! tables are on average about 1/16 emptier.
 //!
 //! Small tables are staggered too: one set of 224 keys doubles in microseconds, but the 5,000
 //! `node` sets of a million pods cross 224 together, and rehashing all of them at once (1.1M

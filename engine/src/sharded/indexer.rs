@@ -4,9 +4,9 @@
 //!
 //! The whole content is one immutable-shape [`State`] behind an [`ArcSwap`]: a sharded items map
 //! (key → [`Slot`]) and one sharded map per index (index value → the slots of the keys that
-//! have it; a slot carries its key). A slot holds the key's current object and is shared by the items map and
-//! every set the key is in, so replacing an object whose index values did not change touches
-//! no index. Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing is
+//! have it; a slot carries its key). A slot holds the key's current object and is shared by the
+//! items map and every set the key is in, so replacing an object whose index values did not
+//! change touches no index. Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing is
 //! ever rehashed.
 //!
 //! - **Readers** load the current `State` and take one shard read lock at a time, never two at
