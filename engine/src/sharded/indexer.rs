@@ -6,8 +6,8 @@
 //! (key → [`Slot`]) and one sharded map per index (index value → the slots of the keys that
 //! have it; a slot carries its key). A slot holds the key's current object and is shared by the
 //! items map and every set the key is in, so replacing an object whose index values did not
-//! change touches no index. Every [`Key`] carries its hash and the maps use [`BuildKeyHasher`], so nothing is
-//! ever rehashed.
+//! change touches no index. Every [`Key`] carries its hash and the maps use
+//! [`BuildKeyHasher`], so nothing is ever rehashed.
 //!
 //! - **Readers** load the current `State` and take one shard read lock at a time, never two at
 //!   once: `get_by_key` the key's items shard, `by_index` the value's index shard, whose set
@@ -73,8 +73,8 @@
 //!
 //! An item costs the key in the items map, its slot (an `Arc` of the object pointer and the
 //! key: 48 bytes) and, per index value, one slot pointer in the value's set (a set finds a
-//! member's key in its slot). Replaced objects live until the epoch passes
-//! them (normally within a few hundred writes of the writer's thread).
+//! member's key in its slot). Replaced objects live until the epoch passes them (normally
+//! within a few hundred writes of the writer's thread).
 
 mod footprint;
 #[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
@@ -274,12 +274,11 @@ impl<T: Send + Sync + 'static> Index<T> {
         }
     }
 
-    /// Adds `key` (with its slot) to the set of `value`.
-    fn add(&self, key: &Key, value: &Key, slot: &Arc<Slot<T>>) {
+    /// Adds the key of `slot` (the slot carries it) to the set of `value`.
+    fn add(&self, value: &Key, slot: &Arc<Slot<T>>) {
         // Most values already have a set: update it without cloning the value.
         // The sets of many values fill in lockstep (an initial list walks them round-robin):
-        // `grow::ahead` keeps them from all doubling within a few inserts of each other.
-        debug_assert!(slot.key() == key, "a set member's slot holds its key");
+        // `Growing::ahead` keeps them from all doubling within a few inserts of each other.
         if let Some(mut set) = self.map.get_mut(value) {
             set.ahead(value.hash_value());
             // `replace`, not `insert`: a member already there gives way to this slot, as a
@@ -400,7 +399,7 @@ impl<T: Send + Sync + 'static> State<T> {
                 let previous = slot.replace(obj, guard);
                 for ((index, old), new) in changes() {
                     for value in new.iter().filter(|value| !old.contains(value)) {
-                        index.add(key, value, slot);
+                        index.add(value, slot);
                     }
                 }
                 Some(previous)
@@ -409,7 +408,7 @@ impl<T: Send + Sync + 'static> State<T> {
                 let slot = Arc::new(Slot::new(entry.key().clone(), obj));
                 for (index, new) in self.indexes.iter().zip(&values) {
                     for value in new {
-                        index.add(entry.key(), value, &slot);
+                        index.add(value, &slot);
                     }
                 }
                 let shard = self.items.determine_map(entry.key());
@@ -730,7 +729,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
             let obj = entry.value().load(&guard);
             for index in &added {
                 for value in &(index.func)(obj) {
-                    index.add(entry.key(), value, entry.value());
+                    index.add(value, entry.value());
                 }
             }
             next.items
