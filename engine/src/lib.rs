@@ -224,7 +224,9 @@ pub use key::{
 pub use queue::{
     Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop, WaitForRoom,
 };
-pub use store::{IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, Store};
+pub use store::{
+    IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, PrefetchStep, Store,
+};
 
 /// The README's Rust examples, compiled and run as doctests so they cannot drift from the API.
 #[cfg(doctest)]

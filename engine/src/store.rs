@@ -49,6 +49,28 @@ pub trait KnownObjects<T>: Send + Sync {
             }
         }
     }
+
+    /// A hint that `key` is about to be written: ask the CPU for the memory that write will
+    /// read, one dependent step per call (see [`PrefetchStep`]). It must not block, write
+    /// anything a reader can see, or run user code. The default does nothing.
+    ///
+    /// The sharded queue calls it for the keys of a batch ahead of the one being processed,
+    /// each step a few keys before the next, so that the misses of a large store overlap the
+    /// consumer's work instead of following one another.
+    fn prefetch(&self, _key: &Key, _step: PrefetchStep) {}
+}
+
+/// How far a [`KnownObjects::prefetch`] call reaches. Each step reads what the previous one
+/// asked for, so a caller issues them in this order, some work apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PrefetchStep {
+    /// The lines where the key's entry sits in the store's table: found from the key's hash
+    /// alone, with no read of the table's contents.
+    Table,
+    /// The entry's own record, found through the table.
+    Entry,
+    /// The object the entry holds: what the write will replace and read index values from.
+    Object,
 }
 
 /// The values an index function gives one object. Most objects have exactly one.

@@ -142,7 +142,52 @@ for_both_engines!(
     debug_shows_counts_only,
     a_panicking_index_function_changes_nothing,
     visits_see_what_list_keys_and_get_by_key_see,
+    prefetch_is_a_hint_that_changes_nothing,
 );
+
+/// `KnownObjects::prefetch` (what the sharded queue asks of the store for the keys it is about
+/// to hand out) reads nothing a caller can see change and changes nothing, at every step, for
+/// stored and absent keys, in an empty store and across a replace.
+fn prefetch_is_a_hint_that_changes_nothing<I: Indexer<Pod>>(new: New<I>) {
+    use kcache::{KnownObjects, PrefetchStep};
+    let steps = [
+        PrefetchStep::Table,
+        PrefetchStep::Entry,
+        PrefetchStep::Object,
+    ];
+    let ask_everything = |idx: &I| {
+        for name in ["a/p1", "a/p2", "b/p3", "absent/x", ""] {
+            for step in steps {
+                KnownObjects::prefetch(idx, &Key::new(name), step);
+            }
+        }
+    };
+    let idx = indexer(new);
+    ask_everything(&idx);
+    assert!(idx.is_empty());
+    for (ns, name) in [("a", "p1"), ("a", "p2"), ("b", "p3")] {
+        idx.add(pod(ns, name, &["n1"])).unwrap();
+    }
+    ask_everything(&idx);
+    assert_eq!(sorted_keys(idx.list_keys()), ["a/p1", "a/p2", "b/p3"]);
+    assert_eq!(
+        sorted_names(idx.by_index("node", "n1").unwrap()),
+        ["p1", "p2", "p3"]
+    );
+    assert_eq!(
+        sorted_names(idx.by_index("namespace", "a").unwrap()),
+        ["p1", "p2"]
+    );
+    // Writes after it land as usual.
+    idx.update(pod("a", "p1", &["n2"])).unwrap();
+    ask_everything(&idx);
+    assert_eq!(sorted_names(idx.by_index("node", "n2").unwrap()), ["p1"]);
+    idx.replace(vec![pod("c", "p9", &["n3"])]).unwrap();
+    ask_everything(&idx);
+    assert_eq!(sorted_keys(idx.list_keys()), ["c/p9"]);
+    assert_eq!(sorted_names(idx.by_index("node", "n3").unwrap()), ["p9"]);
+    assert_no_empty_sets(&idx);
+}
 
 /// `visit_keys` and `visit_objects` (what a queue walks the store with) see every key once,
 /// with the object `get_by_key` returns; an object lent to `visit_objects` can be kept past the

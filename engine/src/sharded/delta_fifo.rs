@@ -51,7 +51,6 @@
 //! be counted by `len` and popped by no one); and a served batch is completed by a drop guard
 //! ([`Serving`]), which also puts back the keys a panicking `process` never saw.
 
-use std::collections::hash_map::Entry;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
@@ -59,12 +58,13 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crossbeam_utils::CachePadded;
+use hashbrown::hash_map::Entry;
 use smallvec::SmallVec;
 
 use crate::delta::{
     push_delta, push_grows, Delta, DeltaList, DeltaObject, DeltaType, Deltas, Tombstone,
 };
-use crate::key::{Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet};
+use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet};
 use crate::latch::Latch;
 use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
 use crate::store::KnownObjects;
@@ -88,6 +88,11 @@ pub const DEFAULT_SHARDS: usize = 16;
 /// so sharding does not make those maps' probes collide more.
 pub const MAX_SHARDS: usize = 1 << 16;
 
+/// The keys of a shard with deltas waiting to be popped: hashbrown's map rather than std's,
+/// whose raw table tells where a key's bucket is, so a consumer can ask for it in advance
+/// ([`prefetch::pending`]).
+type PendingMap<T> = hashbrown::HashMap<Key, Pending<T>, BuildKeyHasher>;
+
 /// A key with deltas waiting to be popped.
 struct Pending<T> {
     /// Oldest first; never empty.
@@ -109,7 +114,7 @@ struct Flight<T> {
 /// A shard: its keys' state and the FIFO of keys with something to pop.
 struct ShardState<T> {
     /// Keys with deltas to pop (client-go's `items`); each is in `fifo` or parked.
-    pending: grow::Growing<KeyMap<Pending<T>>>,
+    pending: grow::Growing<PendingMap<T>>,
     /// Keys held by consumers: at most a batch per consumer, so this map stays in cache.
     in_flight: KeyMap<Flight<T>>,
     /// Keys of `pending` in arrival order, except parked ones.
@@ -472,12 +477,22 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     fn take_batch(&self, shard: usize, max: usize, out: &mut Batch<T>) {
         let track_known = self.known.is_some();
         let mut taken_deltas = 0;
+        let first = out.len();
         let mut guard = self.lock_shard(shard);
         let state = &mut *guard;
+        // The pending buckets of the next keys load while this one is taken.
+        for ahead in state.fifo.iter().take(prefetch::PENDING_AHEAD.min(max)) {
+            prefetch::bucket(state.pending.raw_table(), ahead.hash_value());
+        }
         while out.len() < max {
             let Some(key) = state.fifo.pop_front() else {
                 break;
             };
+            if out.len() + prefetch::PENDING_AHEAD < max {
+                if let Some(ahead) = state.fifo.get(prefetch::PENDING_AHEAD - 1) {
+                    prefetch::bucket(state.pending.raw_table(), ahead.hash_value());
+                }
+            }
             if let Some(flight) = state.in_flight.get_mut(&key) {
                 flight.parked = true;
                 state.parked += 1;
@@ -487,24 +502,33 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 debug_assert!(false, "a key in the FIFO always has pending deltas");
                 continue;
             };
-            let known_after = match entry.deltas.last() {
+            // The in-flight record below takes a reference count of the newest object: ask for
+            // it now, so that its miss overlaps the next keys' instead of stalling this one.
+            if track_known {
+                prefetch::newest_object(&entry.deltas);
+            }
+            taken_deltas += entry.deltas.len();
+            out.push(Popped {
+                deltas: Deltas::from_list(owned_key, entry.deltas),
+                initial: entry.initial,
+            });
+        }
+        // Record the taken keys as in flight (a key is in the FIFO at most once, so none of
+        // them was met above).
+        for popped in &out[first..] {
+            let known_after = match popped.deltas.last() {
                 Some(newest) if track_known && newest.kind != DeltaType::Deleted => {
                     newest.object.object().cloned()
                 }
                 _ => None,
             };
             state.in_flight.insert(
-                key,
+                popped.deltas.key().clone(),
                 Flight {
                     known_after,
                     parked: false,
                 },
             );
-            taken_deltas += entry.deltas.len();
-            out.push(Popped {
-                deltas: Deltas::from_list(owned_key, entry.deltas),
-                initial: entry.initial,
-            });
         }
         let reschedule = !state.fifo.is_empty();
         state.scheduled = reschedule;
@@ -633,14 +657,11 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             initial_done: 0,
             rest: batch.into_iter(),
         };
-        for ahead in serving.rest.as_slice().iter().take(prefetch::AHEAD) {
-            prefetch::objects(&ahead.deltas);
-        }
+        let known = self.known.as_deref();
+        prefetch::batch_start(serving.rest.as_slice(), known, |p| &p.deltas);
         while let Some(popped) = serving.rest.next() {
-            // The objects of the key `AHEAD` after this one load while this one is applied.
-            if let Some(ahead) = serving.rest.as_slice().get(prefetch::AHEAD - 1) {
-                prefetch::objects(&ahead.deltas);
-            }
+            // What the keys after this one will read loads while this one is applied.
+            prefetch::batch_next(serving.rest.as_slice(), known, |p| &p.deltas);
             // Counted before the call: a key whose `process` panics is done with too.
             serving.initial_done += usize::from(popped.initial);
             process(popped.deltas, popped.initial);

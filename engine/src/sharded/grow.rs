@@ -83,6 +83,18 @@ impl<K: Eq + Hash, V, S: BuildHasher> Table for HashMap<K, V, S> {
     }
 }
 
+impl<K: Eq + Hash, V, S: BuildHasher> Table for hashbrown::HashMap<K, V, S> {
+    fn len(&self) -> usize {
+        hashbrown::HashMap::len(self)
+    }
+    fn capacity(&self) -> usize {
+        hashbrown::HashMap::capacity(self)
+    }
+    fn reserve(&mut self, additional: usize) {
+        hashbrown::HashMap::reserve(self, additional);
+    }
+}
+
 impl<K: Eq + Hash, S: BuildHasher> Table for HashSet<K, S> {
     fn len(&self) -> usize {
         HashSet::len(self)

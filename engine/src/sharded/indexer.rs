@@ -92,9 +92,11 @@ use dashmap::mapref::entry::Entry;
 use dashmap::DashMap;
 use smallvec::SmallVec;
 
-use super::grow;
+use super::{grow, prefetch};
 use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap};
-use crate::store::{self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, Store};
+use crate::store::{
+    self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, PrefetchStep, Store,
+};
 use crate::sync::{read, write, RwLock};
 use slot::Slot;
 
@@ -419,6 +421,32 @@ impl<T: Send + Sync + 'static> State<T> {
         }
     }
 
+    /// Asks for what a write of `key` will read, one step of [`KnownObjects::prefetch`]: the
+    /// items-map bucket, then the slot it points to, then the object the slot holds (whose
+    /// index values the write reads, and which it replaces). Each step takes the key's items
+    /// shard read lock, as a reader would, and reads only what the step before fetched.
+    fn prefetch(&self, key: &Key, step: PrefetchStep) {
+        match step {
+            PrefetchStep::Table => {
+                let hash = key.hash_value();
+                // The shard dashmap picks for this key (its hasher passes the key's hash
+                // through), and where in that shard's table the key's probe starts.
+                let shard = self.items.determine_shard(hash as usize);
+                prefetch::bucket(&self.items.shards()[shard].read(), hash);
+            }
+            PrefetchStep::Entry => {
+                if let Some(slot) = self.items.get(key) {
+                    prefetch::value(Arc::as_ptr(&slot));
+                }
+            }
+            PrefetchStep::Object => {
+                if let Some(slot) = self.items.get(key) {
+                    slot.prefetch_object();
+                }
+            }
+        }
+    }
+
     /// Doubles items shard `shard` now if it is at its staggered fill (see [`grow`]): the 64
     /// shards fill evenly, and would otherwise all double within a few thousand inserts, the
     /// whole items map rehashed in one burst. Called after an insert of a new key, with no
@@ -556,6 +584,10 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>> {
         let guard = crossbeam_epoch::pin();
         self.state.load().object(key, &guard, Slot::load_arc)
+    }
+
+    fn prefetch(&self, key: &Key, step: PrefetchStep) {
+        self.state.load().prefetch(key, step);
     }
 
     /// One items shard after the other, like `list_keys`.

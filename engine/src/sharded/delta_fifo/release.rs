@@ -26,8 +26,8 @@
 
 use std::collections::VecDeque;
 
-use super::{Pending, ShardState};
-use crate::key::{Key, KeyMap};
+use super::{PendingMap, ShardState};
+use crate::key::Key;
 use crate::sharded::grow::Growing;
 
 /// Room a shard always keeps (in keys), and a quarter of the smallest room it gives back:
@@ -49,7 +49,7 @@ pub(super) struct Hysteresis {
 
 /// The emptied tables a shard replaced, held only to be dropped once its lock is released.
 pub(super) struct Released<T> {
-    _pending: Option<Growing<KeyMap<Pending<T>>>>,
+    _pending: Option<Growing<PendingMap<T>>>,
     _fifo: Option<VecDeque<Key>>,
 }
 
@@ -86,7 +86,7 @@ impl<T> ShardState<T> {
             quiet_pops: 0,
             released_before: true,
         };
-        let fresh = KeyMap::with_capacity_and_hasher(smaller_room(len), Default::default());
+        let fresh = PendingMap::with_capacity_and_hasher(smaller_room(len), Default::default());
         // A new table, wrapped anew: its room is its own, not the old one's.
         let mut pending = std::mem::replace(&mut self.pending, Growing::new(fresh));
         self.pending.extend(pending.drain());

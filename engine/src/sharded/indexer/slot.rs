@@ -77,6 +77,14 @@ impl<T: Send + Sync + 'static> Slot<T> {
         f(&obj)
     }
 
+    /// Asks the CPU for the current object's memory (a hint: the pointer is read, the object
+    /// is not).
+    pub(super) fn prefetch_object(&self) {
+        // Relaxed: the pointer is never dereferenced here, so nothing it points to needs to be
+        // visible; a stale pointer only makes the hint useless.
+        crate::sharded::prefetch::value(self.obj.load(Ordering::Relaxed).cast_const());
+    }
+
     /// Publishes `obj` and returns the object it replaces.
     ///
     /// Callers of one slot must not overlap: the indexer replaces a key's object only while
