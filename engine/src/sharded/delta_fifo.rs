@@ -285,6 +285,10 @@ type BatchKeys = SmallVec<[Key; 4]>;
 /// ```
 pub struct DeltaFifo<T> {
     shards: Box<[CachePadded<Mutex<ShardState<T>>>]>,
+    /// Where each shard's pending table is, for producers to prefetch from before they lock.
+    /// Apart from the shards: it changes only when a table moves, so its lines stay cached on
+    /// every core.
+    pending_tables: Box<[prefetch::TableHint]>,
     /// `hash >> SHARD_BITS_OFFSET & mask` picks a shard: bits 32.. of the hash, which neither
     /// the shard maps' bucket index (low bits) nor their control bytes (top 7 bits) depend on
     /// (hence [`MAX_SHARDS`]).
@@ -330,6 +334,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             shards: (0..count)
                 .map(|i| CachePadded::new(Mutex::new(ShardState::new(i as u64))))
                 .collect(),
+            pending_tables: (0..count).map(|_| prefetch::TableHint::default()).collect(),
             mask: count - 1,
             scheduler: Scheduler::new(),
             key_fn: opts.key_fn,
@@ -407,6 +412,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         let key = (self.key_fn)(&obj)?;
         let obj = self.transform(obj)?;
         let shard = self.shard_of(&key);
+        self.pending_tables[shard].bucket::<(Key, Pending<T>)>(key.hash_value());
         let mut state = self.lock_shard(shard);
         while !self.reserve(&state, &key, kind) {
             drop(state);
@@ -415,6 +421,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
         self.mark_populated();
         let pushed = state.push(key, Delta::new(kind, obj), self.compact);
+        self.pending_tables[shard].publish(state.pending.raw_table());
         drop(state);
         if pushed.schedule {
             self.scheduler.schedule(shard);
@@ -431,6 +438,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             tombstone => Ok(tombstone),
         };
         let shard = self.shard_of(&key);
+        self.pending_tables[shard].bucket::<(Key, Pending<T>)>(key.hash_value());
         let mut state = self.lock_shard(shard);
         loop {
             let queued = state.has_pending(&key);
@@ -466,6 +474,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             },
             self.compact,
         );
+        self.pending_tables[shard].publish(state.pending.raw_table());
         drop(state);
         if pushed.schedule {
             self.scheduler.schedule(shard);

@@ -26,6 +26,8 @@
 //! rate is high: W1's capacity (`loadgen capacity --workload w1`) 1.08M → 1.90M events/s.
 
 use std::mem::size_of;
+// std's atomics, not crate::sync's: the table hint is outside the engine's synchronisation.
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use hashbrown::raw::RawTable;
@@ -125,17 +127,73 @@ pub(super) fn bucket<E>(table: &RawTable<E>, hash: u64) {
 }
 
 /// The addresses of the control byte and the entry of the bucket where `hash` starts its
-/// probe in `table`. Computed only, never read: hashbrown probes from bucket `hash & mask`, its
-/// control bytes start at `data_end` and its entries are laid out downwards from there.
+/// probe in `table`.
 fn first_bucket<E>(table: &RawTable<E>, hash: u64) -> (*const u8, *const E) {
-    let pos = hash as usize & (table.buckets() - 1);
-    let end = table.data_end().as_ptr().cast_const();
-    // wrapping_*: addresses only; an empty table's singleton control bytes give addresses
-    // that are never used for more than a hint.
+    bucket_at(
+        table.data_end().as_ptr().cast_const(),
+        table.buckets() - 1,
+        hash,
+    )
+}
+
+/// The addresses of the control byte and the entry of the bucket where `hash` starts its
+/// probe in a table whose `data_end` is `end` and whose bucket mask is `mask`. Computed only,
+/// never read: hashbrown probes from bucket `hash & mask`, its control bytes start at
+/// `data_end` and its entries are laid out downwards from there.
+fn bucket_at<E>(end: *const E, mask: usize, hash: u64) -> (*const u8, *const E) {
+    let pos = hash as usize & mask;
+    // wrapping_*: addresses only; an empty table's singleton control bytes, or a table that
+    // has moved since `end` was read, give addresses that are never used for more than a hint.
     (
         end.cast::<u8>().wrapping_add(pos),
         end.wrapping_sub(pos + 1),
     )
+}
+
+/// Where one shard's table of pending keys is, so that a producer can ask for a key's bucket
+/// before it takes the shard lock: the lock's cache line usually comes from the consumer's
+/// core, and the bucket's miss then overlaps that transfer instead of following it.
+///
+/// Written under the shard lock when the table has moved (it moves only when it grows or is
+/// given back), read without it. Both fields are std atomics read and written `Relaxed`,
+/// outside the engine's synchronisation (loom does not model them): a stale or torn pair
+/// (the new address with the old mask) only gives an address that is not the bucket, and a
+/// prefetch of any address is harmless. Nothing is ever read through it.
+#[derive(Debug)]
+pub(super) struct TableHint {
+    end: AtomicPtr<u8>,
+    mask: AtomicUsize,
+}
+
+impl Default for TableHint {
+    fn default() -> Self {
+        Self {
+            end: AtomicPtr::new(std::ptr::null_mut()),
+            mask: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl TableHint {
+    /// Records where `table` is now, if it has moved. Call it holding the table's lock.
+    pub(super) fn publish<E>(&self, table: &RawTable<E>) {
+        let end = table.data_end().as_ptr().cast::<u8>();
+        if self.end.load(Relaxed) != end {
+            self.mask.store(table.buckets() - 1, Relaxed);
+            self.end.store(end, Relaxed);
+        }
+    }
+
+    /// Asks for the bucket where a key hashed to `hash` starts its probe in the recorded table
+    /// of entries of type `E` (nothing before a table was first recorded).
+    pub(super) fn bucket<E>(&self, hash: u64) {
+        let end = self.end.load(Relaxed).cast_const().cast::<E>();
+        if !end.is_null() {
+            let (control, entry) = bucket_at(end, self.mask.load(Relaxed), hash);
+            line(control);
+            value(entry);
+        }
+    }
 }
 
 /// Asks for the cache lines of the first and last byte of the `T` at `ptr` (all of it for
@@ -276,6 +334,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// A table hint gives the addresses the table itself gives, and follows the table when it
+    /// moves (grows); before anything is recorded it asks for nothing.
+    #[test]
+    fn a_table_hint_follows_its_table() {
+        let hint = TableHint::default();
+        hint.bucket::<(Key, u64)>(42); // nothing recorded yet: no address at all
+        let mut map: hashbrown::HashMap<Key, u64, BuildKeyHasher> =
+            hashbrown::HashMap::with_capacity_and_hasher(16, BuildKeyHasher::default());
+        let key = Key::new("ns/a");
+        let recorded = |hint: &TableHint| {
+            let end = hint.end.load(Relaxed).cast_const().cast::<(Key, u64)>();
+            bucket_at(end, hint.mask.load(Relaxed), key.hash_value())
+        };
+        hint.publish(map.raw_table());
+        assert_eq!(
+            recorded(&hint),
+            first_bucket(map.raw_table(), key.hash_value())
+        );
+        let before = map.raw_table().data_end();
+        map.reserve(10_000);
+        assert_ne!(map.raw_table().data_end(), before, "the table moved");
+        hint.publish(map.raw_table());
+        assert_eq!(
+            recorded(&hint),
+            first_bucket(map.raw_table(), key.hash_value())
+        );
+        hint.bucket::<(Key, u64)>(key.hash_value());
     }
 
     /// An empty table (hashbrown's shared singleton) gives addresses without reading anything.
