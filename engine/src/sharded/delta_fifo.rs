@@ -368,6 +368,13 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         lock(&self.shards[index])
     }
 
+    /// Asks for `key`'s bucket in its shard's pending map, while the caller holds every shard
+    /// lock (`replace` and `resync` queue thousands of keys in one go, each a miss otherwise).
+    fn prefetch_pending(&self, states: &[MutexGuard<'_, ShardState<T>>], key: &Key) {
+        let state = &states[self.shard_of(key)];
+        prefetch::bucket(state.pending.raw_table(), key.hash_value());
+    }
+
     /// Locks every shard, in index order (the only order anyone takes more than one in).
     fn lock_all(&self) -> Vec<MutexGuard<'_, ShardState<T>>> {
         (0..self.shards.len()).map(|i| self.lock_shard(i)).collect()
@@ -877,7 +884,13 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         // Every call into user code comes before the first change, so an error or a panic in any
         // of them changes nothing. Keys and transforms first, outside any lock.
         let mut listed = Vec::with_capacity(list.len());
-        for obj in list {
+        let mut objects = list.into_iter();
+        while let Some(obj) = objects.next() {
+            // A relist's objects are mostly cold: the key function's read of an object a few
+            // places on overlaps this one's.
+            if let Some(ahead) = objects.as_slice().get(prefetch::LIST_AHEAD - 1) {
+                prefetch::value(Arc::as_ptr(ahead));
+            }
             let key = (self.key_fn)(&obj)?;
             listed.push((key, self.transform(obj)?));
         }
@@ -923,7 +936,11 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         let distinct_listed = listed_keys.len();
         drop(listed_keys);
 
-        for (key, obj) in listed {
+        let mut listed = listed.into_iter();
+        while let Some((key, obj)) = listed.next() {
+            if let Some((ahead, _)) = listed.as_slice().get(prefetch::PENDING_AHEAD - 1) {
+                self.prefetch_pending(&states, ahead);
+            }
             self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
         }
 
@@ -996,7 +1013,11 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             return Err(error.into());
         }
         synced.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (_, key, obj) in synced {
+        let mut synced = synced.into_iter();
+        while let Some((_, key, obj)) = synced.next() {
+            if let Some((_, ahead, _)) = synced.as_slice().get(prefetch::PENDING_AHEAD - 1) {
+                self.prefetch_pending(&states, ahead);
+            }
             // Two known objects with one key: the first (by store key) is queued, the second
             // now finds it queued and is skipped, as in the reference.
             if states[self.shard_of(&key)].has_pending(&key) {

@@ -1,29 +1,35 @@
-//! Asking the CPU for the memory a consumer will read for the next keys of its batch.
+//! Asking the CPU for memory the queue will read a little later.
 //!
-//! A consumer takes up to a batch of keys from one shard and applies them one after another.
-//! In a large cache almost everything a key's turn reads has left the CPU caches: its bucket in
-//! the shard's map of pending keys, its new object (made or decoded a while before it is
-//! popped), and in the consumer's store the items-map bucket, the key's slot and the object it
-//! replaces, each found through the one before. Read in turn, these misses follow one another,
-//! key after key: at a million keys they are most of a key's cost. The batch is known in
-//! advance, so the queue asks for what key `i + d` will need while key `i` is applied, and the
-//! misses overlap the work instead:
+//! In a large cache almost everything one key's turn reads has left the CPU caches, and most of
+//! it is found through something read just before: a consumer's key has its bucket in the
+//! shard's map of pending keys, its new object (made or decoded a while before it is popped),
+//! and in the consumer's store the items-map bucket, the key's slot and the object it replaces.
+//! Read in turn, these misses follow one another, key after key: at a million keys they are
+//! most of a key's cost. Wherever the next keys are known in advance, the queue asks for what
+//! key `i + d` will need while key `i` is worked on, so the misses overlap the work instead:
 //!
 //! - taking a batch, the pending bucket of the key [`PENDING_AHEAD`] places further in the FIFO
 //!   ([`bucket`]), and each taken key's newest object, which the in-flight record counts;
 //! - applying it, through [`KnownObjects::prefetch`] (the store says where its memory is), the
 //!   store's table lines [`TABLE_AHEAD`] keys ahead, the key's entry [`ENTRY_AHEAD`] ahead and
 //!   the stored object [`AHEAD`] ahead, when the queue has known objects; and the new objects
-//!   [`AHEAD`] ahead ([`objects`]).
+//!   [`AHEAD`] ahead ([`objects`]);
+//! - producing, the key's own pending bucket before the shard lock is taken, from a
+//!   [`TableHint`] of where the shard's table is (the lock's line usually comes from the
+//!   consumer's core, and the bucket's miss overlaps that transfer);
+//! - in `replace` and `resync`, the listed objects [`LIST_AHEAD`] ahead of the key function,
+//!   and the pending buckets [`PENDING_AHEAD`] keys ahead of the pushes.
 //!
 //! Each step of one key reads what the previous step fetched, so the steps run some keys
 //! apart. A hint only: nothing waits for a prefetch, a wrong address costs nothing but the
 //! hint, and no order, count or content of anything changes.
 //!
-//! Measured (`loadgen run --engine sharded`, alternating builds, medians of three): W2 (1M
-//! keys) 1.98M → 2.9M events/s, W3 2.40M → 2.5M, W1 at 4M keys 700k → 1.1M; W1 at 100k keys,
-//! whose producer is the bottleneck, unchanged. Paced, a consumer meets batches too once the
-//! rate is high: W1's capacity (`loadgen capacity --workload w1`) 1.08M → 1.90M events/s.
+//! Measured (`loadgen run --engine sharded`, the builds before and after alternating, medians):
+//! the consumer's steps took W2 (1M keys) from about 2.0M to 2.7M events/s and W1 at 4M keys
+//! from 700k to 1.0M, and W1's capacity (`loadgen capacity --workload w1`) from 1.08M to
+//! 1.8-1.9M events/s (paced, a consumer meets batches too once the rate is high); the
+//! producer's took W1 (100k keys, where the producer is the bottleneck) from about 3.4M to
+//! 3.9M; the relist steps W3 by about 6%. results/BENCHMARKS.md §2 has the runs.
 
 use std::mem::size_of;
 // std's atomics, not crate::sync's: the table hint is outside the engine's synchronisation.
@@ -53,6 +59,9 @@ pub(super) const TABLE_AHEAD: usize = 10;
 /// the map of pending keys. Taking a key costs less than applying one, so this runs further
 /// ahead.
 pub(super) const PENDING_AHEAD: usize = 8;
+
+/// How many objects ahead of the one being keyed `replace` asks for a listed object.
+pub(super) const LIST_AHEAD: usize = 8;
 
 /// Starts the pipeline for a batch about to be applied: every step for its first keys, the
 /// farthest-reaching first.
