@@ -51,8 +51,11 @@ pub trait KnownObjects<T>: Send + Sync {
     }
 
     /// A hint that `key` is about to be written: ask the CPU for the memory that write will
-    /// read, one dependent step per call (see [`PrefetchStep`]). It must not block, write
-    /// anything a reader can see, or run user code. The default does nothing.
+    /// read, one dependent step per call (see [`PrefetchStep`]). It should not wait for
+    /// anything (skip the hint rather than wait for a lock), must not change anything a reader
+    /// can see, and must not call back into the queue. The default does nothing. A panic in it
+    /// propagates to the consumer that popped the batch, like one in `process`, and loses no
+    /// key.
     ///
     /// The sharded queue calls it for the keys of a batch ahead of the one being processed,
     /// each step a few keys before the next, so that the misses of a large store overlap the

@@ -504,24 +504,35 @@ pub fn kept_schedule(lag: Duration, ops: usize, rate: u64) -> bool {
     lag.as_secs_f64() <= MAX_LAG_SHARE * due_time(ops, rate).as_secs_f64()
 }
 
-/// Waits until op `n` is due at `rate` ops per second after `start`, asleep. Returns how late
-/// op `n` already was (zero when it was early).
+/// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
+/// off; for the last stretch (a sleep overshoots by tens of microseconds) it polls the clock,
+/// yielding the CPU between polls, and spins only for the last 3 µs. Returns how late op `n`
+/// already was (zero when it was early).
 ///
 /// The producer stands for an API server on another machine: it must not take CPU the
-/// consumers could use. It used to spin for the last 200 µs before each op, which at any rate
-/// above a few thousand ops per second meant spinning all the time: a whole core of two gone,
-/// so W5's two sharded consumers shared the other one (capacity 367k events/s; asleep, 519k,
-/// the reference's one consumer unchanged at 259k). A sleep overshoots by tens of
-/// microseconds, so the ops that fell due meanwhile go out back to back, as watch events come
-/// off a socket a chunk at a time; each is stamped when it is enqueued, so the latency
-/// measured stays the queue's own.
+/// consumers could use. It used to spin for the whole last 200 µs, which at any rate above a
+/// few thousand ops per second meant spinning all the time: a whole core of two gone, so W5's
+/// two sharded consumers shared the other one (capacity 367k events/s; yielding, 590-617k; the
+/// reference's one consumer had a core either way). Yielding leaves the core to any runnable
+/// consumer and still issues each op on time when none is. (Sleeping until each op was due
+/// freed the core too, but sent the ops due during a sleep's overshoot together, and the
+/// consumers slept between those bursts: the p50 hand-off at 200k/s went from ~10 to ~21 µs.)
 pub fn pace(start: Instant, n: usize, rate: u64) -> Duration {
     let due = due_time(n, rate);
-    let now = start.elapsed();
-    if now < due {
-        thread::sleep(due - now);
+    loop {
+        let now = start.elapsed();
+        if now >= due {
+            return now - due;
+        }
+        let ahead = due - now;
+        if ahead > Duration::from_micros(200) {
+            thread::sleep(ahead - Duration::from_micros(100));
+        } else if ahead > Duration::from_micros(3) {
+            thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
     }
-    start.elapsed().saturating_sub(due)
 }
 
 /// Stamps an add/update/delete with the time since `start` (+1, so 0 means "not sampled").

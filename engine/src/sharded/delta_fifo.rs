@@ -675,9 +675,15 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         };
         let known = self.known.as_deref();
         prefetch::batch_start(serving.rest.as_slice(), known, |p| &p.deltas);
-        while let Some(popped) = serving.rest.next() {
-            // What the keys after this one will read loads while this one is applied.
-            prefetch::batch_next(serving.rest.as_slice(), known, |p| &p.deltas);
+        loop {
+            // What the keys after the next one will read loads while that one is applied. Asked
+            // before the key leaves `rest`: the store's prefetch is user code, and a key it
+            // panics before is still in `rest`, so `Serving` puts it back.
+            let after_next = serving.rest.as_slice().get(1..).unwrap_or_default();
+            prefetch::batch_next(after_next, known, |p| &p.deltas);
+            let Some(popped) = serving.rest.next() else {
+                break;
+            };
             // Counted before the call: a key whose `process` panics is done with too.
             serving.initial_done += usize::from(popped.initial);
             process(popped.deltas, popped.initial);

@@ -89,6 +89,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use crossbeam_epoch::Guard;
 use dashmap::mapref::entry::Entry;
+use dashmap::try_result::TryResult;
 use dashmap::DashMap;
 use smallvec::SmallVec;
 
@@ -423,27 +424,31 @@ impl<T: Send + Sync + 'static> State<T> {
 
     /// Asks for what a write of `key` will read, one step of [`KnownObjects::prefetch`]: the
     /// items-map bucket, then the slot it points to, then the object the slot holds (whose
-    /// index values the write reads, and which it replaces). Each step takes the key's items
-    /// shard read lock, as a reader would, and reads only what the step before fetched.
+    /// index values the write reads, and which it replaces). Each step tries the key's items
+    /// shard read lock, as a reader would, and skips the hint rather than wait when a writer
+    /// holds it; it reads what the step before fetched (and, for a key stored as another
+    /// allocation of the same name, that name's bytes).
     fn prefetch(&self, key: &Key, step: PrefetchStep) {
-        match step {
+        let slot = match step {
             PrefetchStep::Table => {
                 let hash = key.hash_value();
                 // The shard dashmap picks for this key (its hasher passes the key's hash
                 // through), and where in that shard's table the key's probe starts.
                 let shard = self.items.determine_shard(hash as usize);
-                prefetch::bucket(&self.items.shards()[shard].read(), hash);
-            }
-            PrefetchStep::Entry => {
-                if let Some(slot) = self.items.get(key) {
-                    prefetch::value(Arc::as_ptr(&slot));
+                if let Some(table) = self.items.shards()[shard].try_read() {
+                    prefetch::bucket(&table, hash);
                 }
+                return;
             }
-            PrefetchStep::Object => {
-                if let Some(slot) = self.items.get(key) {
-                    slot.prefetch_object();
-                }
-            }
+            PrefetchStep::Entry | PrefetchStep::Object => match self.items.try_get(key) {
+                TryResult::Present(slot) => slot,
+                TryResult::Absent | TryResult::Locked => return,
+            },
+        };
+        if step == PrefetchStep::Entry {
+            prefetch::value(Arc::as_ptr(&slot));
+        } else {
+            slot.prefetch_object();
         }
     }
 

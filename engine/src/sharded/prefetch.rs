@@ -76,8 +76,10 @@ pub(super) fn batch_start<P, T>(
             (ENTRY_AHEAD, PrefetchStep::Entry),
             (AHEAD, PrefetchStep::Object),
         ];
+        // Not for the first key: it is applied right away, so asking would only add the
+        // steps' own cost (a lone `pop` would pay it on every key).
         for (ahead, step) in steps {
-            for popped in batch.iter().take(ahead) {
+            for popped in batch.iter().take(ahead).skip(1) {
                 known.prefetch(deltas(popped).key(), step);
             }
         }
@@ -163,8 +165,9 @@ fn bucket_at<E>(end: *const E, mask: usize, hash: u64) -> (*const u8, *const E) 
 /// before it takes the shard lock: the lock's cache line usually comes from the consumer's
 /// core, and the bucket's miss then overlaps that transfer instead of following it.
 ///
-/// Written under the shard lock when the table has moved (it moves only when it grows or is
-/// given back), read without it. Both fields are std atomics read and written `Relaxed`,
+/// Recorded by producers under the shard lock after each push (so a table that `complete`,
+/// `replace` or giving room back moved is recorded again at the shard's next push), read
+/// without the lock. Both fields are std atomics read and written `Relaxed`,
 /// outside the engine's synchronisation (loom does not model them): a stale or torn pair
 /// (the new address with the old mask) only gives an address that is not the bucket, and a
 /// prefetch of any address is harmless. Nothing is ever read through it.
@@ -186,9 +189,9 @@ impl Default for TableHint {
 impl TableHint {
     /// Records where `table` is now, if it has moved. Call it holding the table's lock.
     pub(super) fn publish<E>(&self, table: &RawTable<E>) {
-        let end = table.data_end().as_ptr().cast::<u8>();
-        if self.end.load(Relaxed) != end {
-            self.mask.store(table.buckets() - 1, Relaxed);
+        let (end, mask) = (table.data_end().as_ptr().cast::<u8>(), table.buckets() - 1);
+        if self.end.load(Relaxed) != end || self.mask.load(Relaxed) != mask {
+            self.mask.store(mask, Relaxed);
             self.end.store(end, Relaxed);
         }
     }
@@ -320,11 +323,12 @@ mod tests {
             let log = store.0.lock().unwrap().clone();
             assert_eq!(
                 log.len(),
-                keys * 4,
-                "three steps and one apply per key: {log:?}"
+                keys * 4 - 3,
+                "three steps and one apply per key, no steps for the first: {log:?}"
             );
             let applied = |n: usize| position(&log, &format!("k{n}"), None);
-            for n in 0..keys {
+            assert!(log.iter().all(|(key, step)| key != "k0" || step.is_none()));
+            for n in 1..keys {
                 let key = format!("k{n}");
                 let table = position(&log, &key, Some(PrefetchStep::Table));
                 let entry = position(&log, &key, Some(PrefetchStep::Entry));
@@ -333,16 +337,78 @@ mod tests {
                     table < entry && entry < object && object < applied(n),
                     "{key}: {log:?}"
                 );
-                // Asked for as the key `distance` places earlier is about to be applied, not
-                // before: after the key before that one was applied.
+                // Asked for just before the key `distance` places earlier is applied: not
+                // later (the hint would have no time to land), not earlier (after the key
+                // before that one was applied; the lines would have time to leave again).
                 for (at, distance) in [(table, TABLE_AHEAD), (entry, ENTRY_AHEAD), (object, AHEAD)]
                 {
+                    assert!(
+                        at < applied(n.saturating_sub(distance)),
+                        "{key} late: {log:?}"
+                    );
                     if n > distance {
-                        assert!(at > applied(n - distance - 1), "{key} too early: {log:?}");
+                        assert!(at > applied(n - distance - 1), "{key} early: {log:?}");
                     }
                 }
             }
         }
+    }
+
+    /// A store whose prefetch panics once, on one key's object step.
+    struct PanicsOnce {
+        key: &'static str,
+        armed: std::sync::atomic::AtomicBool,
+    }
+
+    impl KnownObjects<u32> for PanicsOnce {
+        fn list_keys(&self) -> Vec<Key> {
+            Vec::new()
+        }
+        fn get_by_key(&self, _key: &Key) -> Option<Arc<u32>> {
+            None
+        }
+        fn prefetch(&self, key: &Key, step: PrefetchStep) {
+            if step == PrefetchStep::Object
+                && key.as_str() == self.key
+                && self.armed.swap(false, Relaxed)
+            {
+                panic!("prefetch of {key}");
+            }
+        }
+    }
+
+    /// The store's prefetch is user code: a panic in it, between two keys of a batch, loses no
+    /// key. The keys not yet applied are queued again, every key is applied exactly once, and
+    /// the initial list still counts as synced.
+    #[test]
+    fn a_panicking_prefetch_loses_no_key() {
+        use crate::queue::{DeltaQueue, QueueOptions};
+        use crate::sharded::DeltaFifo;
+        use std::panic::{catch_unwind, AssertUnwindSafe};
+
+        // With ten keys the object step of k5 is asked for just before k2 is applied.
+        let known = Arc::new(PanicsOnce {
+            key: "k5",
+            armed: std::sync::atomic::AtomicBool::new(true),
+        });
+        let key_fn: crate::key::KeyFn<u32> = Arc::new(|n: &u32| Ok(Key::new(&format!("k{n}"))));
+        let fifo = DeltaFifo::new(QueueOptions::new(key_fn).known_objects(known), 1);
+        fifo.replace((0..10).map(Arc::new).collect(), "1").unwrap();
+        assert!(!fifo.has_synced());
+
+        let mut applied = Vec::new();
+        let first = catch_unwind(AssertUnwindSafe(|| {
+            fifo.pop_batch(256, |deltas, _| applied.push(deltas.key().to_string()))
+        }));
+        assert!(first.is_err(), "the prefetch panicked");
+        assert_eq!(applied, ["k0", "k1"]);
+        while !fifo.is_empty() {
+            fifo.pop_batch(256, |deltas, _| applied.push(deltas.key().to_string()))
+                .unwrap();
+        }
+        let expected: Vec<String> = (0..10).map(|n| format!("k{n}")).collect();
+        assert_eq!(applied, expected);
+        assert!(fifo.has_synced());
     }
 
     /// A table hint gives the addresses the table itself gives, and follows the table when it
