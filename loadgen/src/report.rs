@@ -118,6 +118,9 @@ pub struct InformerStats {
     pub watches: u64,
     /// Errors the reflector reported (the scripted outages and 410s among them).
     pub reflector_errors: u64,
+    /// Scripted 410s no watch had received yet when the run ended.
+    #[serde(default)]
+    pub expired_watches_pending: u64,
     /// Workload resyncs left out (the informer resyncs on its own timer).
     pub skipped_resyncs: u64,
 }

@@ -325,6 +325,9 @@ pub struct InformerFinished {
     pub watches: u64,
     /// Errors reported to the watch error handler (the scripted outages and 410s among them).
     pub reflector_errors: u64,
+    /// Scripted 410s no watch had received when the run ended (a relist that starts before
+    /// the reflector reopened its watch leaves its 410 for a later watch).
+    pub expired_watches_pending: u64,
     /// W3's resyncs, left out (see the module docs).
     pub skipped_resyncs: u64,
 }
@@ -613,6 +616,7 @@ where
         lists: server.list_calls(),
         watches: server.watch_calls(),
         reflector_errors: 0,
+        expired_watches_pending: server.expired_watches_pending() as u64,
         skipped_resyncs: skipped,
     })
 }
@@ -782,6 +786,7 @@ pub fn measure(
             lists: done.lists,
             watches: done.watches,
             reflector_errors: done.reflector_errors,
+            expired_watches_pending: done.expired_watches_pending,
             skipped_resyncs: done.skipped_resyncs,
         }),
         ..Default::default()

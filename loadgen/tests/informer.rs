@@ -63,10 +63,16 @@ fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {
         assert!(lists >= 11, "{engine}: {lists} list calls");
         // Each of the ten relists scripts one 410, but a relist that begins before the
         // reflector reopened its watch after the previous one leaves its 410 for a later
-        // watch, so the last one can still be pending when the run ends (seen under a loaded
-        // CI machine: 9).
+        // watch, so the last ones can still be pending when the run ends (seen on CI: one,
+        // then two). Every scripted 410 was either reported or is still pending.
         let errors = r["informer"]["reflector_errors"].as_u64().unwrap_or(0);
-        assert!(errors >= 9, "{engine}: {errors} reflector errors");
+        let pending = r["informer"]["expired_watches_pending"]
+            .as_u64()
+            .expect("the pending 410s are reported");
+        assert!(
+            errors + pending >= 10,
+            "{engine}: {errors} reflector errors, {pending} scripted 410s pending"
+        );
     }
     assert!(
         stdout.contains("2 (slow)"),

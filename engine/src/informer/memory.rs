@@ -253,6 +253,12 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         self.state().faults.expire_watches += n;
     }
 
+    /// How many of the 410s scripted by [`expire_next_watches`](Self::expire_next_watches) no
+    /// watch has received yet.
+    pub fn expired_watches_pending(&self) -> usize {
+        self.state().faults.expire_watches
+    }
+
     /// The next `n` lists fail as a refused connection.
     pub fn fail_next_lists(&self, n: usize) {
         self.state().faults.fail_lists += n;
