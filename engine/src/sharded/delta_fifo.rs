@@ -90,7 +90,7 @@ pub const MAX_SHARDS: usize = 1 << 16;
 
 /// The keys of a shard with deltas waiting to be popped: hashbrown's map rather than std's,
 /// whose raw table tells where a key's bucket is, so a consumer can ask for it in advance
-/// ([`prefetch::pending`]).
+/// ([`prefetch::bucket`]).
 type PendingMap<T> = hashbrown::HashMap<Key, Pending<T>, BuildKeyHasher>;
 
 /// A key with deltas waiting to be popped.
@@ -528,23 +528,28 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 deltas: Deltas::from_list(owned_key, entry.deltas),
                 initial: entry.initial,
             });
-        }
-        // Record the taken keys as in flight (a key is in the FIFO at most once, so none of
-        // them was met above).
-        for popped in &out[first..] {
-            let known_after = match popped.deltas.last() {
-                Some(newest) if track_known && newest.kind != DeltaType::Deleted => {
-                    newest.object.object().cloned()
-                }
-                _ => None,
-            };
             state.in_flight.insert(
-                popped.deltas.key().clone(),
+                key,
                 Flight {
-                    known_after,
+                    known_after: None,
                     parked: false,
                 },
             );
+        }
+        // What each taken key will leave in the known store, once the whole batch is taken
+        // (the reference count of a newest object asked for above is taken here).
+        if track_known {
+            for popped in &out[first..] {
+                let Some(newest) = popped.deltas.last() else {
+                    continue;
+                };
+                if newest.kind == DeltaType::Deleted {
+                    continue;
+                }
+                if let Some(flight) = state.in_flight.get_mut(popped.deltas.key()) {
+                    flight.known_after = newest.object.object().cloned();
+                }
+            }
         }
         let reschedule = !state.fifo.is_empty();
         state.scheduled = reschedule;
