@@ -63,6 +63,14 @@ pub(super) const PENDING_AHEAD: usize = 8;
 /// How many objects ahead of the one being keyed `replace` asks for a listed object.
 pub(super) const LIST_AHEAD: usize = 8;
 
+/// The known store's steps and how many keys ahead each is asked for, the farthest-reaching
+/// first (each reads what the one before fetched).
+const STORE_STEPS: [(usize, PrefetchStep); 3] = [
+    (TABLE_AHEAD, PrefetchStep::Table),
+    (ENTRY_AHEAD, PrefetchStep::Entry),
+    (AHEAD, PrefetchStep::Object),
+];
+
 /// Starts the pipeline for a batch about to be applied: every step for its first keys, the
 /// farthest-reaching first.
 pub(super) fn batch_start<P, T>(
@@ -71,14 +79,9 @@ pub(super) fn batch_start<P, T>(
     deltas: impl Fn(&P) -> &Deltas<T>,
 ) {
     if let Some(known) = known {
-        let steps = [
-            (TABLE_AHEAD, PrefetchStep::Table),
-            (ENTRY_AHEAD, PrefetchStep::Entry),
-            (AHEAD, PrefetchStep::Object),
-        ];
         // Not for the first key: it is applied right away, so asking would only add the
         // steps' own cost (a lone `pop` would pay it on every key).
-        for (ahead, step) in steps {
+        for (ahead, step) in STORE_STEPS {
             for popped in batch.iter().take(ahead).skip(1) {
                 known.prefetch(deltas(popped).key(), step);
             }
@@ -96,14 +99,10 @@ pub(super) fn batch_next<P, T>(
     deltas: impl Fn(&P) -> &Deltas<T>,
 ) {
     if let Some(known) = known {
-        if let Some(ahead) = rest.get(TABLE_AHEAD - 1) {
-            known.prefetch(deltas(ahead).key(), PrefetchStep::Table);
-        }
-        if let Some(ahead) = rest.get(ENTRY_AHEAD - 1) {
-            known.prefetch(deltas(ahead).key(), PrefetchStep::Entry);
-        }
-        if let Some(ahead) = rest.get(AHEAD - 1) {
-            known.prefetch(deltas(ahead).key(), PrefetchStep::Object);
+        for (ahead, step) in STORE_STEPS {
+            if let Some(popped) = rest.get(ahead - 1) {
+                known.prefetch(deltas(popped).key(), step);
+            }
         }
     }
     if let Some(ahead) = rest.get(AHEAD - 1) {
