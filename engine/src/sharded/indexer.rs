@@ -99,7 +99,7 @@ use crate::store::{
     self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, PrefetchStep, Store,
 };
 use crate::sync::{read, write, RwLock};
-use slot::Slot;
+use slot::{Slot, SlotRef};
 
 /// Shards per map: enough that a writer's shard lock rarely meets a reader on two cores or
 /// sixty-four, small enough that an empty map stays a few kilobytes.
@@ -114,7 +114,7 @@ type Members<T> = grow::Growing<HashSet<Member<T>, BuildKeyHasher>>;
 /// A key in an index value's set: its slot, which holds the key. A set is looked up and
 /// compared by that key (with its precomputed hash), so it stores one pointer per member
 /// instead of a key beside the pointer.
-struct Member<T: Send + Sync + 'static>(Arc<Slot<T>>);
+struct Member<T: Send + Sync + 'static>(SlotRef<T>);
 
 impl<T: Send + Sync + 'static> Member<T> {
     fn key(&self) -> &Key {
@@ -152,7 +152,7 @@ struct Index<T: Send + Sync + 'static> {
 
 /// Everything a reader needs, swapped as a whole by `replace` and `add_indexers`.
 struct State<T: Send + Sync + 'static> {
-    items: DashMap<Key, Arc<Slot<T>>, BuildKeyHasher>,
+    items: DashMap<Key, SlotRef<T>, BuildKeyHasher>,
     /// Unique names, in the order of every [`ValuesPerIndex`].
     indexes: Vec<Arc<Index<T>>>,
 }
@@ -278,7 +278,7 @@ impl<T: Send + Sync + 'static> Index<T> {
     }
 
     /// Adds the key of `slot` (the slot carries it) to the set of `value`.
-    fn add(&self, value: &Key, slot: &Arc<Slot<T>>) {
+    fn add(&self, value: &Key, slot: &SlotRef<T>) {
         // Most values already have a set: update it without cloning the value.
         // The sets of many values fill in lockstep (an initial list walks them round-robin):
         // `Growing::ahead` keeps them from all doubling within a few inserts of each other.
@@ -286,13 +286,13 @@ impl<T: Send + Sync + 'static> Index<T> {
             set.ahead(value.hash_value());
             // `replace`, not `insert`: a member already there gives way to this slot, as a
             // map entry would be overwritten.
-            set.replace(Member(Arc::clone(slot)));
+            set.replace(Member(SlotRef::clone(slot)));
             return;
         }
         self.map
             .entry(value.clone())
             .or_default()
-            .replace(Member(Arc::clone(slot)));
+            .replace(Member(SlotRef::clone(slot)));
     }
 
     /// Removes `key` from the set of `value`, and the set with it once empty, in one shard
@@ -408,7 +408,7 @@ impl<T: Send + Sync + 'static> State<T> {
                 Some(previous)
             }
             Entry::Vacant(entry) => {
-                let slot = Arc::new(Slot::new(entry.key().clone(), obj));
+                let slot = SlotRef::new(Slot::new(entry.key().clone(), obj));
                 for (index, new) in self.indexes.iter().zip(&values) {
                     for value in new {
                         index.add(value, &slot);
@@ -446,7 +446,7 @@ impl<T: Send + Sync + 'static> State<T> {
             },
         };
         if step == PrefetchStep::Entry {
-            prefetch::value(Arc::as_ptr(&slot));
+            prefetch::value(SlotRef::as_ptr(&slot));
         } else {
             slot.prefetch_object();
         }
@@ -770,7 +770,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
                 }
             }
             next.items
-                .insert(entry.key().clone(), Arc::clone(entry.value()));
+                .insert(entry.key().clone(), SlotRef::clone(entry.value()));
         }
         let old = self.state.swap(Arc::new(next));
         drop(exclusive);
@@ -867,7 +867,7 @@ mod tests {
                     );
                     let item = state.items.get(key).expect("an indexed key is stored");
                     assert!(
-                        Arc::ptr_eq(&item, slot),
+                        SlotRef::ptr_eq(&item, slot),
                         "{key:?}: the set's slot is the item's"
                     );
                 }
@@ -901,12 +901,12 @@ mod tests {
     fn an_unchanged_update_keeps_the_slot_and_its_sets() {
         let idx = indexer();
         idx.add(obj("p1", 1)).unwrap();
-        let before = Arc::clone(&idx.state.load().items.get(&Key::new("p1")).unwrap());
+        let before = SlotRef::clone(&idx.state.load().items.get(&Key::new("p1")).unwrap());
         idx.update(obj("p1", 1)).unwrap();
         let state = idx.state.load();
         let after = state.items.get(&Key::new("p1")).unwrap();
         assert!(
-            Arc::ptr_eq(&before, &after),
+            SlotRef::ptr_eq(&before, &after),
             "the object was replaced in place"
         );
         let guard = crossbeam_epoch::pin();

@@ -29,8 +29,8 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
         let mut footprint = Footprint::default();
         let items = state.items.len();
         footprint.add("store.items", items, dash_map_bytes(&state.items));
-        // An `Arc`'s allocation: two counts and the slot.
-        let slot_bytes = 2 * size_of::<usize>() + size_of::<Slot<T>>();
+        // A `SlotRef`'s allocation: one count and the slot.
+        let slot_bytes = size_of::<usize>() + size_of::<Slot<T>>();
         footprint.add("store.slots", items, items * slot_bytes);
         for index in &state.indexes {
             footprint.add(
