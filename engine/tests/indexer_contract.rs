@@ -142,6 +142,7 @@ for_both_engines!(
     debug_shows_counts_only,
     a_panicking_index_function_changes_nothing,
     visits_see_what_list_keys_and_get_by_key_see,
+    a_long_walk_visits_every_object_once,
     prefetch_is_a_hint_that_changes_nothing,
 );
 
@@ -219,6 +220,34 @@ fn visits_see_what_list_keys_and_get_by_key_see<I: Indexer<Pod>>(new: New<I>) {
     idx.delete(&pod("a", "p1", &[])).unwrap();
     idx.update(pod("a", "p2", &["n3"])).unwrap();
     assert_eq!((visited[0].1.name, visited[1].1.nodes), ("p1", &["n2"][..]));
+}
+
+/// A walk over many keys (every items shard, far longer than the sharded walk's look-ahead)
+/// visits each key once, with its current object.
+fn a_long_walk_visits_every_object_once<I: Indexer<Pod>>(new: New<I>) {
+    let idx = indexer(new);
+    let names: Vec<&'static str> = (0..2_000).map(|i| &*format!("p{i}").leak()).collect();
+    for name in &names {
+        idx.add(pod("a", name, &["n1"])).unwrap();
+    }
+    for name in names.iter().step_by(3) {
+        idx.update(pod("a", name, &["n2"])).unwrap();
+    }
+    let mut visited = Vec::new();
+    idx.visit_objects(&mut |key, obj| visited.push((key.clone(), Arc::clone(obj))));
+    assert_eq!(visited.len(), names.len(), "each key once");
+    visited.sort_by(|a, b| a.0.cmp(&b.0));
+    visited.dedup_by(|a, b| a.0 == b.0);
+    assert_eq!(visited.len(), names.len(), "no key twice");
+    for (key, obj) in &visited {
+        assert_eq!(
+            key.as_ref(),
+            format!("a/{}", obj.name),
+            "the key's own object"
+        );
+        let updated = obj.name[1..].parse::<usize>().unwrap() % 3 == 0;
+        assert_eq!(obj.nodes, [if updated { "n2" } else { "n1" }], "{key}");
+    }
 }
 
 fn add_stores_and_indexes_the_object<I: Indexer<Pod>>(new: New<I>) {

@@ -81,7 +81,7 @@ mod footprint;
 mod slot;
 
 use std::borrow::Borrow;
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -104,6 +104,13 @@ use slot::{Slot, SlotRef};
 /// Shards per map: enough that a writer's shard lock rarely meets a reader on two cores or
 /// sixty-four, small enough that an empty map stays a few kilobytes.
 const SHARDS: usize = 64;
+
+/// How many entries ahead of the one visited `visit_objects` asks for an entry's slot.
+const WALK_SLOT_AHEAD: usize = 8;
+
+/// How many entries ahead of the one visited `visit_objects` asks for the object in an entry's
+/// slot: nearer than [`WALK_SLOT_AHEAD`], since the object is found through the slot.
+const WALK_OBJECT_AHEAD: usize = 4;
 
 /// An object's values for every index, in the order of [`State::indexes`].
 type ValuesPerIndex = SmallVec<[IndexValues; 2]>;
@@ -606,9 +613,29 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     /// reference count (and one pin for the whole walk). `visit` runs under the shard's read
     /// lock, which never makes a reader wait for a waiting writer (dashmap's lock lets readers
     /// in unless a writer holds it), so a `visit` that reads this store cannot deadlock.
+    ///
+    /// The walk reads the items tables in order, which the CPU streams; each entry's slot and
+    /// the object in it are two misses found one through the other, so the walk asks for the
+    /// slots [`WALK_SLOT_AHEAD`] entries ahead and their objects [`WALK_OBJECT_AHEAD`] ahead
+    /// (a resync keys every object it visits).
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
         let guard = crossbeam_epoch::pin();
-        for entry in self.state.load().items.iter() {
+        let state = self.state.load();
+        let mut entries = state.items.iter();
+        // The entries between the one visited and the farthest asked for, in walk order.
+        let mut ahead = VecDeque::with_capacity(WALK_SLOT_AHEAD + 1);
+        loop {
+            while ahead.len() <= WALK_SLOT_AHEAD {
+                let Some(entry) = entries.next() else { break };
+                prefetch::value(SlotRef::as_ptr(entry.value()));
+                ahead.push_back(entry);
+            }
+            let Some(entry) = ahead.pop_front() else {
+                break;
+            };
+            if let Some(next) = ahead.get(WALK_OBJECT_AHEAD - 1) {
+                next.value().prefetch_object();
+            }
             entry
                 .value()
                 .with_arc(&guard, |obj| visit(entry.key(), obj));
