@@ -375,6 +375,20 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         prefetch::bucket(state.pending.raw_table(), key.hash_value());
     }
 
+    /// Asks for the newest delta of `key`'s list when that list has spilled to the heap, while
+    /// the caller holds every shard lock: appending reads it (dedup) and writes after it, a
+    /// second miss behind the bucket's. Finds the entry through its bucket, which
+    /// [`prefetch_pending`](Self::prefetch_pending) asked for a few keys earlier.
+    fn prefetch_pending_deltas(&self, states: &[MutexGuard<'_, ShardState<T>>], key: &Key) {
+        if let Some(entry) = states[self.shard_of(key)].pending.get(key) {
+            if entry.deltas.spilled() {
+                // `wrapping_add`: an address to hint at, never dereferenced.
+                let newest = entry.deltas.as_ptr().wrapping_add(entry.deltas.len() - 1);
+                prefetch::value(newest);
+            }
+        }
+    }
+
     /// Locks every shard, in index order (the only order anyone takes more than one in).
     fn lock_all(&self) -> Vec<MutexGuard<'_, ShardState<T>>> {
         (0..self.shards.len()).map(|i| self.lock_shard(i)).collect()
@@ -949,8 +963,13 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
 
         let mut listed = listed.into_iter();
         while let Some((key, obj)) = listed.next() {
-            if let Some((ahead, _)) = listed.as_slice().get(prefetch::PENDING_AHEAD - 1) {
-                self.prefetch_pending(&states, ahead);
+            let ahead = listed.as_slice();
+            if let Some((key, _)) = ahead.get(prefetch::PENDING_AHEAD - 1) {
+                self.prefetch_pending(&states, key);
+            }
+            // A relist queues behind a backlog: many listed keys hold spilled lists.
+            if let Some((key, _)) = ahead.get(prefetch::DELTAS_AHEAD - 1) {
+                self.prefetch_pending_deltas(&states, key);
             }
             self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
         }

@@ -60,6 +60,10 @@ pub(super) const TABLE_AHEAD: usize = 10;
 /// ahead.
 pub(super) const PENDING_AHEAD: usize = 8;
 
+/// How many keys ahead `replace` asks for the newest delta of a listed key's spilled list:
+/// nearer than [`PENDING_AHEAD`], since the list is found through the key's bucket.
+pub(super) const DELTAS_AHEAD: usize = 4;
+
 /// How many objects ahead of the one being keyed `replace` asks for a listed object.
 pub(super) const LIST_AHEAD: usize = 8;
 
