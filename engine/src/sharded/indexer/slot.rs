@@ -21,8 +21,8 @@ use crate::key::Key;
 
 /// A shared slot: the items map and every index set that names the key hold one. Counted
 /// without a weak count (`triomphe`), which nothing here uses: 8 bytes of count and the
-/// slot's 24 make a 32-byte allocation where `std::sync::Arc`'s two counts made 40 (a 48-byte
-/// size class), one per stored key.
+/// slot's 32 make a 40-byte allocation where `std::sync::Arc`'s two counts made 48, one per
+/// stored key.
 pub(super) type SlotRef<T> = triomphe::Arc<Slot<T>>;
 
 /// One key's current object, published as the pointer of an `Arc` the slot holds a strong
