@@ -610,9 +610,10 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     }
 
     /// One items shard after the other, like `list`; each object is lent to `visit` without a
-    /// reference count (and one pin for the whole walk). `visit` runs under the shard's read
-    /// lock, which never makes a reader wait for a waiting writer (dashmap's lock lets readers
-    /// in unless a writer holds it), so a `visit` that reads this store cannot deadlock.
+    /// reference count (and one pin for the whole walk). `visit` runs under the read locks of
+    /// the entry's shard and of the shard of the entries looked at ahead (below), which never
+    /// make a reader wait for a waiting writer (dashmap's lock lets readers in unless a writer
+    /// holds it), so a `visit` that reads this store cannot deadlock.
     ///
     /// The walk reads the items tables in order, which the CPU streams; each entry's slot and
     /// the object in it are two misses found one through the other, so the walk asks for the
