@@ -380,12 +380,13 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     /// second miss behind the bucket's. Finds the entry through its bucket, which
     /// [`prefetch_pending`](Self::prefetch_pending) asked for a few keys earlier.
     fn prefetch_pending_deltas(&self, states: &[MutexGuard<'_, ShardState<T>>], key: &Key) {
-        if let Some(entry) = states[self.shard_of(key)].pending.get(key) {
-            if entry.deltas.spilled() {
-                // `wrapping_add`: an address to hint at, never dereferenced.
-                let newest = entry.deltas.as_ptr().wrapping_add(entry.deltas.len() - 1);
-                prefetch::value(newest);
-            }
+        let Some(entry) = states[self.shard_of(key)].pending.get(key) else {
+            return;
+        };
+        // Taking the reference reads only the list's header, in the bucket; the delta itself
+        // is what the hint asks for.
+        if let (true, Some(newest)) = (entry.deltas.spilled(), entry.deltas.last()) {
+            prefetch::value(newest);
         }
     }
 

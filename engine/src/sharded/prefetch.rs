@@ -18,7 +18,12 @@
 //!   [`TableHint`] of where the shard's table is (the lock's line usually comes from the
 //!   consumer's core, and the bucket's miss overlaps that transfer);
 //! - in `replace` and `resync`, the listed objects [`LIST_AHEAD`] ahead of the key function,
-//!   and the pending buckets [`PENDING_AHEAD`] keys ahead of the pushes.
+//!   and the pending buckets [`PENDING_AHEAD`] keys ahead of the pushes; in `replace`, also
+//!   the newest delta of a key whose list spilled to the heap, [`DELTAS_AHEAD`] keys ahead
+//!   (found through that bucket).
+//!
+//! (The sharded indexer's own walk for `resync`, `visit_objects`, asks ahead for its slots and
+//! objects in the same way.)
 //!
 //! Each step of one key reads what the previous step fetched, so the steps run some keys
 //! apart. A hint only: nothing waits for a prefetch, a wrong address costs nothing but the
