@@ -59,6 +59,11 @@ struct Args {
     /// Ops queued between two drains.
     #[arg(long, default_value_t = 16)]
     step: usize,
+    /// The sharded engine's consumer drains with `pop_batch(N)`, as loadgen's do (each visit
+    /// to a shard takes up to N of its keys and runs the prefetch pipeline over them), instead
+    /// of one `try_pop` per key. 0: `try_pop`.
+    #[arg(long, default_value_t = 0)]
+    pop_batch: usize,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
     #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = loadgen::driver::parse_shards)]
     shards: usize,
@@ -87,6 +92,8 @@ struct Reference {
 struct Sharded {
     queue: kcache::sharded::DeltaFifo<Pod>,
     store: Arc<kcache::sharded::IndexedStore<Pod>>,
+    /// `pop_batch`'s `max`, or 0 for `try_pop`.
+    pop_batch: usize,
 }
 
 fn enqueue(queue: &impl DeltaQueue<Pod>, op: &Op) {
@@ -118,9 +125,20 @@ impl Pipeline for Sharded {
     fn step(&self, ops: &[Op]) {
         ops.iter().for_each(|op| enqueue(&self.queue, op));
         let store = &*self.store;
-        while let kcache::TryPop::Popped(()) = self.queue.try_pop(|deltas, initial| {
+        let apply = |deltas: kcache::Deltas<Pod>, initial| {
             apply_deltas_coalesced(store, &mut NoopHandler, &deltas, initial);
-        }) {}
+        };
+        if self.pop_batch == 0 {
+            while let kcache::TryPop::Popped(()) = self.queue.try_pop(apply) {}
+            return;
+        }
+        // One thread: while keys are queued, some shard holds them and `pop_batch` returns
+        // without waiting.
+        while self.queue.len() > 0 {
+            if self.queue.pop_batch(self.pop_batch, apply).is_err() {
+                return;
+            }
+        }
     }
 
     fn stored(&self) -> usize {
@@ -188,7 +206,11 @@ fn main() -> ExitCode {
         Engine::Sharded => {
             let store = Arc::new(bench::sharded_indexer());
             let queue = bench::sharded_queue(Some(known(&store)), args.shards);
-            Box::new(Sharded { queue, store })
+            Box::new(Sharded {
+                queue,
+                store,
+                pop_batch: args.pop_batch,
+            })
         }
     };
     let started = Instant::now();
