@@ -195,8 +195,9 @@
 //! - Figures, and where the sharded engine loses, are in `results/BENCHMARKS.md`.
 
 // No unsafe code, except where a module opts in, each block with its `Safety:`: the
-// epoch-reclaimed object slots of the sharded store's borrowed reads (`sharded/indexer/slot.rs`)
-// and the sharded queue's prefetch hint (`sharded/prefetch.rs`, one intrinsic).
+// epoch-reclaimed object slots of the sharded store's borrowed reads (`sharded/indexer/slot.rs`),
+// the epoch-kept mirror of that store's current state (`sharded/indexer/published.rs`) and the
+// sharded queue's prefetch hint (`sharded/prefetch.rs`, one intrinsic).
 #![deny(unsafe_code)]
 
 mod consumer;

@@ -61,6 +61,16 @@ pub trait KnownObjects<T>: Send + Sync {
     /// each step a few keys before the next, so that the misses of a large store overlap the
     /// consumer's work instead of following one another.
     fn prefetch(&self, _key: &Key, _step: PrefetchStep) {}
+
+    /// Several [`prefetch`](Self::prefetch) hints in one call, in order, under the same rules.
+    /// A store whose hints share a setup cost (the sharded indexer pins the epoch and loads
+    /// its current tables) pays it once; the sharded queue asks this way. The default calls
+    /// `prefetch` for each.
+    fn prefetch_steps(&self, steps: &[(&Key, PrefetchStep)]) {
+        for &(key, step) in steps {
+            self.prefetch(key, step);
+        }
+    }
 }
 
 /// How far a [`KnownObjects::prefetch`] call reaches. Each step reads what the previous one

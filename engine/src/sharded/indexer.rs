@@ -2,7 +2,8 @@
 //!
 //! # Design
 //!
-//! The whole content is one immutable-shape [`State`] behind an [`ArcSwap`]: a sharded items map
+//! The whole content is one immutable-shape [`State`], [`Published`] (an `ArcSwap` that pinned
+//! threads read as a plain pointer): a sharded items map
 //! (key → [`Slot`]) and one sharded map per index (index value → the slots of the keys that
 //! have it; a slot carries its key). A slot holds the key's current object and is shared by the
 //! items map and every set the key is in, so replacing an object whose index values did not
@@ -45,7 +46,7 @@
 //! | step | writes |
 //! |---|---|
 //! | `pin()` (once per guard) | this thread's epoch record (its own cache line; the global epoch is only read): a compare-exchange that is also the `SeqCst` fence, and a release store when the guard goes; every 128th pin of a thread also tries to advance the global epoch and runs due deferred releases (shared writes, amortised) |
-//! | `ArcSwap::load` of the `State` | one of this thread's arc-swap debt slots (its own line): a `SeqCst` store, then a compare-exchange to pay the debt on return; a writer reads those slots only while swapping (`replace`, `add_indexers`) |
+//! | the current `State` | nothing: one `Acquire` load of the pointer [`Published`] mirrors (arc-swap's `load`, which paths that do not pin use, writes a debt slot of the thread's own twice) |
 //! | one shard read lock (`get_by_key`: items shard; `by_index`: the value's index shard) | the shard's lock word, acquire and release: the one shared line a read writes, once per call, not per object |
 //! | each object | nothing: one `Acquire` load of its slot |
 //!
@@ -77,6 +78,8 @@
 //! within a few hundred writes of the writer's thread).
 
 mod footprint;
+#[allow(unsafe_code)] // The epoch-kept mirror of the current state: see its `Safety:` comment.
+mod published;
 #[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
 mod slot;
 
@@ -86,7 +89,6 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use crossbeam_epoch::Guard;
 use dashmap::mapref::entry::Entry;
 use dashmap::try_result::TryResult;
@@ -99,6 +101,7 @@ use crate::store::{
     self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, PrefetchStep, Store,
 };
 use crate::sync::{read, write, RwLock};
+use published::Published;
 use slot::{Slot, SlotRef};
 
 /// Shards per map: enough that a writer's shard lock rarely meets a reader on two cores or
@@ -160,9 +163,16 @@ struct Index<T: Send + Sync + 'static> {
 /// Everything a reader needs, swapped as a whole by `replace` and `add_indexers`.
 struct State<T: Send + Sync + 'static> {
     items: DashMap<Key, SlotRef<T>, BuildKeyHasher>,
+    /// Where each items shard's table is, for the consumer's first prefetch step, which then
+    /// takes no shard lock (two read-modify-writes fewer a key): recorded at every insert of
+    /// a new key (the only writes that move a table) and wherever a state is built.
+    items_tables: Box<[prefetch::TableHint]>,
     /// Unique names, in the order of every [`ValuesPerIndex`].
     indexes: Vec<Arc<Index<T>>>,
 }
+
+/// An entry of an items shard's table, as dashmap lays it out.
+type ItemsEntry<T> = (Key, dashmap::SharedValue<SlotRef<T>>);
 
 /// A concurrent, indexed key → object store with client-go's `Indexer` contract.
 ///
@@ -230,7 +240,9 @@ struct State<T: Send + Sync + 'static> {
 /// ```
 pub struct IndexedStore<T: Send + Sync + 'static> {
     key_fn: KeyFn<T>,
-    state: ArcSwap<State<T>>,
+    /// The current content: paths pinned to the epoch anyway (every write, every borrowed
+    /// read, the consumer's prefetches) read it with one load.
+    state: Published<State<T>>,
     /// Writers hold it shared for the whole write; `replace` and `add_indexers` hold it
     /// exclusive around the swap, so no write lands in a state that is being discarded.
     /// Readers never touch it.
@@ -361,9 +373,22 @@ impl<T: Send + Sync + 'static> Index<T> {
 
 impl<T: Send + Sync + 'static> State<T> {
     fn empty(indexes: Vec<Arc<Index<T>>>, capacity: usize) -> Self {
-        Self {
+        let state = Self {
             items: new_map(capacity),
+            items_tables: (0..SHARDS)
+                .map(|_| prefetch::TableHint::default())
+                .collect(),
             indexes,
+        };
+        state.record_items_tables();
+        state
+    }
+
+    /// Records where every items shard's table is (for a state built without
+    /// [`insert`](Self::insert)).
+    fn record_items_tables(&self) {
+        for (shard, hint) in self.items.shards().iter().zip(&self.items_tables) {
+            hint.publish(&shard.read());
         }
     }
 
@@ -440,11 +465,10 @@ impl<T: Send + Sync + 'static> State<T> {
             PrefetchStep::Table => {
                 let hash = key.hash_value();
                 // The shard dashmap picks for this key (its hasher passes the key's hash
-                // through), and where in that shard's table the key's probe starts.
+                // through), and where in that shard's table the key's probe starts, from
+                // where the table was last recorded: no lock.
                 let shard = self.items.determine_shard(hash as usize);
-                if let Some(table) = self.items.shards()[shard].try_read() {
-                    prefetch::bucket(&table, hash);
-                }
+                self.items_tables[shard].bucket::<ItemsEntry<T>>(hash);
                 return;
             }
             PrefetchStep::Entry | PrefetchStep::Object => match self.items.try_get(key) {
@@ -462,7 +486,8 @@ impl<T: Send + Sync + 'static> State<T> {
     /// Doubles items shard `shard` now if it is at its staggered fill (see [`grow`]): the 64
     /// shards fill evenly, and would otherwise all double within a few thousand inserts, the
     /// whole items map rehashed in one burst. Called after an insert of a new key, with no
-    /// shard lock held.
+    /// shard lock held; records where the table is now (that insert, or this, may have moved
+    /// it).
     fn grow_items_shard(&self, shard: usize) {
         let mut table = self.items.shards()[shard].write();
         let full = grow::capacity_of_buckets(table.buckets());
@@ -471,6 +496,7 @@ impl<T: Send + Sync + 'static> State<T> {
             // The shard's hasher is the key's precomputed hash (BuildKeyHasher).
             table.reserve(additional, |(key, _)| key.hash_value());
         }
+        self.items_tables[shard].publish(&table);
     }
 
     /// Removes `key` and un-indexes it while holding its items shard. Its values (user code)
@@ -530,7 +556,7 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
             .collect();
         Self {
             key_fn,
-            state: ArcSwap::from_pointee(State::empty(indexes, 0)),
+            state: Published::new(State::empty(indexes, 0)),
             writers: RwLock::new(()),
         }
     }
@@ -547,7 +573,10 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
 impl<'s, T: Send + Sync + 'static> ReadGuard<'s, T> {
     /// The object stored under `key`, if any.
     pub fn get_by_key(&self, key: &Key) -> Option<&T> {
-        self.store.state.load().object(key, &self.epoch, Slot::load)
+        self.store
+            .state
+            .pinned(&self.epoch)
+            .object(key, &self.epoch, Slot::load)
     }
 
     /// The stored state of `obj`'s key.
@@ -559,7 +588,7 @@ impl<'s, T: Send + Sync + 'static> ReadGuard<'s, T> {
     /// The objects whose `name` index values include `value` (see
     /// [`Indexer::by_index`](store::Indexer::by_index)).
     pub fn by_index(&self, name: &str, value: &str) -> Result<Vec<&T>, IndexError> {
-        let state = self.store.state.load();
+        let state = self.store.state.pinned(&self.epoch);
         let (_, index) = state.index(name)?;
         Ok(index.objects(&Key::new(value), &self.epoch, Slot::load))
     }
@@ -567,7 +596,7 @@ impl<'s, T: Send + Sync + 'static> ReadGuard<'s, T> {
     /// The objects that share at least one `name` index value with `obj` (see
     /// [`Indexer::index`](store::Indexer::index)).
     pub fn index(&self, name: &str, obj: &T) -> Result<Vec<&T>, IndexError> {
-        let state = self.store.state.load();
+        let state = self.store.state.pinned(&self.epoch);
         let (_, index) = state.index(name)?;
         let values = (index.func)(obj);
         Ok(index.objects_of_any(&values, &self.epoch, Slot::load))
@@ -575,7 +604,10 @@ impl<'s, T: Send + Sync + 'static> ReadGuard<'s, T> {
 
     /// Every stored object.
     pub fn list(&self) -> Vec<&T> {
-        self.store.state.load().all_objects(&self.epoch, Slot::load)
+        self.store
+            .state
+            .pinned(&self.epoch)
+            .all_objects(&self.epoch, Slot::load)
     }
 
     /// Unpins and pins again, so that objects replaced since the pin can be released; the
@@ -595,11 +627,22 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
 
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>> {
         let guard = crossbeam_epoch::pin();
-        self.state.load().object(key, &guard, Slot::load_arc)
+        self.state
+            .pinned(&guard)
+            .object(key, &guard, Slot::load_arc)
     }
 
     fn prefetch(&self, key: &Key, step: PrefetchStep) {
-        self.state.load().prefetch(key, step);
+        self.prefetch_steps(&[(key, step)]);
+    }
+
+    /// One pin and one load of the current state for all of `steps`.
+    fn prefetch_steps(&self, steps: &[(&Key, PrefetchStep)]) {
+        let guard = crossbeam_epoch::pin();
+        let state = self.state.pinned(&guard);
+        for &(key, step) in steps {
+            state.prefetch(key, step);
+        }
     }
 
     /// One items shard after the other, like `list_keys`.
@@ -617,7 +660,7 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     ///
     /// The walk reads the items tables in order, which the CPU streams; each entry's slot and
     /// the object in it are two misses found one through the other, so the walk asks for the
-    /// slots [`WALK_SLOT_AHEAD`] entries ahead and their objects [`WALK_OBJECT_AHEAD`] ahead
+    /// slots `WALK_SLOT_AHEAD` (8) entries ahead and their objects `WALK_OBJECT_AHEAD` (4) ahead
     /// (a resync keys every object it visits).
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
         let guard = crossbeam_epoch::pin();
@@ -651,15 +694,17 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
 
     fn insert_by_key(&self, key: Key, obj: Arc<T>) -> Option<Arc<T>> {
         let _writer = read(&self.writers);
-        let state = self.state.load();
+        let guard = crossbeam_epoch::pin();
+        let state = self.state.pinned(&guard);
         // User code runs here, before any shard lock is taken.
         let values = state.values_of(&obj);
-        state.insert(key, obj, values, &crossbeam_epoch::pin())
+        state.insert(key, obj, values, &guard)
     }
 
     fn remove_by_key(&self, key: &Key) -> Option<Arc<T>> {
         let _writer = read(&self.writers);
-        self.state.load().remove(key, &crossbeam_epoch::pin())
+        let guard = crossbeam_epoch::pin();
+        self.state.pinned(&guard).remove(key, &guard)
     }
 
     /// Builds the new content aside (keys first: a key error changes nothing), then swaps it
@@ -680,7 +725,7 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
             let entries = fresh.all_objects_keyed(&guard);
             fresh = rebuilt(&current, entries, &guard);
         }
-        let old = self.state.swap(Arc::new(fresh));
+        let old = self.state.publish(Arc::new(fresh), &guard);
         drop(exclusive);
         // The old content may be large: let the last reader of it free it, outside the lock.
         drop((old, current, seen));
@@ -741,7 +786,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
     /// a value it has, like [`by_index`](store::Indexer::by_index).
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError> {
         let guard = crossbeam_epoch::pin();
-        let state = self.state.load();
+        let state = self.state.pinned(&guard);
         let (_, index) = state.index(name)?;
         let values = (index.func)(obj);
         Ok(index.objects_of_any(&values, &guard, Slot::load_arc))
@@ -755,7 +800,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
 
     fn by_index(&self, name: &str, value: &str) -> Result<Vec<Arc<T>>, IndexError> {
         let guard = crossbeam_epoch::pin();
-        let state = self.state.load();
+        let state = self.state.pinned(&guard);
         let (_, index) = state.index(name)?;
         Ok(index.objects(&Key::new(value), &guard, Slot::load_arc))
     }
@@ -800,7 +845,8 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
             next.items
                 .insert(entry.key().clone(), SlotRef::clone(entry.value()));
         }
-        let old = self.state.swap(Arc::new(next));
+        next.record_items_tables();
+        let old = self.state.publish(Arc::new(next), &guard);
         drop(exclusive);
         drop((old, current));
         Ok(())
@@ -851,6 +897,32 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// The hint the `Table` prefetch step reads instead of the shard lock points at each items
+    /// shard's current table after the tables grew, after `replace` and after `add_indexers`
+    /// (a stale hint would be harmless, but would make every such prefetch useless).
+    #[test]
+    fn the_items_table_hints_follow_the_tables() {
+        let idx = indexer();
+        let assert_hints_current = |when: &str| {
+            let state = idx.state.load();
+            for (shard, hint) in state.items.shards().iter().zip(&state.items_tables) {
+                assert!(hint.records(&shard.read()), "{when}");
+            }
+        };
+        // The test objects' keys are static strings.
+        let named = |i: usize, v: u32| obj(Box::leak(format!("k{i}").into_boxed_str()), v);
+        assert_hints_current("empty");
+        for i in 0..5_000 {
+            idx.add(named(i, 1)).unwrap();
+        }
+        assert_hints_current("after 5,000 adds");
+        idx.replace((0..300).map(|i| named(i, 2)).collect())
+            .unwrap();
+        assert_hints_current("after replace");
+        idx.add_indexers(vec![("again".into(), by_v())]).unwrap();
+        assert_hints_current("after add_indexers");
     }
 
     /// Read from the maps themselves, after each kind of write that can empty a set (or

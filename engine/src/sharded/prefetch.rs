@@ -42,6 +42,7 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use hashbrown::raw::RawTable;
+use smallvec::SmallVec;
 
 use crate::delta::{Delta, DeltaObject, Deltas};
 use crate::store::{KnownObjects, PrefetchStep};
@@ -80,6 +81,10 @@ const STORE_STEPS: [(usize, PrefetchStep); 3] = [
     (AHEAD, PrefetchStep::Object),
 ];
 
+/// How many store steps [`batch_start`] asks for at most: each step for the keys up to its
+/// distance, the first key excepted.
+const START_STEPS: usize = TABLE_AHEAD + ENTRY_AHEAD + AHEAD - STORE_STEPS.len();
+
 /// Starts the pipeline for a batch about to be applied: every step for its first keys, the
 /// farthest-reaching first.
 pub(super) fn batch_start<P, T>(
@@ -90,10 +95,14 @@ pub(super) fn batch_start<P, T>(
     if let Some(known) = known {
         // Not for the first key: it is applied right away, so asking would only add the
         // steps' own cost (a lone `pop` would pay it on every key).
+        let mut steps: SmallVec<[_; START_STEPS]> = SmallVec::new();
         for (ahead, step) in STORE_STEPS {
             for popped in batch.iter().take(ahead).skip(1) {
-                known.prefetch(deltas(popped).key(), step);
+                steps.push((deltas(popped).key(), step));
             }
+        }
+        if !steps.is_empty() {
+            known.prefetch_steps(&steps);
         }
     }
     for popped in batch.iter().take(AHEAD) {
@@ -108,10 +117,13 @@ pub(super) fn batch_next<P, T>(
     deltas: impl Fn(&P) -> &Deltas<T>,
 ) {
     if let Some(known) = known {
-        for (ahead, step) in STORE_STEPS {
-            if let Some(popped) = rest.get(ahead - 1) {
-                known.prefetch(deltas(popped).key(), step);
-            }
+        // One call for the steps of three different keys: the store's setup is paid once.
+        let steps: SmallVec<[_; STORE_STEPS.len()]> = STORE_STEPS
+            .iter()
+            .filter_map(|&(ahead, step)| Some((deltas(rest.get(ahead - 1)?).key(), step)))
+            .collect();
+        if !steps.is_empty() {
+            known.prefetch_steps(&steps);
         }
     }
     if let Some(ahead) = rest.get(AHEAD - 1) {
@@ -169,13 +181,19 @@ fn bucket_at<E>(end: *const E, mask: usize, hash: u64) -> (*const u8, *const E) 
     )
 }
 
-/// Where one shard's table of pending keys is, so that a producer can ask for a key's bucket
-/// before it takes the shard lock: the lock's cache line usually comes from the consumer's
-/// core, and the bucket's miss then overlaps that transfer instead of following it.
+/// Where one shard's table is, so that a key's bucket can be asked for without the shard's
+/// lock. Two users:
 ///
-/// Recorded by producers under the shard lock after each push (so a table that `complete`,
-/// `replace` or giving room back moved is recorded again at the shard's next push), read
-/// without the lock. Both fields are std atomics read and written `Relaxed`,
+/// - the queue's pending keys: a producer asks before it takes the shard lock (the lock's
+///   cache line usually comes from the consumer's core, and the bucket's miss then overlaps
+///   that transfer instead of following it). Recorded by producers under the shard lock after
+///   each push (so a table that `complete`, `replace` or giving room back moved is recorded
+///   again at the shard's next push);
+/// - the sharded indexer's items shards: the consumer's first prefetch step, which would
+///   otherwise take and release the shard's read lock (two read-modify-writes) for a hint.
+///   Recorded by writers after each insert of a new key, under the shard's write lock.
+///
+/// Read without the lock. Both fields are std atomics read and written `Relaxed`,
 /// outside the engine's synchronisation (loom does not model them): a stale or torn pair
 /// (the new address with the old mask) only gives an address that is not the bucket, and a
 /// prefetch of any address is harmless. Nothing is ever read through it.
@@ -202,6 +220,13 @@ impl TableHint {
             self.mask.store(mask, Relaxed);
             self.end.store(end, Relaxed);
         }
+    }
+
+    /// Whether the recorded table is `table` (its address and bucket mask).
+    #[cfg(test)]
+    pub(super) fn records<E>(&self, table: &RawTable<E>) -> bool {
+        self.end.load(Relaxed) == table.data_end().as_ptr().cast::<u8>()
+            && self.mask.load(Relaxed) == table.buckets() - 1
     }
 
     /// Asks for the bucket where a key hashed to `hash` starts its probe in the recorded table

@@ -96,12 +96,15 @@ impl<T: Send + Sync + 'static> Slot<T> {
     /// Callers of one slot must not overlap: the indexer replaces a key's object only while
     /// holding that key's items-shard entry.
     pub(super) fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
-        // Release pairs with `load`'s Acquire (the new object's contents are visible to a
-        // reader that sees its pointer). No Acquire needed for the old pointer: the previous
-        // replace of this slot happened under the same entry lock, which orders it before us.
-        let old = self
-            .obj
-            .swap(Arc::into_raw(obj).cast_mut(), Ordering::Release);
+        // A load and a store, not a swap: writers of one slot never overlap (above), so
+        // nothing can change the pointer between the two, and a plain store spares the
+        // read-modify-write's wait for this thread's earlier stores. Relaxed load: the
+        // previous replace of this slot happened under the same entry lock, which orders it
+        // (and the old object's contents) before us. Release store: pairs with `load`'s
+        // Acquire, so a reader that sees the new pointer sees the new object's contents.
+        let old = self.obj.load(Ordering::Relaxed);
+        self.obj
+            .store(Arc::into_raw(obj).cast_mut(), Ordering::Release);
         // Safety: `old` is alive and was published by this slot: the slot's strong count of it
         // is released just below, and only through the epoch, which waits at least for
         // `guard` (pinned now) to unpin.

@@ -1,0 +1,135 @@
+//! [`Published`]: the indexer's current content, which threads pinned to the epoch read with
+//! one plain load.
+//!
+//! The content is an `Arc` in an `ArcSwap`, whose `load` costs two read-modify-writes (it
+//! records a debt in a per-thread slot, then pays it back), each of which also waits for the
+//! thread's earlier stores to drain. Every write, every borrowed read and every prefetch of
+//! the sharded indexer is pinned to the epoch anyway (for its slots); those paths read a
+//! mirror of the same pointer instead, kept alive by the epoch: the consumer's turn on a key
+//! loaded the content four to six times, and its atomics were a large share of that turn.
+
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::Arc;
+
+use arc_swap::{ArcSwap, Guard as ArcGuard};
+use crossbeam_epoch::Guard;
+
+/// A published value: owned by an `ArcSwap` (for paths that do not pin), mirrored as a plain
+/// pointer for paths that do.
+pub(super) struct Published<S: Send + Sync + 'static> {
+    owner: ArcSwap<S>,
+    /// Always `owner`'s pointer: both change together in [`publish`](Self::publish).
+    current: AtomicPtr<S>,
+}
+
+impl<S: Send + Sync + 'static> Published<S> {
+    pub(super) fn new(value: S) -> Self {
+        let value = Arc::new(value);
+        Self {
+            current: AtomicPtr::new(Arc::as_ptr(&value).cast_mut()),
+            owner: ArcSwap::new(value),
+        }
+    }
+
+    /// The current value, for a path that is not pinned.
+    pub(super) fn load(&self) -> ArcGuard<Arc<S>> {
+        self.owner.load()
+    }
+
+    /// The current value as an `Arc` of its own.
+    pub(super) fn load_full(&self) -> Arc<S> {
+        self.owner.load_full()
+    }
+
+    /// The current value, for as long as `_guard` stays pinned.
+    ///
+    /// A caller that excludes [`publish`](Self::publish) (the indexer's writers hold its lock
+    /// shared, `publish` runs holding it exclusively) gets the newest value: the lock orders
+    /// the store before this load. A caller holding only a pin may get the value that was
+    /// current just before a concurrent `publish`: whole, alive, and no longer written to.
+    pub(super) fn pinned<'g>(&self, _guard: &'g Guard) -> &'g S {
+        // Acquire pairs with `publish`'s Release store: the value, built before it was
+        // published, is visible here.
+        let value = self.current.load(Ordering::Acquire);
+        // Safety: `current` always points at a value inside an `Arc` allocation. While it is
+        // current, `owner` holds a strong count of it. `publish` is the only place that stops
+        // it being current, and it hands one strong count of it to the epoch (`Guard::defer`)
+        // after storing the next pointer, so the allocation outlives every thread pinned
+        // before that store, which includes every thread that can have loaded it. `_guard`
+        // was pinned before this load, and the borrow cannot outlive it.
+        unsafe { &*value }
+    }
+
+    /// Makes `next` the current value and returns the one it replaces. Calls must not overlap
+    /// (the indexer's run holding its writers' lock exclusively); `guard` pins the caller.
+    pub(super) fn publish(&self, next: Arc<S>, guard: &Guard) -> Arc<S> {
+        // Release pairs with `pinned`'s Acquire.
+        self.current
+            .store(Arc::as_ptr(&next).cast_mut(), Ordering::Release);
+        let old = self.owner.swap(next);
+        // A pinned thread may have loaded the old pointer just before the store above: keep
+        // the old value alive until every thread pinned now has unpinned. Whoever drops the
+        // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
+        let retired = Arc::clone(&old);
+        guard.defer(move || drop(retired));
+        old
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// Counts its drops, so a test can tell when the epoch released a retired value.
+    struct Counted<'a>(u32, &'a AtomicUsize);
+
+    impl Drop for Counted<'_> {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn every_path_reads_the_newest_value() {
+        let published = Published::new(1u32);
+        let guard = crossbeam_epoch::pin();
+        assert_eq!(*published.pinned(&guard), 1);
+        let old = published.publish(Arc::new(2), &guard);
+        assert_eq!(*old, 1);
+        assert_eq!(*published.pinned(&guard), 2);
+        assert_eq!(**published.load(), 2);
+        assert_eq!(*published.load_full(), 2);
+    }
+
+    #[test]
+    fn a_replaced_value_outlives_the_pins_that_could_have_read_it() {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        let published = Published::new(Counted(1, &DROPS));
+        let reader = crossbeam_epoch::pin();
+        let borrowed = published.pinned(&reader);
+        {
+            let writer = crossbeam_epoch::pin();
+            drop(published.publish(Arc::new(Counted(2, &DROPS)), &writer));
+        }
+        // The owner and the caller have dropped their counts; the epoch still holds one, and
+        // cannot release it while `reader` is pinned.
+        for _ in 0..1_000 {
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(borrowed.0, 1);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 0);
+        drop(reader);
+        // Once nothing pinned remains from before, the epoch releases it.
+        for _ in 0..1_000 {
+            if DROPS.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+        drop(published);
+        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
+    }
+}
