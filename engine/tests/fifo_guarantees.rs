@@ -106,6 +106,41 @@ fn pop_batch_of_any_size_hands_each_key_once_in_order() {
     }
 }
 
+/// A batch longer than what the consumer takes per hold of the shard lock (32 keys) is still
+/// one visit: every key in FIFO order, in one `pop_batch`, each with its own deltas, and a key
+/// parked by a second consumer's in-flight hold is skipped, not lost, across the holds.
+#[test]
+fn a_batch_taken_over_several_holds_of_the_lock_is_one_visit_in_order() {
+    let q = Arc::new(DeltaFifo::new(options(), 1));
+    for i in 0..100 {
+        q.add(obj(&format!("k{i:03}"), 1)).unwrap();
+    }
+    q.update(obj("k040", 2)).unwrap();
+    // Hold "k000" in flight on another thread, then queue it again: it is parked, not taken.
+    let (popped, release, holder) = hold_one(&q);
+    assert_eq!(popped.recv().unwrap().key().to_string(), "k000");
+    q.update(obj("k000", 2)).unwrap();
+    q.add(obj("k100", 1)).unwrap();
+    let mut seen = Vec::new();
+    let n = q
+        .pop_batch(256, |d, _| seen.push((d.key().to_string(), summary(&d))))
+        .unwrap();
+    assert_eq!(n, 100);
+    let expected: Vec<String> = (1..=100).map(|i| format!("k{i:03}")).collect();
+    let keys: Vec<&String> = seen.iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, expected.iter().collect::<Vec<_>>());
+    let (_, k040) = &seen[39];
+    assert_eq!(*k040, [(Added, false, Some(1)), (Updated, false, Some(2))]);
+    release.send(()).unwrap();
+    holder.join().unwrap();
+    // The parked key went back to the head once its first delivery completed.
+    assert_eq!(
+        q.try_pop(|d, _| (d.key().to_string(), summary(&d))),
+        TryPop::Popped(("k000".to_string(), vec![(Updated, false, Some(2))]))
+    );
+    assert!(q.is_empty());
+}
+
 #[test]
 fn key_in_flight_is_not_handed_to_a_second_consumer() {
     let q = Arc::new(DeltaFifo::new(options(), 1));

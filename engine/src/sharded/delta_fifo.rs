@@ -68,7 +68,7 @@ use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet
 use crate::latch::Latch;
 use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
 use crate::store::KnownObjects;
-use crate::sync::{lock, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock_patiently, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
 use super::grow;
 use super::prefetch;
@@ -199,6 +199,13 @@ struct Popped<T> {
     deltas: Deltas<T>,
     initial: bool,
 }
+
+/// How many keys a consumer takes from a shard per hold of its lock. Taking a key costs
+/// ~0.1-0.3 µs (its pending entry was written on the producer's core), so a hold lasts a few
+/// microseconds: a producer that meets it waits that long spinning (`lock_patiently`) instead
+/// of sleeping in the kernel. Taking a whole batch of 256 keys in one hold made W1's producer
+/// sleep thousands of times a second, each sleep and wake-up costing it tens of microseconds.
+const TAKE_PER_HOLD: usize = 32;
 
 /// Keys handed out by one visit to a shard. Inline room for a single `pop` and small batches,
 /// so the one-key path allocates nothing.
@@ -365,7 +372,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     }
 
     fn lock_shard(&self, index: usize) -> MutexGuard<'_, ShardState<T>> {
-        lock(&self.shards[index])
+        lock_patiently(&self.shards[index])
     }
 
     /// Asks for `key`'s bucket in its shard's pending map, while the caller holds every shard
@@ -506,13 +513,43 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
 
     /// Takes up to `max` keys from `shard`, which the caller was handed by the scheduler.
     fn take_batch(&self, shard: usize, max: usize, out: &mut Batch<T>) {
+        let mut taken_deltas = 0;
+        // A few keys per hold of the shard lock, so that a producer that meets the lock waits
+        // microseconds, spinning, instead of sleeping through a whole batch (see
+        // `TAKE_PER_HOLD`). Between holds the shard stays scheduled to this consumer (its flag
+        // stays set), and each hold leaves its keys' in-flight records complete.
+        let reschedule = loop {
+            let mut guard = self.lock_shard(shard);
+            let hold_max = max.min(out.len() + TAKE_PER_HOLD);
+            taken_deltas += self.take_some(&mut guard, hold_max, out);
+            if out.len() < max && !guard.fifo.is_empty() {
+                continue;
+            }
+            let reschedule = !guard.fifo.is_empty();
+            guard.scheduled = reschedule;
+            break reschedule;
+        };
+        // After the shard lock: the count may run ahead of the shard for a moment (never
+        // behind), and woken producers do not find the shard locked.
+        self.room.release(taken_deltas);
+        if reschedule {
+            // Back of the line: other shards with keys get their turn first (fairness).
+            self.scheduler.schedule(shard);
+        }
+    }
+
+    /// Takes keys from the head of `state`'s FIFO into `out` until it holds `max` or the FIFO
+    /// is empty, and records each as in flight; returns how many deltas it took.
+    fn take_some(&self, state: &mut ShardState<T>, max: usize, out: &mut Batch<T>) -> usize {
         let track_known = self.known.is_some();
         let mut taken_deltas = 0;
         let first = out.len();
-        let mut guard = self.lock_shard(shard);
-        let state = &mut *guard;
         // The pending buckets of the next keys load while this one is taken.
-        for ahead in state.fifo.iter().take(prefetch::PENDING_AHEAD.min(max)) {
+        for ahead in state
+            .fifo
+            .iter()
+            .take(prefetch::PENDING_AHEAD.min(max - first))
+        {
             prefetch::bucket(state.pending.raw_table(), ahead.hash_value());
         }
         while out.len() < max {
@@ -551,8 +588,8 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 },
             );
         }
-        // What each taken key will leave in the known store, once the whole batch is taken
-        // (the reference count of a newest object asked for above is taken here).
+        // What each taken key will leave in the known store, before the lock is released (the
+        // reference count of a newest object asked for above is taken here).
         if track_known {
             for popped in &out[first..] {
                 let Some(newest) = popped.deltas.last() else {
@@ -566,16 +603,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 }
             }
         }
-        let reschedule = !state.fifo.is_empty();
-        state.scheduled = reschedule;
-        drop(guard);
-        // After the shard lock: the count may run ahead of the shard for a moment (never
-        // behind), and woken producers do not find the shard locked.
-        self.room.release(taken_deltas);
-        if reschedule {
-            // Back of the line: other shards with keys get their turn first (fairness).
-            self.scheduler.schedule(shard);
-        }
+        taken_deltas
     }
 
     /// Completes keys taken from `shard`: `done` (handed to `process`, in batch order) may be
