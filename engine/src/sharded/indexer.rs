@@ -727,7 +727,8 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
         }
         let old = self.state.publish(Arc::new(fresh), &guard);
         drop(exclusive);
-        // The old content may be large: let the last reader of it free it, outside the lock.
+        // The old content may be large: free it outside the lock (or let the last reader, or
+        // the epoch's release on a thread of its own, free it: see `Published::publish`).
         drop((old, current, seen));
         Ok(())
     }

@@ -71,8 +71,22 @@ impl<S: Send + Sync + 'static> Published<S> {
         // the old value alive until every thread pinned now has unpinned. Whoever drops the
         // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
         let retired = Arc::clone(&old);
-        guard.defer(move || drop(retired));
+        guard.defer(move || release(retired));
         old
+    }
+}
+
+/// The epoch's release of a retired value. It runs inside whichever thread's pin collects it
+/// (a consumer's write, a reader's guard): when this is the value's last count, the value
+/// (for the indexer, a whole store's content) is freed on a thread of its own instead, so that
+/// no such thread stops for the time a large free takes. If no thread can be started, it is
+/// freed here.
+fn release<S: Send + Sync + 'static>(retired: Arc<S>) {
+    if let Some(value) = Arc::into_inner(retired) {
+        // On an error the closure, and the value with it, is dropped here.
+        let _ = std::thread::Builder::new()
+            .name("kcache-release".into())
+            .spawn(move || drop(value));
     }
 }
 
@@ -121,12 +135,14 @@ mod tests {
         assert_eq!(borrowed.0, 1);
         assert_eq!(DROPS.load(Ordering::SeqCst), 0);
         drop(reader);
-        // Once nothing pinned remains from before, the epoch releases it.
-        for _ in 0..1_000 {
+        // Once nothing pinned remains from before, the epoch releases it, on a thread of its
+        // own (its last count): wait for it, for at most ten seconds.
+        for _ in 0..10_000 {
             if DROPS.load(Ordering::SeqCst) == 1 {
                 break;
             }
             crossbeam_epoch::pin().flush();
+            std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(DROPS.load(Ordering::SeqCst), 1);
         drop(published);
