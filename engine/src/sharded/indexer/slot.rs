@@ -94,7 +94,8 @@ impl<T: Send + Sync + 'static> Slot<T> {
     /// Publishes `obj` and returns the object it replaces.
     ///
     /// Callers of one slot must not overlap: the indexer replaces a key's object only while
-    /// holding that key's items-shard entry.
+    /// holding that key's items-shard entry, and its writers' gate keeps two states that share
+    /// slots (`add_indexers` builds one from the other) from being written at once.
     pub(super) fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
         // A load and a store, not a swap: writers of one slot never overlap (above), so
         // nothing can change the pointer between the two, and a plain store spares the
