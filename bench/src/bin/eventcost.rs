@@ -3,7 +3,8 @@
 //!
 //! The W1 events (docs/workloads.md) go through the queue and the indexer as loadgen drives
 //! them, but on one thread and in small steps: `--step` ops into the queue, then the queue is
-//! drained (`try_pop` until empty, applying each key to the indexer as loadgen's consumer
+//! drained (`try_pop` until empty, or with `--pop-batch N` the sharded queue's `pop_batch(N)`
+//! as loadgen's consumers use it, applying each key to the indexer as loadgen's consumer
 //! does: `process_deltas` for the reference, `apply_deltas_coalesced` for the sharded engine).
 //! With the default step of 16 a key rarely gathers two deltas, which is the paced regime of a
 //! run that keeps up; a large step makes a backlog. Three phases, each its own function so that
@@ -134,7 +135,7 @@ impl Pipeline for Sharded {
         }
         // One thread: while keys are queued, some shard holds them and `pop_batch` returns
         // without waiting.
-        while self.queue.len() > 0 {
+        while !self.queue.is_empty() {
             if self.queue.pop_batch(self.pop_batch, apply).is_err() {
                 return;
             }

@@ -107,11 +107,11 @@ impl<K: Eq + Hash, S: BuildHasher> Table for HashSet<K, S> {
     }
 }
 
-/// A std or hashbrown map or set that doubles at its staggered fill ([`ahead`](Self::ahead)). It remembers
-/// its room without tombstones, which std does not report: `capacity()` is the entries plus
-/// the room left before the next rehash, and removals lower it, so the most it has reported
-/// is the room of the table's current buckets (a table only ever grows here; one that is
-/// replaced is wrapped anew).
+/// A std or hashbrown map or set that doubles at its staggered fill ([`ahead`](Self::ahead)).
+/// It remembers its room without tombstones, which std does not report: `capacity()` is the
+/// entries plus the room left before the next rehash, and removals lower it, so the most it
+/// has reported is the room of the table's current buckets (a table only ever grows here; one
+/// that is replaced is wrapped anew).
 #[derive(Debug, Default)]
 pub(crate) struct Growing<M> {
     table: M,

@@ -664,7 +664,7 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     /// (a resync keys every object it visits).
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
         let guard = crossbeam_epoch::pin();
-        let state = self.state.load();
+        let state = self.state.pinned(&guard);
         let mut entries = state.items.iter();
         // The entries between the one visited and the farthest asked for, in walk order.
         let mut ahead = VecDeque::with_capacity(WALK_SLOT_AHEAD + 1);

@@ -215,18 +215,17 @@ impl Default for TableHint {
 impl TableHint {
     /// Records where `table` is now, if it has moved. Call it holding the table's lock.
     pub(super) fn publish<E>(&self, table: &RawTable<E>) {
-        let (end, mask) = (table.data_end().as_ptr().cast::<u8>(), table.buckets() - 1);
-        if self.end.load(Relaxed) != end || self.mask.load(Relaxed) != mask {
+        if !self.records(table) {
+            let (end, mask) = location(table);
             self.mask.store(mask, Relaxed);
             self.end.store(end, Relaxed);
         }
     }
 
     /// Whether the recorded table is `table` (its address and bucket mask).
-    #[cfg(test)]
     pub(super) fn records<E>(&self, table: &RawTable<E>) -> bool {
-        self.end.load(Relaxed) == table.data_end().as_ptr().cast::<u8>()
-            && self.mask.load(Relaxed) == table.buckets() - 1
+        let (end, mask) = location(table);
+        self.end.load(Relaxed) == end && self.mask.load(Relaxed) == mask
     }
 
     /// Asks for the bucket where a key hashed to `hash` starts its probe in the recorded table
@@ -239,6 +238,11 @@ impl TableHint {
             value(entry);
         }
     }
+}
+
+/// Where `table` is, as a [`TableHint`] records it: its `data_end` and its bucket mask.
+fn location<E>(table: &RawTable<E>) -> (*mut u8, usize) {
+    (table.data_end().as_ptr().cast::<u8>(), table.buckets() - 1)
 }
 
 /// Asks for the cache lines of the first and last byte of the `T` at `ptr` (all of it for

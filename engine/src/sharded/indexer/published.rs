@@ -18,7 +18,7 @@ use crossbeam_epoch::Guard;
 /// pointer for paths that do.
 pub(super) struct Published<S: Send + Sync + 'static> {
     owner: ArcSwap<S>,
-    /// Always `owner`'s pointer: both change together in [`publish`](Self::publish).
+    /// `owner`'s pointer: [`publish`](Self::publish) changes both, this one first.
     current: AtomicPtr<S>,
 }
 
