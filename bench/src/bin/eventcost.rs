@@ -1,16 +1,17 @@
-//! `eventcost`: one engine's work per W1 event, on one thread, for instruction and cache-miss
-//! counters (callgrind's cache simulation; `perf stat` where the machine has counters).
+//! `eventcost`: one engine's work per event, on one thread, for instruction and cache-miss
+//! counters (callgrind's cache simulation; `perf stat` where the machine has counters), and for
+//! the ceiling of this machine (`--engine floor`, below).
 //!
-//! The W1 events (docs/workloads.md) go through the queue and the indexer as loadgen drives
-//! them, but on one thread and in small steps: `--step` ops into the queue, then the queue is
-//! drained (`try_pop` until empty, or with `--pop-batch N` the sharded queue's `pop_batch(N)`
+//! The events of W1, W2 or W3 (docs/workloads.md) go through the queue and the indexer as
+//! loadgen drives them, but on one thread and in steps: `--step` ops into the queue, then the
+//! queue is drained (`try_pop` until empty, or with `--pop-batch N` the sharded queue's `pop_batch(N)`
 //! as loadgen's consumers use it, applying each key to the indexer as loadgen's consumer
 //! does: `process_deltas` for the reference, `apply_deltas_coalesced` for the sharded engine).
 //! With the default step of 16 a key rarely gathers two deltas, which is the paced regime of a
 //! run that keeps up; a large step makes a backlog. Three phases, each its own function so that
 //! a profiler can count one alone:
 //!
-//! 1. `population_phase`: the K initial adds;
+//! 1. `population_phase`: the K initial adds (W3: its first relist of every key);
 //! 2. `warmup_phase`: `--warmup` churn events (caches and tables settle);
 //! 3. `churn_phase`: `--events` churn events, the ones to count.
 //!
@@ -23,17 +24,29 @@
 //! (`--instr-at-start=no` plus `--callgrind-control` spares the simulation of the population:
 //! the binary asks `callgrind_control -i on` to switch instrumentation on after it.) It prints
 //! each phase's wall time per event; the instruction and miss counts come from the profiler.
+//! An event is what loadgen counts: an add, update or delete, or one object of a relist.
+//!
+//! `--engine floor` runs the same events through `bench::floor`: the bookkeeping the contract
+//! requires (client-go's maps, dedup, tombstones, the indexes) in plain single-threaded maps,
+//! applied coalesced as the sharded consumer applies a pop, with no lock, atomic or scheduler.
+//! An engine that keeps this bookkeeping (both of ours do) can split it between threads, which
+//! only adds the cost of sharing, but not do less of it; so on `N` cores it absorbs at most
+//! `N / (the floor's time per event)` events per second in the same regime: the ceiling this
+//! prints (`--cores`, default the machine's). It is an ideal, not a prediction: it grants a
+//! perfect split of the work over the cores with nothing paid for it. (A different layout of
+//! the bookkeeping could in principle cost less; this bounds the design, not every design.)
 
 use std::hint::black_box;
 use std::process::{Command, ExitCode};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bench::mem::{generate_workload, Engine};
+use bench::floor::{self, FloorIndexer, FloorQueue};
+use bench::mem::generate_workload;
 use bench::Pod;
-use clap::Parser;
+use clap::{Parser, ValueEnum};
 use kcache::{
-    apply_deltas_coalesced, process_deltas, DeltaQueue, KnownObjects, NoopHandler, Store,
+    apply_deltas_coalesced, process_deltas, DeltaQueue, Key, KnownObjects, NoopHandler, Store,
 };
 use loadgen::workload::{Op, Workload, DEFAULT_SEED};
 
@@ -41,20 +54,35 @@ use loadgen::workload::{Op, Workload, DEFAULT_SEED};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// One engine's cost per W1 event on one thread (see the module docs).
+/// What runs the events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Engine {
+    /// The faithful client-go port.
+    Reference,
+    /// The sharded engine.
+    Sharded,
+    /// The contract's bookkeeping with no synchronisation (`bench::floor`): the least work.
+    Floor,
+}
+
+/// One engine's cost per event on one thread (see the module docs).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Args {
-    /// `reference` or `sharded`.
-    #[arg(long)]
+    /// What runs the events.
+    #[arg(long, value_enum)]
     engine: Engine,
-    /// Keys K.
-    #[arg(long, default_value_t = 100_000)]
-    keys: usize,
-    /// Churn events counted (the `churn_phase`).
+    /// The workload: w1, w2 or w3 (W4 and W5 have no queue work of their own to count).
+    #[arg(long, default_value = "w1", value_parser = parse_workload)]
+    workload: Workload,
+    /// Keys K. Default: the workload's own (docs/workloads.md).
+    #[arg(long)]
+    keys: Option<usize>,
+    /// Churn events counted (the `churn_phase`; for W3, its churn events over all its
+    /// rounds, plus the objects of the relists between them).
     #[arg(long, default_value_t = 100_000)]
     events: usize,
-    /// Churn events run before them, not counted.
+    /// Ops run before them, not counted.
     #[arg(long, default_value_t = 20_000)]
     warmup: usize,
     /// Ops queued between two drains.
@@ -75,14 +103,28 @@ struct Args {
     /// `--instr-atstart=no`).
     #[arg(long)]
     callgrind_control: bool,
+    /// Cores for the floor's ceiling. Default: this machine's.
+    #[arg(long)]
+    cores: Option<usize>,
+}
+
+fn parse_workload(s: &str) -> Result<Workload, String> {
+    match s.parse::<Workload>().map_err(|e| e.to_string())? {
+        w @ (Workload::W1 | Workload::W2 | Workload::W3) => Ok(w),
+        other => Err(format!(
+            "{other} has no queue work of its own to count: use w1, w2 or w3"
+        )),
+    }
 }
 
 /// One engine's queue and indexer, driven one step at a time.
 trait Pipeline {
     /// Queues `ops`, then drains the queue into the indexer.
-    fn step(&self, ops: &[Op]);
+    fn step(&mut self, ops: &[Op]);
     /// Objects in the indexer.
     fn stored(&self) -> usize;
+    /// The version the indexer holds for `key`.
+    fn version_of(&self, key: &Key) -> Option<u64>;
 }
 
 struct Reference {
@@ -97,19 +139,38 @@ struct Sharded {
     pop_batch: usize,
 }
 
+/// The floor's queue and indexer (`bench::floor`), on this one thread.
+struct Floor {
+    queue: FloorQueue<Pod>,
+    store: FloorIndexer<Pod>,
+}
+
+/// Performs `op` on `queue` as loadgen's producer does (a relist hands over a copy of its list).
 fn enqueue(queue: &impl DeltaQueue<Pod>, op: &Op) {
-    // The generator only makes objects that have keys, and W1 has no relists.
+    // The generator only makes objects that have keys.
     let done = match op {
         Op::Add(pod) => queue.add(Arc::clone(pod)),
         Op::Update(pod) => queue.update(Arc::clone(pod)),
         Op::Delete(pod) => queue.delete(Arc::clone(pod)),
-        Op::Replace(_) | Op::Resync => Ok(()),
+        Op::Replace(relist) => queue.replace(relist.objects.clone(), &relist.resource_version),
+        Op::Resync => queue.resync(),
     };
     debug_assert!(done.is_ok(), "generated op refused: {done:?}");
 }
 
+/// The events loadgen counts for `ops`: one per add, update or delete, one per listed object.
+fn events_in(ops: &[Op]) -> usize {
+    ops.iter()
+        .map(|op| match op {
+            Op::Add(_) | Op::Update(_) | Op::Delete(_) => 1,
+            Op::Replace(relist) => relist.objects.len(),
+            Op::Resync => 0,
+        })
+        .sum()
+}
+
 impl Pipeline for Reference {
-    fn step(&self, ops: &[Op]) {
+    fn step(&mut self, ops: &[Op]) {
         ops.iter().for_each(|op| enqueue(&self.queue, op));
         let store = &*self.store;
         while let kcache::TryPop::Popped(()) = self.queue.try_pop(|deltas, initial| {
@@ -120,10 +181,14 @@ impl Pipeline for Reference {
     fn stored(&self) -> usize {
         self.store.len()
     }
+
+    fn version_of(&self, key: &Key) -> Option<u64> {
+        self.store.get_by_key(key).map(|pod| pod.version)
+    }
 }
 
 impl Pipeline for Sharded {
-    fn step(&self, ops: &[Op]) {
+    fn step(&mut self, ops: &[Op]) {
         ops.iter().for_each(|op| enqueue(&self.queue, op));
         let store = &*self.store;
         let apply = |deltas: kcache::Deltas<Pod>, initial| {
@@ -145,6 +210,35 @@ impl Pipeline for Sharded {
     fn stored(&self) -> usize {
         self.store.len()
     }
+
+    fn version_of(&self, key: &Key) -> Option<u64> {
+        self.store.get_by_key(key).map(|pod| pod.version)
+    }
+}
+
+impl Pipeline for Floor {
+    fn step(&mut self, ops: &[Op]) {
+        let (queue, store) = (&mut self.queue, &mut self.store);
+        for op in ops {
+            let done = match op {
+                Op::Add(pod) => queue.add(Arc::clone(pod)),
+                Op::Update(pod) => queue.update(Arc::clone(pod)),
+                Op::Delete(pod) => queue.delete(Arc::clone(pod), Some(store)),
+                Op::Replace(relist) => queue.replace(relist.objects.clone(), Some(store)),
+                Op::Resync => queue.resync(store),
+            };
+            debug_assert!(done.is_ok(), "generated op refused: {done:?}");
+        }
+        while let Some(()) = queue.pop(|deltas, _| floor::apply_deltas_coalesced(store, &deltas)) {}
+    }
+
+    fn stored(&self) -> usize {
+        self.store.len()
+    }
+
+    fn version_of(&self, key: &Key) -> Option<u64> {
+        self.store.get_by_key(key).map(|pod| pod.version)
+    }
 }
 
 fn known<S: KnownObjects<Pod> + 'static>(store: &Arc<S>) -> Arc<dyn KnownObjects<Pod>> {
@@ -152,17 +246,17 @@ fn known<S: KnownObjects<Pod> + 'static>(store: &Arc<S>) -> Arc<dyn KnownObjects
 }
 
 #[inline(never)]
-fn population_phase(pipeline: &dyn Pipeline, ops: &[Op], step: usize) {
+fn population_phase(pipeline: &mut dyn Pipeline, ops: &[Op], step: usize) {
     ops.chunks(step).for_each(|chunk| pipeline.step(chunk));
 }
 
 #[inline(never)]
-fn warmup_phase(pipeline: &dyn Pipeline, ops: &[Op], step: usize) {
+fn warmup_phase(pipeline: &mut dyn Pipeline, ops: &[Op], step: usize) {
     ops.chunks(step).for_each(|chunk| pipeline.step(chunk));
 }
 
 #[inline(never)]
-fn churn_phase(pipeline: &dyn Pipeline, ops: &[Op], step: usize) {
+fn churn_phase(pipeline: &mut dyn Pipeline, ops: &[Op], step: usize) {
     ops.chunks(step).for_each(|chunk| pipeline.step(chunk));
 }
 
@@ -183,22 +277,52 @@ fn instrumentation_on() -> Result<(), String> {
     }
 }
 
-fn per_event_ns(started: Instant, events: usize) -> f64 {
-    started.elapsed().as_nanos() as f64 / events.max(1) as f64
+/// One phase's wall time and the events it carried.
+struct Phase {
+    ns: f64,
+    events: usize,
+}
+
+impl Phase {
+    fn new(started: Instant, events: usize) -> Self {
+        Self {
+            ns: started.elapsed().as_nanos() as f64,
+            events,
+        }
+    }
+
+    fn ns_per_event(&self) -> f64 {
+        self.ns / self.events.max(1) as f64
+    }
+
+    /// `N ns/event`, or `-` for a phase with no events.
+    fn per_event(&self) -> String {
+        if self.events == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.0} ns/event", self.ns_per_event())
+        }
+    }
+}
+
+/// The ops before the first churn event: W1's and W2's K adds, W3's first relist.
+fn population_len(workload: Workload, keys: usize, ops: &[Op]) -> usize {
+    match workload {
+        Workload::W3 => 1.min(ops.len()),
+        _ => keys.min(ops.len()),
+    }
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
     let step = args.step.max(1);
-    let gen = generate_workload(
-        Workload::W1,
-        args.keys,
-        args.warmup + args.events,
-        args.seed,
-    );
-    let (population, churn) = gen.ops.split_at(args.keys.min(gen.ops.len()));
+    let keys = args.keys.unwrap_or(args.workload.default_keys());
+    let gen = generate_workload(args.workload, keys, args.warmup + args.events, args.seed);
+    let (population, churn) = gen
+        .ops
+        .split_at(population_len(args.workload, keys, &gen.ops));
     let (warmup, counted) = churn.split_at(args.warmup.min(churn.len()));
-    let pipeline: Box<dyn Pipeline> = match args.engine {
+    let mut pipeline: Box<dyn Pipeline> = match args.engine {
         Engine::Reference => {
             let store = Arc::new(bench::reference_indexer());
             let queue = bench::reference_queue(Some(known(&store)));
@@ -213,10 +337,14 @@ fn main() -> ExitCode {
                 pop_batch: args.pop_batch,
             })
         }
+        Engine::Floor => Box::new(Floor {
+            queue: FloorQueue::new(bench::pod_key_fn()),
+            store: bench::floor_indexer(),
+        }),
     };
     let started = Instant::now();
-    population_phase(&*pipeline, population, step);
-    let population_ns = per_event_ns(started, population.len());
+    population_phase(&mut *pipeline, population, step);
+    let population = Phase::new(started, events_in(population));
     if args.callgrind_control {
         if let Err(e) = instrumentation_on() {
             eprintln!("eventcost: {e}");
@@ -224,25 +352,71 @@ fn main() -> ExitCode {
         }
     }
     let started = Instant::now();
-    warmup_phase(&*pipeline, warmup, step);
-    let warmup_ns = per_event_ns(started, warmup.len());
+    warmup_phase(&mut *pipeline, warmup, step);
+    let warmup = Phase::new(started, events_in(warmup));
     let started = Instant::now();
-    churn_phase(&*pipeline, counted, step);
-    let churn_ns = per_event_ns(started, counted.len());
-    println!(
-        "{} keys={} step={} population {:.0} ns/event, warmup {:.0} ns/event, churn {} events {:.0} ns/event",
-        args.engine,
-        args.keys,
-        step,
-        population_ns,
-        warmup_ns,
-        counted.len(),
-        churn_ns
+    churn_phase(&mut *pipeline, counted, step);
+    let churn = Phase::new(started, events_in(counted));
+    // The whole run, population included, is what loadgen's events/s divide.
+    let whole = Phase {
+        ns: population.ns + warmup.ns + churn.ns,
+        events: population.events + warmup.events + churn.events,
+    };
+    let engine = args
+        .engine
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned());
+    print!(
+        "{} {} keys={keys} step={step} population {}, warmup {}, churn {} events {}, whole run {}",
+        engine.unwrap_or_default(),
+        args.workload,
+        population.per_event(),
+        warmup.per_event(),
+        churn.events,
+        churn.per_event(),
+        whole.per_event(),
     );
-    // Every op was drained into the store: it must hold exactly the model's alive keys.
-    if black_box(&pipeline).stored() != gen.model.alive_count() {
+    if args.engine == Engine::Floor {
+        let cores = args
+            .cores
+            .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+            .unwrap_or(1);
+        print!(
+            "; ceiling on {cores} cores: churn {:.0} events/s, whole run {:.0} events/s",
+            ceiling(churn.ns_per_event(), cores),
+            ceiling(whole.ns_per_event(), cores)
+        );
+    }
+    println!();
+    // Every op was drained into the store: it must hold exactly the model's alive keys, each
+    // at the model's version.
+    let pipeline = black_box(pipeline);
+    let wrong = gen
+        .universe
+        .keys
+        .iter()
+        .zip(&gen.model.alive)
+        .find(|(key, want)| pipeline.version_of(key) != want.as_ref().map(|pod| pod.version));
+    if let Some((key, want)) = wrong {
+        eprintln!(
+            "eventcost: the store holds {key} at {:?}, the model at {:?}",
+            pipeline.version_of(key),
+            want.as_ref().map(|pod| pod.version)
+        );
+        return ExitCode::FAILURE;
+    }
+    if pipeline.stored() != gen.model.alive_count() {
         eprintln!("eventcost: the store does not hold the model's keys");
         return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
+}
+
+/// The most events per second `cores` cores can absorb when one event's least work takes
+/// `floor_ns` nanoseconds of one core (see the module docs).
+fn ceiling(floor_ns: f64, cores: usize) -> f64 {
+    if floor_ns <= 0.0 {
+        return f64::INFINITY;
+    }
+    cores as f64 * 1e9 / floor_ns
 }
