@@ -43,8 +43,8 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use kcache::{
-    Delta, DeltaObject, DeltaType, Deltas, IndexError, IndexFunc, IndexValues, Indexers, Key,
-    KeyError, KeyFn, KeyMap, KeySet, Tombstone,
+    Delta, DeltaObject, DeltaType, Deltas, FinalState, IndexError, IndexFunc, IndexValues,
+    Indexers, Key, KeyError, KeyFn, KeyMap, KeySet, Tombstone,
 };
 
 /// One key's deltas, inline up to two (the engines' inline capacity too).
@@ -488,23 +488,15 @@ pub fn apply_deltas<T>(store: &mut FloorIndexer<T>, deltas: &Deltas<T>) {
 }
 
 /// [`apply_deltas`] with the writes of one key coalesced into one, as the sharded engine's
-/// consumer applies a pop (`kcache::apply_deltas_coalesced`): only the key's final state is
-/// stored, decided by its last delta that stores or removes an object. The least a consumer can
-/// write for a pop; with no handler there is nothing to replay.
+/// consumer applies a pop (`kcache::apply_deltas_coalesced`): only the key's final state
+/// ([`Deltas::final_state`]) is stored. The least a consumer can write for a pop; with no
+/// handler there is nothing to replay.
 pub fn apply_deltas_coalesced<T>(store: &mut FloorIndexer<T>, deltas: &Deltas<T>) {
-    let last = deltas
-        .iter()
-        .rev()
-        .find_map(|delta| match (delta.kind, &delta.object) {
-            (DeltaType::Deleted, _) => Some(None),
-            (_, DeltaObject::Object(obj)) => Some(Some(obj)),
-            (_, DeltaObject::Tombstone(_)) => None,
-        });
-    match last {
-        Some(Some(obj)) => {
+    match deltas.final_state() {
+        Some(FinalState::Stored(obj)) => {
             store.insert_by_key(deltas.key().clone(), Arc::clone(obj));
         }
-        Some(None) => {
+        Some(FinalState::Removed) => {
             store.remove_by_key(deltas.key());
         }
         None => {}

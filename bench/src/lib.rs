@@ -13,7 +13,8 @@
 //!   without the sharding is instructive (queue operations);
 //! - `floor`: [`floor::FloorQueue`] / [`floor::FloorIndexer`], the same bookkeeping in a plain
 //!   single-threaded map with no lock at all: the lower bound. Its index sets hold keys, as
-//!   client-go's and both engines' do.
+//!   client-go's and both engines' do. The `eventcost` binary runs whole workloads through it
+//!   (`--engine floor`) for the ceiling of a machine: its cores over the floor's time per event.
 //!
 //! # Objects
 //!

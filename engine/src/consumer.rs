@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::delta::{DeltaObject, DeltaType, Deltas};
+use crate::delta::{DeltaObject, DeltaType, Deltas, FinalState};
 use crate::store::Store;
 
 /// Receives the notifications a shared informer hands its handlers
@@ -108,23 +108,16 @@ pub fn apply_deltas_coalesced<T, S, H>(
     }
 
     let key = deltas.key();
-    // The key's final state is decided by its last delta that stores or removes an object (a
-    // tombstone outside a Deleted changes nothing, and calls nothing).
-    let last = deltas
-        .iter()
-        .rev()
-        .find_map(|delta| match (delta.kind, &delta.object) {
-            (DeltaType::Deleted, _) => Some(None),
-            (_, DeltaObject::Object(obj)) => Some(Some(obj)),
-            (_, DeltaObject::Tombstone(_)) => None,
-        });
-    let Some(last) = last else { return };
+    // Only tombstones (outside a Deleted): nothing to store, and nothing to call.
+    let Some(last) = deltas.final_state() else {
+        return;
+    };
     // One write, which also returns what the key held before it: the consumer processing a
     // key is its only writer, so that is the state the first delta applies to. (Looking it up
     // first would probe the items map twice per key.) Removing an absent key changes nothing.
     let before = match last {
-        Some(obj) => store.insert_by_key(key.clone(), Arc::clone(obj)),
-        None => store.remove_by_key(key),
+        FinalState::Stored(obj) => store.insert_by_key(key.clone(), Arc::clone(obj)),
+        FinalState::Removed => store.remove_by_key(key),
     };
     // Replay the deltas over `before` for the handler: the calls process_deltas would make.
     let mut current = before.as_ref();

@@ -346,6 +346,41 @@ impl<T> Deltas<T> {
     pub fn into_parts(self) -> (Key, Vec<Delta<T>>) {
         (self.key, self.list.into_vec())
     }
+
+    /// What applying these deltas in order leaves in a store: decided by the last delta that
+    /// stores or removes an object (a tombstone outside a `Deleted` changes nothing). `None`
+    /// when no delta does, and the store keeps what it held.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{Delta, DeltaType, Deltas, FinalState, Key};
+    ///
+    /// let mut deltas = Deltas::new(Key::new("ns/a"));
+    /// deltas.push(Delta::new(DeltaType::Added, Arc::new(1)));
+    /// deltas.push(Delta::new(DeltaType::Updated, Arc::new(2)));
+    /// assert!(matches!(deltas.final_state(), Some(FinalState::Stored(obj)) if **obj == 2));
+    /// deltas.push(Delta::new(DeltaType::Deleted, Arc::new(2)));
+    /// assert!(matches!(deltas.final_state(), Some(FinalState::Removed)));
+    /// ```
+    pub fn final_state(&self) -> Option<FinalState<'_, T>> {
+        self.list
+            .iter()
+            .rev()
+            .find_map(|delta| match (delta.kind, &delta.object) {
+                (DeltaType::Deleted, _) => Some(FinalState::Removed),
+                (_, DeltaObject::Object(obj)) => Some(FinalState::Stored(obj)),
+                (_, DeltaObject::Tombstone(_)) => None,
+            })
+    }
+}
+
+/// What a key's deltas leave in a store ([`Deltas::final_state`]).
+#[derive(Debug)]
+pub enum FinalState<'a, T> {
+    /// The key holds this object.
+    Stored(&'a Arc<T>),
+    /// The key holds nothing.
+    Removed,
 }
 
 impl<T> std::ops::Deref for Deltas<T> {
@@ -395,6 +430,41 @@ mod tests {
 
     fn obj(v: u32) -> Arc<u32> {
         Arc::new(v)
+    }
+
+    /// The stored version, `Some(0)` for a removal, `None` when nothing is written.
+    fn final_version(d: &Deltas<u32>) -> Option<u32> {
+        d.final_state().map(|state| match state {
+            FinalState::Stored(obj) => **obj,
+            FinalState::Removed => 0,
+        })
+    }
+
+    #[test]
+    fn the_final_state_is_the_last_delta_that_stores_or_removes() {
+        let mut d = Deltas::new(Key::new("ns/a"));
+        assert_eq!(final_version(&d), None, "no delta writes nothing");
+        d.push(Delta::new(DeltaType::Deleted, obj(1)));
+        d.push(Delta::new(DeltaType::Added, obj(2)));
+        d.push(Delta::new(DeltaType::Sync, obj(3)));
+        assert_eq!(final_version(&d), Some(3), "re-added after a delete");
+        d.push(Delta::tombstone(Tombstone {
+            key: Key::new("ns/a"),
+            last_known: Some(obj(3)),
+        }));
+        assert_eq!(final_version(&d), Some(0), "a tombstone's Deleted removes");
+        // A tombstone outside a Deleted (only ever made by hand) changes nothing: the delta
+        // before it decides.
+        let mut d = Deltas::new(Key::new("ns/b"));
+        d.push(Delta::new(DeltaType::Updated, obj(4)));
+        d.push(Delta {
+            kind: DeltaType::Replaced,
+            object: DeltaObject::Tombstone(Arc::new(Tombstone {
+                key: Key::new("ns/b"),
+                last_known: None,
+            })),
+        });
+        assert_eq!(final_version(&d), Some(4));
     }
 
     fn kinds(d: &Deltas<u32>) -> Vec<(DeltaType, bool, Option<u32>)> {

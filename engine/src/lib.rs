@@ -216,7 +216,7 @@ pub mod sharded;
 pub mod workqueue;
 
 pub use consumer::{apply_deltas_coalesced, process_deltas, EventHandler, NoopHandler};
-pub use delta::{Delta, DeltaObject, DeltaType, Deltas, Tombstone};
+pub use delta::{Delta, DeltaObject, DeltaType, Deltas, FinalState, Tombstone};
 pub use footprint::{Footprint, FootprintPart};
 pub use key::{
     meta_namespace_key, split_meta_namespace_key, BuildKeyHasher, Key, KeyError, KeyFn, KeyHasher,
