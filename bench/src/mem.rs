@@ -287,15 +287,7 @@ where
         scope.spawn(|| consume(queue, store));
         for op in &gen.ops {
             // The generator only makes objects that have keys: these cannot fail.
-            let done = match op {
-                Op::Add(pod) => queue.add(Arc::clone(pod)),
-                Op::Update(pod) => queue.update(Arc::clone(pod)),
-                Op::Delete(pod) => queue.delete(Arc::clone(pod)),
-                Op::Replace(relist) => {
-                    queue.replace(relist.objects.clone(), &relist.resource_version)
-                }
-                Op::Resync => queue.resync(),
-            };
+            let done = op.perform_on(queue);
             debug_assert!(done.is_ok(), "generated op refused: {done:?}");
         }
         let backlog = footprint();

@@ -63,6 +63,23 @@ fn shard_count_is_capped_and_any_request_is_valid() {
 }
 
 #[test]
+fn is_empty_sees_a_key_in_any_shard_and_none_after_the_drain() {
+    let q = DeltaFifo::new(options(), 16);
+    assert!(q.is_empty());
+    // Enough keys that every shard holds some: each one alone must make the queue non-empty.
+    for i in 0..64 {
+        q.add(obj(&format!("k{i}"), 1)).unwrap();
+    }
+    let mut left = q.len();
+    while left > 0 {
+        assert!(!q.is_empty(), "{left} keys queued");
+        assert!(matches!(q.try_pop(|_, _| ()), TryPop::Popped(())));
+        left -= 1;
+    }
+    assert!(q.is_empty());
+}
+
+#[test]
 fn one_shard_pops_keys_in_arrival_order() {
     let q = DeltaFifo::new(options(), 1);
     for (k, v) in [("c", 1), ("a", 1), ("b", 1), ("a", 2)] {

@@ -456,14 +456,7 @@ pub(crate) fn produce<Q: DeltaQueue<Pod>>(
         if n % SAMPLE_EVERY == 0 {
             stamp(op, start);
         }
-        let result = match op {
-            Op::Add(pod) => queue.add(Arc::clone(pod)),
-            Op::Update(pod) => queue.update(Arc::clone(pod)),
-            Op::Delete(pod) => queue.delete(Arc::clone(pod)),
-            Op::Replace(relist) => queue.replace(relist.objects.clone(), &relist.resource_version),
-            Op::Resync => queue.resync(),
-        };
-        errors += u64::from(result.is_err());
+        errors += u64::from(op.perform_on(queue).is_err());
         if n % PROGRESS_EVERY == 0 {
             progress.set(n as u64);
         }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use kcache::{IndexFunc, IndexValues, Indexers, Key, KeyFn};
+use kcache::{DeltaQueue, IndexFunc, IndexValues, Indexers, Key, KeyFn, QueueError};
 use smallvec::smallvec;
 
 /// How many namespaces the objects are spread over (`ns-{i % 1000}`).
@@ -204,6 +204,27 @@ pub enum Op {
 }
 
 impl Op {
+    /// Performs this op on `queue`, as a producer does (a relist hands over a copy of its list).
+    pub fn perform_on(&self, queue: &impl DeltaQueue<Pod>) -> Result<(), QueueError> {
+        match self {
+            Op::Add(pod) => queue.add(Arc::clone(pod)),
+            Op::Update(pod) => queue.update(Arc::clone(pod)),
+            Op::Delete(pod) => queue.delete(Arc::clone(pod)),
+            Op::Replace(relist) => queue.replace(relist.objects.clone(), &relist.resource_version),
+            Op::Resync => queue.resync(),
+        }
+    }
+
+    /// The events this op carries, as runs count them: one per add, update or delete, one per
+    /// listed object of a relist, none for a resync.
+    pub fn events(&self) -> usize {
+        match self {
+            Op::Add(_) | Op::Update(_) | Op::Delete(_) => 1,
+            Op::Replace(relist) => relist.objects.len(),
+            Op::Resync => 0,
+        }
+    }
+
     /// A comparable summary `(kind, id, version)`: `kind` is `A`, `U`, `D`, `R` (id = list
     /// length, version = sum of listed versions) or `S`.
     pub fn summary(&self) -> (char, u64, u64) {

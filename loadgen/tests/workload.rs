@@ -220,3 +220,26 @@ fn workload_names_parse_case_insensitively() {
     assert_eq!("W6".parse::<Workload>(), Ok(Workload::W6));
     assert!("w7".parse::<Workload>().is_err());
 }
+
+#[test]
+fn the_events_of_the_ops_add_up_to_the_runs_event_count() {
+    for w in [Workload::W1, Workload::W2, Workload::W3] {
+        let g = generate(&small(w));
+        let carried: u64 = g.ops.iter().map(|op| op.events() as u64).sum();
+        assert_eq!(carried, g.event_count(), "{w}");
+    }
+    // A relist carries one event per listed object, a resync none.
+    let g = generate(&small(Workload::W3));
+    let relist = g
+        .ops
+        .iter()
+        .find(|op| matches!(op, Op::Replace(_)))
+        .unwrap();
+    assert_eq!(relist.events() as u64, relist.summary().1);
+    assert!(g.ops.iter().any(|op| matches!(op, Op::Resync)));
+    assert!(g
+        .ops
+        .iter()
+        .filter(|op| matches!(op, Op::Resync))
+        .all(|op| op.events() == 0));
+}

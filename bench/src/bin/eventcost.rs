@@ -150,28 +150,16 @@ struct Floor {
     store: FloorIndexer<Pod>,
 }
 
-/// Performs `op` on `queue` as loadgen's producer does (a relist hands over a copy of its list).
+/// Performs `op` on `queue` as loadgen's producer does.
 fn enqueue(queue: &impl DeltaQueue<Pod>, op: &Op) {
     // The generator only makes objects that have keys.
-    let done = match op {
-        Op::Add(pod) => queue.add(Arc::clone(pod)),
-        Op::Update(pod) => queue.update(Arc::clone(pod)),
-        Op::Delete(pod) => queue.delete(Arc::clone(pod)),
-        Op::Replace(relist) => queue.replace(relist.objects.clone(), &relist.resource_version),
-        Op::Resync => queue.resync(),
-    };
+    let done = op.perform_on(queue);
     debug_assert!(done.is_ok(), "generated op refused: {done:?}");
 }
 
-/// The events loadgen counts for `ops`: one per add, update or delete, one per listed object.
+/// The events loadgen counts for `ops` ([`Op::events`]).
 fn events_in(ops: &[Op]) -> usize {
-    ops.iter()
-        .map(|op| match op {
-            Op::Add(_) | Op::Update(_) | Op::Delete(_) => 1,
-            Op::Replace(relist) => relist.objects.len(),
-            Op::Resync => 0,
-        })
-        .sum()
+    ops.iter().map(Op::events).sum()
 }
 
 impl Pipeline for Reference {
@@ -204,10 +192,10 @@ impl Pipeline for Sharded {
             return;
         }
         // One thread: while keys are queued, some shard holds them and `pop_batch` returns
-        // without waiting. Count them once per step: `len` (and `is_empty`) lock every shard,
-        // which loadgen's consumers never do. Asking before each visit cost 9% of the
-        // instructions counted; once per step (a harness cost that remains) it is a lock per
-        // shard per `--step` ops.
+        // without waiting. Count them once per step: `len` locks every shard and `is_empty`
+        // at least one, which loadgen's consumers never do. Asking before each visit cost 9%
+        // of the instructions counted (when `is_empty` still locked all 16); once per step (a
+        // harness cost that remains) it is a lock per shard per `--step` ops.
         let mut queued = self.queue.len();
         while queued > 0 {
             match self.queue.pop_batch(self.pop_batch, apply) {

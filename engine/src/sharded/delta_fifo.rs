@@ -1240,6 +1240,12 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             .sum()
     }
 
+    /// Stops at the first shard holding a key: `len() == 0` would lock every shard even when
+    /// the first one answers. Like `len`, a snapshot taken shard by shard.
+    fn is_empty(&self) -> bool {
+        (0..self.shards.len()).all(|i| self.lock_shard(i).pending.is_empty())
+    }
+
     fn queued_deltas(&self) -> usize {
         if self.room.is_bounded() {
             return self.room.count();
