@@ -607,6 +607,31 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_that_falls_more_than_the_window_behind_gets_410_then_ends() {
+        rt().block_on(async {
+            let s = server(3);
+            let mut slow = s.watch(WatchOptions::default()).await.unwrap();
+            let mut steady = s.watch(WatchOptions::default()).await.unwrap();
+            s.upsert(obj("a")).unwrap();
+            assert_eq!(describe(next(&mut slow).await), "added a 1");
+            assert_eq!(describe(next(&mut steady).await), "added a 1");
+            for rv in 2..=4 {
+                s.upsert(obj("a")).unwrap();
+                assert_eq!(
+                    describe(next(&mut steady).await),
+                    format!("modified a {rv}")
+                );
+            }
+            // `slow` read nothing since version 1; the window is now 2..=4, then 3..=5.
+            s.upsert(obj("a")).unwrap();
+            assert_eq!(describe(next(&mut slow).await), "error 410");
+            assert_eq!(describe(next(&mut slow).await), "end");
+            assert_eq!(describe(next(&mut steady).await), "modified a 5");
+            assert_eq!(s.open_watches(), 1);
+        });
+    }
+
+    #[test]
     fn a_watch_ends_at_its_timeout_and_injected_failures_are_counted_down() {
         rt().block_on(async {
             let s = server(10);
