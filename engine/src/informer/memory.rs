@@ -1,19 +1,21 @@
 //! An in-memory API server for one resource, as a [`ListerWatcher`]: what tests and the load
 //! generator drive an informer with.
 //!
-//! It keeps what a Kubernetes API server's watch cache keeps: the current objects, a resource
-//! version that every write increments, and a bounded window of recent events. A watch from a
-//! version still in the window replays what came after it and then follows live writes; a
-//! watch from an older version gets `410 Expired`, as from the real server (an `Error` event,
-//! then the end of the stream). Lists are paged with `continue` tokens over a snapshot taken by
-//! the first page, so the pages of one list are consistent with each other.
+//! The server itself is [`ApiServer`] (module [`apiserver`](super::apiserver), the same one
+//! `loadgen serve` puts behind HTTP): the current objects, a resource version that every write
+//! increments, and a bounded window of recent events. A watch from a version still in the
+//! window replays what came after it and then follows live writes; a watch from an older
+//! version gets `410 Expired`, as from the real server (an `Error` event, then the end of the
+//! stream), and so does a watch whose reader falls more than the window behind. Lists are
+//! paged with `continue` tokens over a snapshot taken by the first page, so the pages of one
+//! list are consistent with each other. This module turns typed objects into the server's
+//! events and its items into [`WatchEvent`]s.
 //!
 //! Scripting hooks make the failures an informer must survive happen on demand: end every open
 //! watch, answer 410 to the next watches, fail the next lists or watches as a refused
 //! connection would, go down for a while (writes go on unseen), forget the window, slow every
 //! call down.
 
-use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
@@ -22,9 +24,9 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures_core::Stream;
-use tokio::sync::mpsc;
 use tokio::time::Sleep;
 
+use super::apiserver::{ApiServer, ContinueError, Cursor, Item, Kind, Pager, Start};
 use super::lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,
@@ -84,21 +86,12 @@ impl<T> Clone for MemoryListerWatcher<T> {
 
 struct Inner<T> {
     key_fn: KeyFn<T>,
-    state: Mutex<State<T>>,
-}
-
-type EventTx<T> = mpsc::UnboundedSender<Result<WatchEvent<T>, Error>>;
-
-struct Watcher<T> {
-    tx: EventTx<T>,
-    bookmarks: bool,
-}
-
-/// A paged list in progress: the objects as of the first page.
-struct Snapshot<T> {
-    id: u64,
-    resource_version: u64,
-    items: Arc<Vec<Arc<T>>>,
+    /// The objects, the window and the watches.
+    server: ApiServer<Key, Arc<T>>,
+    /// The snapshots of paged lists (one view: everything).
+    pager: Pager<Arc<T>, ()>,
+    /// The scripted failures and the call counts.
+    control: Mutex<Control>,
 }
 
 /// Failures scripted to happen on the next calls.
@@ -112,37 +105,11 @@ struct Faults {
     latency: Duration,
 }
 
-struct State<T> {
-    /// The newest resource version; every write increments it.
-    resource_version: u64,
-    /// Current objects, sorted by key (the order of a list).
-    objects: BTreeMap<Key, Arc<T>>,
-    /// The newest events, oldest first, each with its resource version.
-    window: VecDeque<(u64, WatchEvent<T>)>,
-    window_size: usize,
-    /// Every event after this version is in `window`: a watch from an older one is too old.
-    compacted: u64,
-    watchers: Vec<Watcher<T>>,
-    snapshots: VecDeque<Snapshot<T>>,
-    next_snapshot: u64,
+#[derive(Debug, Default)]
+struct Control {
     faults: Faults,
     list_calls: u64,
     watch_calls: u64,
-}
-
-impl<T> State<T> {
-    /// Records an event at the current version and sends it to every watcher.
-    fn publish(&mut self, event: WatchEvent<T>) {
-        let rv = self.resource_version;
-        self.watchers
-            .retain(|w| w.tx.send(Ok(event.clone())).is_ok());
-        self.window.push_back((rv, event));
-        while self.window.len() > self.window_size {
-            if let Some((dropped, _)) = self.window.pop_front() {
-                self.compacted = dropped;
-            }
-        }
-    }
 }
 
 fn bad_request(message: String) -> Error {
@@ -176,97 +143,76 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         Self {
             inner: Arc::new(Inner {
                 key_fn,
-                state: Mutex::new(State {
-                    resource_version: 0,
-                    objects: BTreeMap::new(),
-                    window: VecDeque::new(),
-                    window_size: window.max(1),
-                    compacted: 0,
-                    watchers: Vec::new(),
-                    snapshots: VecDeque::new(),
-                    next_snapshot: 0,
-                    faults: Faults::default(),
-                    list_calls: 0,
-                    watch_calls: 0,
-                }),
+                server: ApiServer::new([], 0, window),
+                pager: Pager::new(MAX_SNAPSHOTS, None),
+                control: Mutex::new(Control::default()),
             }),
         }
     }
 
-    fn state(&self) -> MutexGuard<'_, State<T>> {
-        // A panic while the lock is held cannot leave the state half-written: every write
-        // completes before anything that can panic runs.
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn control(&self) -> MutexGuard<'_, Control> {
+        // Counters and flags: a panic cannot leave them half-written.
+        self.inner.control.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Creates or replaces an object: stamps it with the next resource version and sends
     /// `Added` (new key) or `Modified` to every watcher. Returns the stored object.
     pub fn upsert(&self, mut obj: T) -> Result<Arc<T>, KeyError> {
         let key = (self.inner.key_fn)(&obj)?;
-        let mut state = self.state();
-        state.resource_version += 1;
-        obj.set_resource_version(&state.resource_version.to_string());
-        let obj = Arc::new(obj);
-        let event = match state.objects.insert(key, Arc::clone(&obj)) {
-            None => WatchEvent::Added(Arc::clone(&obj)),
-            Some(_) => WatchEvent::Modified(Arc::clone(&obj)),
-        };
-        state.publish(event);
-        Ok(obj)
+        Ok(self.inner.server.write(|w| {
+            obj.set_resource_version(&(w.resource_version() + 1).to_string());
+            let obj = Arc::new(obj);
+            let kind = match w.get(&key) {
+                None => Kind::Added,
+                Some(_) => Kind::Modified,
+            };
+            w.push(key, kind, Arc::clone(&obj));
+            obj
+        }))
     }
 
     /// Deletes `key`: the `Deleted` event carries its last state stamped with the deletion's
     /// resource version, as the API server sends it. Returns that, or `None` if there was no
     /// such object (then nothing happens).
     pub fn delete(&self, key: &Key) -> Option<Arc<T>> {
-        let mut state = self.state();
-        let old = state.objects.remove(key)?;
-        state.resource_version += 1;
-        let mut last = (*old).clone();
-        last.set_resource_version(&state.resource_version.to_string());
-        let last = Arc::new(last);
-        state.publish(WatchEvent::Deleted(Arc::clone(&last)));
-        Some(last)
+        self.inner.server.write(|w| {
+            let mut last = (**w.get(key)?).clone();
+            last.set_resource_version(&(w.resource_version() + 1).to_string());
+            let last = Arc::new(last);
+            w.push(key.clone(), Kind::Deleted, Arc::clone(&last));
+            Some(last)
+        })
     }
 
     /// Sends a bookmark at the current resource version to every watch that allows them.
     pub fn bookmark(&self) {
-        let mut state = self.state();
-        let resource_version = state.resource_version.to_string();
-        state.watchers.retain(|w| {
-            !w.bookmarks
-                || w.tx
-                    .send(Ok(WatchEvent::Bookmark {
-                        resource_version: resource_version.clone(),
-                    }))
-                    .is_ok()
-        });
+        self.inner.server.bookmark();
     }
 
     /// Ends every open watch (their streams end after what was already sent).
     pub fn close_watches(&self) {
-        self.state().watchers.clear();
+        self.inner.server.close_watches();
     }
 
     /// The next `n` watches get `410 Expired` whatever version they ask for.
     pub fn expire_next_watches(&self, n: usize) {
-        self.state().faults.expire_watches += n;
+        self.control().faults.expire_watches += n;
     }
 
     /// How many of the 410s scripted by [`expire_next_watches`](Self::expire_next_watches) no
     /// watch has received yet.
     pub fn expired_watches_pending(&self) -> usize {
-        self.state().faults.expire_watches
+        self.control().faults.expire_watches
     }
 
     /// The next `n` lists fail as a refused connection.
     pub fn fail_next_lists(&self, n: usize) {
-        self.state().faults.fail_lists += n;
+        self.control().faults.fail_lists += n;
     }
 
     /// The next `n` watches fail to open as a refused connection.
     pub fn fail_next_watches(&self, n: usize) {
-        self.state().faults.fail_watches += n;
+        self.control().faults.fail_watches += n;
     }
 
     /// Takes the server down (`true`: every list and watch call fails as a refused connection,
@@ -275,44 +221,41 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     /// watch that resumes from a version still in the window). Scripted failures counted by
     /// the other hooks wait for the server to be back.
     pub fn set_unavailable(&self, down: bool) {
-        let mut state = self.state();
-        state.faults.unavailable = down;
+        self.control().faults.unavailable = down;
         if down {
-            state.watchers.clear();
+            self.inner.server.close_watches();
         }
     }
 
     /// Every later list and watch call waits this long before it is served.
     pub fn set_latency(&self, latency: Duration) {
-        self.state().faults.latency = latency;
+        self.control().faults.latency = latency;
     }
 
     /// Forgets the event window: a watch from any version older than the current one gets
     /// `410 Expired` (as after the API server's watch cache moved on).
     pub fn compact(&self) {
-        let mut state = self.state();
-        state.window.clear();
-        state.compacted = state.resource_version;
+        self.inner.server.compact();
     }
 
     /// The current resource version.
     pub fn resource_version(&self) -> String {
-        self.state().resource_version.to_string()
+        self.inner.server.resource_version().to_string()
     }
 
     /// The current objects, sorted by key.
     pub fn objects(&self) -> Vec<Arc<T>> {
-        self.state().objects.values().cloned().collect()
+        self.inner.server.objects(|_| true)
     }
 
     /// The current object of `key`.
     pub fn get(&self, key: &Key) -> Option<Arc<T>> {
-        self.state().objects.get(key).cloned()
+        self.inner.server.get(key)
     }
 
     /// How many objects exist.
     pub fn len(&self) -> usize {
-        self.state().objects.len()
+        self.inner.server.len()
     }
 
     /// Whether no object exists.
@@ -322,143 +265,123 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
 
     /// How many list calls (pages) were made, failed ones included.
     pub fn list_calls(&self) -> u64 {
-        self.state().list_calls
+        self.control().list_calls
     }
 
     /// How many watch calls were made, failed ones included.
     pub fn watch_calls(&self) -> u64 {
-        self.state().watch_calls
+        self.control().watch_calls
     }
 
     /// How many watches are open.
     pub fn open_watches(&self) -> usize {
-        let mut state = self.state();
-        state.watchers.retain(|w| !w.tx.is_closed());
-        state.watchers.len()
+        self.inner.server.open_watches()
     }
 
     async fn delay(&self) {
-        let latency = self.state().faults.latency;
+        let latency = self.control().faults.latency;
         if !latency.is_zero() {
             tokio::time::sleep(latency).await;
         }
     }
 
     fn serve_list(&self, options: ListOptions) -> Result<Page<T>, Error> {
-        let mut state = self.state();
-        state.list_calls += 1;
-        if state.faults.unavailable {
-            return Err(injected_connection_refused("list"));
-        }
-        if state.faults.fail_lists > 0 {
-            state.faults.fail_lists -= 1;
-            return Err(injected_connection_refused("list"));
-        }
-        let (id, rv, items, offset): (u64, u64, Arc<Vec<Arc<T>>>, usize) = match &options
-            .continue_token
         {
+            let mut control = self.control();
+            control.list_calls += 1;
+            if control.faults.unavailable {
+                return Err(injected_connection_refused("list"));
+            }
+            if control.faults.fail_lists > 0 {
+                control.faults.fail_lists -= 1;
+                return Err(injected_connection_refused("list"));
+            }
+        }
+        let paged = match &options.continue_token {
             Some(token) => {
-                let parsed = token
-                    .split_once(':')
-                    .and_then(|(id, offset)| Some((id.parse().ok()?, offset.parse().ok()?)));
-                let Some((id, offset)) = parsed else {
-                    return Err(bad_request(format!("malformed continue token {token:?}")));
-                };
-                let Some(snapshot) = state.snapshots.iter().find(|s| s.id == id) else {
-                    return Err(Error::Api(Status::expired(
-                        "the provided continue parameter is too old to display a consistent list",
-                    )));
-                };
-                let (rv, items) = (snapshot.resource_version, Arc::clone(&snapshot.items));
-                (id, rv, items, offset)
+                self.inner
+                    .pager
+                    .next(token, &(), options.limit)
+                    .map_err(|e| match e {
+                        ContinueError::Expired => Error::Api(Status::expired(e.to_string())),
+                        ContinueError::Malformed | ContinueError::PastEnd => {
+                            bad_request(format!("continue token {token:?}: {e}"))
+                        }
+                    })?
             }
             None => {
-                let current = state.resource_version;
-                if let Some(asked) = parse_resource_version(&options.resource_version)? {
-                    if asked > current {
-                        return Err(Error::Api(Status::new(
-                            504,
-                            "Timeout",
-                            format!("Too large resource version: {asked}, current: {current}"),
-                        )));
-                    }
+                let asked = parse_resource_version(&options.resource_version)?;
+                let snapshot = self.inner.server.snapshot((), |_| true);
+                let current = snapshot.resource_version;
+                if let Some(asked) = asked.filter(|&asked| asked > current) {
+                    return Err(Error::Api(Status::new(
+                        504,
+                        "Timeout",
+                        format!("Too large resource version: {asked}, current: {current}"),
+                    )));
                 }
-                let items: Arc<Vec<Arc<T>>> = Arc::new(state.objects.values().cloned().collect());
-                let id = state.next_snapshot;
-                state.next_snapshot += 1;
-                (id, current, items, 0)
+                self.inner.pager.first(snapshot, options.limit)
             }
         };
-        let end = match options.limit {
-            0 => items.len(),
-            limit => offset.saturating_add(limit).min(items.len()),
-        };
-        let page = items.get(offset.min(end)..end).unwrap_or_default().to_vec();
-        let continue_token = (end < items.len()).then(|| format!("{id}:{end}"));
-        // Remember the snapshot while pages remain; forget it with the last page.
-        state.snapshots.retain(|s| s.id != id);
-        if continue_token.is_some() {
-            state.snapshots.push_back(Snapshot {
-                id,
-                resource_version: rv,
-                items,
-            });
-            while state.snapshots.len() > MAX_SNAPSHOTS {
-                state.snapshots.pop_front();
-            }
-        }
         Ok(Page {
-            items: page,
-            resource_version: rv.to_string(),
-            continue_token,
+            items: paged.items().to_vec(),
+            resource_version: paged.snapshot.resource_version.to_string(),
+            continue_token: paged.continue_token,
         })
     }
 
     fn serve_watch(&self, options: WatchOptions) -> Result<WatchStream<T>, Error> {
-        let mut state = self.state();
-        state.watch_calls += 1;
-        if state.faults.unavailable {
-            return Err(injected_connection_refused("watch"));
-        }
-        if state.faults.fail_watches > 0 {
-            state.faults.fail_watches -= 1;
-            return Err(injected_connection_refused("watch"));
-        }
-        let from = parse_resource_version(&options.resource_version)?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let deadline = options.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
-        let stream = MemoryWatch { rx, deadline };
-        let expired = state.faults.expire_watches > 0;
-        let too_old = from.is_some_and(|from| from < state.compacted);
-        if expired || too_old {
-            if expired {
-                state.faults.expire_watches -= 1;
+        let expired = {
+            let mut control = self.control();
+            control.watch_calls += 1;
+            if control.faults.unavailable {
+                return Err(injected_connection_refused("watch"));
             }
+            if control.faults.fail_watches > 0 {
+                control.faults.fail_watches -= 1;
+                return Err(injected_connection_refused("watch"));
+            }
+            parse_resource_version(&options.resource_version)?;
+            let expired = control.faults.expire_watches > 0;
+            if expired {
+                control.faults.expire_watches -= 1;
+            }
+            expired
+        };
+        let deadline = options.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
+        let start = match parse_resource_version(&options.resource_version)? {
+            None => Start::Initial,
+            Some(from) => Start::After(from),
+        };
+        let refused = |message: String| -> Result<WatchStream<T>, Error> {
+            Ok(Box::pin(MemoryWatch {
+                initial: Vec::new().into_iter(),
+                error: Some(Status::expired(message)),
+                cursor: None,
+                deadline: None,
+            }))
+        };
+        if expired {
             let message = format!(
                 "too old resource version: {} ({})",
-                options.resource_version, state.compacted
+                options.resource_version,
+                self.inner.server.oldest()
             );
-            // The receiver is alive: it is in `stream`.
-            let _ = tx.send(Ok(WatchEvent::Error(Status::expired(message))));
-            return Ok(Box::pin(stream));
+            return refused(message);
         }
-        match from {
-            None => {
-                for obj in state.objects.values() {
-                    let _ = tx.send(Ok(WatchEvent::Added(Arc::clone(obj))));
-                }
-            }
-            Some(from) => {
-                for (_, event) in state.window.iter().filter(|(rv, _)| *rv > from) {
-                    let _ = tx.send(Ok(event.clone()));
-                }
-            }
+        match self
+            .inner
+            .server
+            .watch(start, options.allow_bookmarks, |_| true)
+        {
+            Err(too_old) => refused(too_old.to_string()),
+            Ok(start) => Ok(Box::pin(MemoryWatch {
+                initial: start.initial.into_iter(),
+                error: None,
+                cursor: Some(start.cursor),
+                deadline,
+            })),
         }
-        state.watchers.push(Watcher {
-            tx,
-            bookmarks: options.allow_bookmarks,
-        });
-        Ok(Box::pin(stream))
     }
 }
 
@@ -478,35 +401,71 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> ListerWatcher<T>
 
 impl<T> fmt::Debug for MemoryListerWatcher<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.inner.state.lock().unwrap_or_else(|e| e.into_inner());
+        let control = self.inner.control.lock().unwrap_or_else(|e| e.into_inner());
         f.debug_struct("MemoryListerWatcher")
-            .field("resource_version", &state.resource_version)
-            .field("objects", &state.objects.len())
-            .field("window", &state.window.len())
-            .field("watchers", &state.watchers.len())
-            .field("faults", &state.faults)
+            .field("server", &self.inner.server)
+            .field("faults", &control.faults)
             .finish()
     }
 }
 
-/// One watch: the server's sender feeds `rx`; the stream ends when the server drops the sender
-/// or the timeout passes.
+/// One watch: the current objects as `Added` (a watch from `""`/`"0"`), then what its cursor
+/// reads; or a single 410. It ends when the server closes it, at the timeout, or after a 410.
 struct MemoryWatch<T> {
-    rx: mpsc::UnboundedReceiver<Result<WatchEvent<T>, Error>>,
+    initial: std::vec::IntoIter<Arc<T>>,
+    /// A refusal to send as the only event.
+    error: Option<Status>,
+    /// `None` once the watch ended (dropping it stops counting the watch as open).
+    cursor: Option<Cursor<Arc<T>>>,
     deadline: Option<Pin<Box<Sleep>>>,
 }
 
-impl<T> Stream for MemoryWatch<T> {
+impl<T: Send + Sync + 'static> Stream for MemoryWatch<T> {
     type Item = Result<WatchEvent<T>, Error>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if let Some(deadline) = self.deadline.as_mut() {
+        let this = &mut *self;
+        if let Some(deadline) = this.deadline.as_mut() {
             if deadline.as_mut().poll(cx).is_ready() {
-                self.rx.close();
+                this.cursor = None;
+                this.deadline = None;
+                this.initial = Vec::new().into_iter();
                 return Poll::Ready(None);
             }
         }
-        self.rx.poll_recv(cx)
+        if let Some(status) = this.error.take() {
+            return Poll::Ready(Some(Ok(WatchEvent::Error(status))));
+        }
+        if let Some(obj) = this.initial.next() {
+            return Poll::Ready(Some(Ok(WatchEvent::Added(obj))));
+        }
+        let Some(cursor) = this.cursor.as_mut() else {
+            return Poll::Ready(None);
+        };
+        loop {
+            let event = match cursor.try_next() {
+                Some(Item::Event(e)) => match e.kind {
+                    Kind::Added => WatchEvent::Added(e.object),
+                    Kind::Modified => WatchEvent::Modified(e.object),
+                    Kind::Deleted => WatchEvent::Deleted(e.object),
+                },
+                Some(Item::Bookmark(rv)) => WatchEvent::Bookmark {
+                    resource_version: rv.to_string(),
+                },
+                Some(Item::Expired(rv)) => WatchEvent::Error(Status::expired(format!(
+                    "too old resource version: {rv} (the watch fell more than the window behind)"
+                ))),
+                Some(Item::Closed) | None if cursor.is_done() => {
+                    this.cursor = None;
+                    return Poll::Ready(None);
+                }
+                Some(Item::Closed) | None => match cursor.poll_ready(cx) {
+                    Poll::Ready(()) => continue,
+                    Poll::Pending => return Poll::Pending,
+                },
+            };
+            return Poll::Ready(Some(Ok(event)));
+        }
     }
 }
 
@@ -648,6 +607,31 @@ mod tests {
     }
 
     #[test]
+    fn a_watch_that_falls_more_than_the_window_behind_gets_410_then_ends() {
+        rt().block_on(async {
+            let s = server(3);
+            let mut slow = s.watch(WatchOptions::default()).await.unwrap();
+            let mut steady = s.watch(WatchOptions::default()).await.unwrap();
+            s.upsert(obj("a")).unwrap();
+            assert_eq!(describe(next(&mut slow).await), "added a 1");
+            assert_eq!(describe(next(&mut steady).await), "added a 1");
+            for rv in 2..=4 {
+                s.upsert(obj("a")).unwrap();
+                assert_eq!(
+                    describe(next(&mut steady).await),
+                    format!("modified a {rv}")
+                );
+            }
+            // `slow` read nothing since version 1; the window is now 2..=4, then 3..=5.
+            s.upsert(obj("a")).unwrap();
+            assert_eq!(describe(next(&mut slow).await), "error 410");
+            assert_eq!(describe(next(&mut slow).await), "end");
+            assert_eq!(describe(next(&mut steady).await), "modified a 5");
+            assert_eq!(s.open_watches(), 1);
+        });
+    }
+
+    #[test]
     fn a_watch_ends_at_its_timeout_and_injected_failures_are_counted_down() {
         rt().block_on(async {
             let s = server(10);
@@ -745,13 +729,13 @@ mod tests {
             assert_eq!(bad.status().map(|s| s.code), Some(400));
             let gone = s
                 .list(ListOptions {
-                    continue_token: Some("0:2".into()),
+                    continue_token: Some("4-2".into()),
                     ..Default::default()
                 })
                 .await
                 .err()
                 .unwrap();
-            assert!(gone.is_expired(), "a finished list's token is expired");
+            assert!(gone.is_expired(), "no list kept a snapshot at version 4");
             let future = s
                 .list(ListOptions {
                     resource_version: "99".into(),

@@ -9,7 +9,10 @@
 //!
 //! - [`ListerWatcher`]: the source: paged lists and watches from a resource version, with the
 //!   server's errors (`410 Expired` among them).
-//! - [`MemoryListerWatcher`]: an in-memory server with a bounded event window and scripted
+//! - [`apiserver`]: the simulated API server's state machine (objects, resource versions, the
+//!   window of events and its 410s, paged lists, the watch fan-out), shared by
+//!   [`MemoryListerWatcher`] and `loadgen serve`.
+//! - [`MemoryListerWatcher`]: that server as an in-process `ListerWatcher`, with scripted
 //!   failures, for tests and the load generator.
 //! - [`Reflector`] and [`Backoff`]: list, replace, watch, relist on 410, back off on failure,
 //!   resync.
@@ -18,6 +21,7 @@
 //! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
 //!   buffer, delivery thread, `has_synced` and resync period; [`StoreReader`] reads the store.
 
+pub mod apiserver;
 mod backoff;
 #[cfg(feature = "kube")]
 mod kube;

@@ -12,8 +12,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-
 use super::objects::{pod_json, EventType, PodState};
 use super::store::{Change, Store, StoredPod};
 use crate::workload::{Generated, Op, Pod};
@@ -84,12 +82,13 @@ impl Churn {
             churn.mark(pod, true);
             let (namespace, name) = churn.names(pod);
             let json = churn.json(pod, &namespace, &name, churn.resource_version);
-            initial.push(Arc::new(StoredPod {
+            initial.push(Arc::new(StoredPod::new(
+                EventType::Added,
                 namespace,
                 name,
-                resource_version: churn.resource_version,
-                object: Bytes::from(json),
-            }));
+                churn.resource_version,
+                &json,
+            )));
         };
         let ops = std::mem::take(&mut churn.generated.ops);
         match ops.first() {

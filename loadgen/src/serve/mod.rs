@@ -5,7 +5,7 @@
 //! | module | what it does |
 //! |---|---|
 //! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents |
-//! | [`store`] | the pods, the window of recent events, the broadcast to watchers |
+//! | [`store`] | the pods in the engine's simulated API server (`kcache::informer::apiserver`: the window of recent events, paged lists, the fan-out to watches) |
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
 //! | [`routes`] | paths, query parameters, lists, gets and watches |

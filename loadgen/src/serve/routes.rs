@@ -18,8 +18,9 @@ use tokio::sync::watch;
 
 use super::churn::ChurnSummary;
 use super::objects::{self, Status};
-use super::store::{Snapshot, Store};
+use super::store::{Page, Store};
 use super::watch::{WatchOptions, Watcher};
+use kcache::informer::apiserver::ContinueError;
 
 /// What every request handler shares.
 #[derive(Debug, Clone)]
@@ -193,23 +194,18 @@ fn list(
     resource_version: Option<u64>,
     version_match: Option<&str>,
 ) -> Result<Response, Status> {
-    let limit = query.number("limit")?.filter(|&l| l > 0);
-    let (snapshot, offset) = match query.get("continue") {
-        Some(token) => {
-            let (rv, offset) = parse_continue(token)?;
-            let snapshot = app.store.kept_snapshot(rv, namespace).ok_or_else(|| {
-                Status::expired(
-                    "The provided continue parameter is too old to display a consistent list \
-                     result. You can start a new list without the continue parameter.",
-                )
-            })?;
-            if offset > snapshot.pods.len() {
-                return Err(Status::bad_request(format!(
-                    "continue: Invalid value: \"{token}\": offset past the end of the list"
-                )));
-            }
-            (snapshot, offset)
-        }
+    // 0 (or none) is no limit.
+    let limit = query.number("limit")?.unwrap_or(0) as usize;
+    let page = match query.get("continue") {
+        Some(token) => app
+            .store
+            .next_page(token, namespace, limit)
+            .map_err(|e| match e {
+                ContinueError::Expired => Status::expired(e.to_string()),
+                ContinueError::Malformed | ContinueError::PastEnd => {
+                    Status::bad_request(format!("continue: Invalid value: \"{token}\": {e}"))
+                }
+            })?,
         None => {
             let current = app.store.resource_version();
             match (resource_version, version_match) {
@@ -228,46 +224,19 @@ fn list(
                 }
                 _ => {}
             }
-            (Arc::new(app.store.snapshot(namespace)), 0)
+            app.store.first_page(namespace, limit)
         }
     };
-    let end = match limit {
-        Some(limit) => offset
-            .saturating_add(limit as usize)
-            .min(snapshot.pods.len()),
-        None => snapshot.pods.len(),
-    };
-    let next = (end < snapshot.pods.len()).then(|| {
-        app.store.keep_snapshot(Arc::clone(&snapshot));
-        format!("{}-{end}", snapshot.resource_version)
-    });
-    Ok(raw_json_response(
-        StatusCode::OK,
-        list_body(&snapshot, offset..end, next.as_deref()).into(),
-    ))
+    Ok(raw_json_response(StatusCode::OK, list_body(&page).into()))
 }
 
-/// A `continue` token is `{resourceVersion}-{offset}`: which kept snapshot, and where in it.
-fn parse_continue(token: &str) -> Result<(u64, usize), Status> {
-    let malformed = || {
-        Status::bad_request(format!(
-            "continue: Invalid value: \"{token}\": continue key is not valid"
-        ))
-    };
-    let (rv, offset) = token.split_once('-').ok_or_else(malformed)?;
-    Ok((
-        rv.parse().map_err(|_| malformed())?,
-        offset.parse().map_err(|_| malformed())?,
-    ))
-}
-
-fn list_body(snapshot: &Snapshot, items: std::ops::Range<usize>, next: Option<&str>) -> Vec<u8> {
-    let pods = &snapshot.pods[items.clone()];
+fn list_body(page: &Page) -> Vec<u8> {
+    let pods = page.items();
     let mut metadata =
-        serde_json::json!({ "resourceVersion": snapshot.resource_version.to_string() });
-    if let Some(next) = next {
-        metadata["continue"] = next.into();
-        metadata["remainingItemCount"] = (snapshot.pods.len() - items.end).into();
+        serde_json::json!({ "resourceVersion": page.snapshot.resource_version.to_string() });
+    if let Some(next) = &page.continue_token {
+        metadata["continue"] = next.as_str().into();
+        metadata["remainingItemCount"] = page.remaining().into();
     }
     let head = format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{metadata},"items":["#);
     let size = head.len() + pods.iter().map(|p| p.object.len()).sum::<usize>() + pods.len() + 2;
@@ -393,14 +362,6 @@ fn status_response(status: &Status) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip_and_garbage_is_refused() {
-        assert_eq!(parse_continue("120-500").unwrap(), (120, 500));
-        for bad in ["garbage", "1-", "-3", "x-1", "1-y", "1-2-3"] {
-            assert_eq!(parse_continue(bad).unwrap_err().code, 400, "{bad}");
-        }
-    }
 
     #[test]
     fn query_values_are_checked() {

@@ -1,21 +1,21 @@
-//! The server's state: the current pods, the window of recent events, and the broadcast that
-//! hands each event to every open watch.
+//! The pods as `loadgen serve` holds them: the engine's simulated API server
+//! ([`kcache::informer::apiserver`], the same one behind the in-memory `ListerWatcher`) with
+//! pods keyed by namespace and name, each event serialised once.
 //!
-//! One writer (the churn) publishes batches of prepared events under the write lock: the pods
-//! map, the window and the broadcast change together, so a watch that starts under the read
-//! lock sees a consistent cut — the state (or the window's tail) up to some resource version,
-//! and from its subscription exactly the events after it. Every event is serialised once, by
-//! the churn, outside the lock; watchers share its bytes.
+//! The engine's server keeps the resource version, the current pods, the window of recent
+//! events (and its `410 Expired`), the snapshots of paged lists, and the fan-out to every open
+//! watch. What this module adds is what only the HTTP server needs: the pods' JSON (an event's
+//! line is built once, by the churn, and every watch sends the same bytes; the stored pod is a
+//! slice of it), namespaces as list and watch views, and the timeline of publications.
 //!
 //! Resource versions count events: event `n` has resource version `n`, so the window's events
-//! are contiguous and a watch finds where to resume by subtraction.
+//! are contiguous.
 
-use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::broadcast;
+use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
 use super::objects::{event_line, EventType, Status, POD_HEAD};
 
@@ -31,7 +31,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// A pod as the server holds it.
+/// A pod as the server holds it, with the watch line of the event that made it.
 #[derive(Debug)]
 pub struct StoredPod {
     /// `metadata.namespace`.
@@ -40,28 +40,43 @@ pub struct StoredPod {
     pub name: Arc<str>,
     /// `metadata.resourceVersion`.
     pub resource_version: u64,
-    /// The serialised pod, `kind` and `apiVersion` included (a slice of its event's line).
+    /// The serialised pod, `kind` and `apiVersion` included (a slice of `line`).
     pub object: Bytes,
+    /// `{"type":…,"object":…}\n`: the event that made this state, as every watch sends it
+    /// (for the initial population, which had no event, an `ADDED`).
+    pub line: Bytes,
 }
 
 impl StoredPod {
+    /// The pod serialised as `json` at `resource_version`, made by a `kind` event: the watch
+    /// line is built once, and the stored object is a slice of it.
+    pub fn new(
+        kind: EventType,
+        namespace: Arc<str>,
+        name: Arc<str>,
+        resource_version: u64,
+        json: &[u8],
+    ) -> StoredPod {
+        let (line, object) = event_line(kind, json);
+        StoredPod {
+            namespace,
+            name,
+            resource_version,
+            object: line.slice(object),
+            line,
+        }
+    }
+
     /// The pod as a list item: without `kind` and `apiVersion`, which the list carries once.
     pub fn list_item(&self) -> &[u8] {
         // `object` starts with POD_HEAD, which ends with the comma after `kind`; what follows
         // is the rest of the object, so `{` + rest is the object without the two fields.
         &self.object[POD_HEAD.len()..]
     }
-}
 
-/// One event, as every watcher sends it.
-#[derive(Debug)]
-pub struct WatchLine {
-    /// The event's resource version.
-    pub resource_version: u64,
-    /// The pod's namespace (for namespaced watches).
-    pub namespace: Arc<str>,
-    /// `{"type":…,"object":…}\n`.
-    pub line: Bytes,
+    fn in_namespace(&self, namespace: Option<&str>) -> bool {
+        namespace.is_none_or(|ns| *self.namespace == *ns)
+    }
 }
 
 /// An event the churn prepared, ready to publish.
@@ -71,13 +86,10 @@ pub struct Change {
     pub kind: EventType,
     /// The pod after the change (for a deletion: its last state, at the deletion's version).
     pub pod: Arc<StoredPod>,
-    /// The shared line.
-    pub line: Arc<WatchLine>,
 }
 
 impl Change {
-    /// The `kind` event of the pod serialised as `json`, at `resource_version`: the watch line
-    /// is built once, and the stored object is a slice of it (serialised once, not per watcher).
+    /// The `kind` event of the pod serialised as `json`, at `resource_version`.
     pub fn new(
         kind: EventType,
         namespace: Arc<str>,
@@ -85,58 +97,17 @@ impl Change {
         resource_version: u64,
         json: &[u8],
     ) -> Change {
-        let (line, object) = event_line(kind, json);
         Change {
             kind,
-            pod: Arc::new(StoredPod {
-                namespace: Arc::clone(&namespace),
+            pod: Arc::new(StoredPod::new(
+                kind,
+                namespace,
                 name,
                 resource_version,
-                object: line.slice(object),
-            }),
-            line: Arc::new(WatchLine {
-                resource_version,
-                namespace,
-                line,
-            }),
+                json,
+            )),
         }
     }
-}
-
-/// What a watch sends before its live events.
-#[derive(Debug)]
-pub enum Backlog {
-    /// The window's events after the watch's resource version (shared lines).
-    Events(Vec<Bytes>),
-    /// An `ADDED` for each of these pods (the lines are written straight into the stream's
-    /// chunks, so a thousand watchers starting this way do not each copy every pod first).
-    Added(Vec<Arc<StoredPod>>),
-}
-
-impl Backlog {
-    /// How many events it holds.
-    pub fn len(&self) -> usize {
-        match self {
-            Backlog::Events(lines) => lines.len(),
-            Backlog::Added(pods) => pods.len(),
-        }
-    }
-
-    /// Whether it holds none.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// Where a watch starts.
-#[derive(Debug)]
-pub struct WatchStart {
-    /// What to send before the live events.
-    pub backlog: Backlog,
-    /// The resource version the backlog brings the watcher to.
-    pub resource_version: u64,
-    /// The live events after it.
-    pub live: broadcast::Receiver<Arc<WatchLine>>,
 }
 
 /// How long a paged list's snapshot stays available to its `continue` tokens (the real server
@@ -145,7 +116,12 @@ const SNAPSHOT_TTL: Duration = Duration::from_secs(300);
 /// How many paged lists can be in progress at once before the oldest loses its snapshot.
 const SNAPSHOTS: usize = 64;
 
-/// A list's view: the pods of one namespace (or all) at one resource version, in key order.
+/// A pod's key: namespace, name (the order of a list).
+type PodKey = (Arc<str>, Arc<str>);
+/// What a list or a watch selects: one namespace, or all.
+type View = Option<Arc<str>>;
+
+/// The pods of one namespace (or all) at one resource version, in key order.
 #[derive(Debug)]
 pub struct Snapshot {
     /// The resource version it describes.
@@ -156,20 +132,15 @@ pub struct Snapshot {
     pub pods: Vec<Arc<StoredPod>>,
 }
 
-struct State {
-    resource_version: u64,
-    pods: BTreeMap<(Arc<str>, Arc<str>), Arc<StoredPod>>,
-    window: VecDeque<Arc<WatchLine>>,
-    /// A watch can resume from this version or newer: every event after it is in the window.
-    oldest: u64,
-}
+/// One page of a list.
+pub type Page = apiserver::Paged<Arc<StoredPod>, View>;
+/// A watch that started: the initial pods (for a watch with initial events), then its cursor.
+pub type WatchStart = apiserver::WatchStart<Arc<StoredPod>>;
 
 /// The server's state (see the module documentation).
 pub struct Store {
-    state: RwLock<State>,
-    live: broadcast::Sender<Arc<WatchLine>>,
-    window: usize,
-    snapshots: Mutex<VecDeque<(Instant, Arc<Snapshot>)>>,
+    server: ApiServer<PodKey, Arc<StoredPod>>,
+    pager: Pager<Arc<StoredPod>, View>,
     /// When each batch was published, if asked for (see [`Store::record_publications`]).
     publications: Mutex<Option<Vec<Publication>>>,
 }
@@ -181,8 +152,7 @@ pub type Publication = (u64, u64);
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store")
-            .field("resource_version", &self.resource_version())
-            .field("window", &self.window)
+            .field("server", &self.server)
             .finish_non_exhaustive()
     }
 }
@@ -191,24 +161,12 @@ impl Store {
     /// A store holding `initial` (the population present at start, which needs no events) at
     /// `resource_version`, keeping the last `window` events (at least 1).
     pub fn new(initial: Vec<Arc<StoredPod>>, resource_version: u64, window: usize) -> Self {
-        let window = window.max(1);
         let pods = initial
             .into_iter()
-            .map(|pod| ((pod.namespace.clone(), pod.name.clone()), pod))
-            .collect();
-        // A receiver that falls `window` events behind gets `Lagged` and so a 410: the
-        // broadcast's buffer is the same window the store keeps.
-        let (live, _) = broadcast::channel(window);
+            .map(|pod| ((pod.namespace.clone(), pod.name.clone()), pod));
         Self {
-            state: RwLock::new(State {
-                resource_version,
-                pods,
-                window: VecDeque::with_capacity(window.min(1 << 20)),
-                oldest: resource_version,
-            }),
-            live,
-            window,
-            snapshots: Mutex::new(VecDeque::new()),
+            server: ApiServer::new(pods, resource_version, window),
+            pager: Pager::new(SNAPSHOTS, Some(SNAPSHOT_TTL)),
             publications: Mutex::new(None),
         }
     }
@@ -225,30 +183,24 @@ impl Store {
         lock(&self.publications).clone().unwrap_or_default()
     }
 
-    fn read(&self) -> RwLockReadGuard<'_, State> {
-        // A panic while holding the lock cannot leave the state half-changed in a way that
-        // matters here (publish changes the map, then the window), so poisoning is ignored.
-        self.state.read().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// How many recent events it keeps.
     pub fn window(&self) -> usize {
-        self.window
+        self.server.window()
     }
 
     /// The newest resource version.
     pub fn resource_version(&self) -> u64 {
-        self.read().resource_version
+        self.server.resource_version()
     }
 
     /// The oldest resource version a watch can start from.
     pub fn oldest(&self) -> u64 {
-        self.read().oldest
+        self.server.oldest()
     }
 
     /// How many pods exist.
     pub fn len(&self) -> usize {
-        self.read().pods.len()
+        self.server.len()
     }
 
     /// Whether no pod exists.
@@ -257,142 +209,93 @@ impl Store {
     }
 
     /// Applies `changes` (consecutive resource versions after the current one) and hands them
-    /// to every watch.
+    /// to every watch, as one batch.
     pub fn publish(&self, changes: Vec<Change>) {
-        let mut state = self.state.write().unwrap_or_else(|e| e.into_inner());
-        if let (Some(log), Some(first)) = (lock(&self.publications).as_mut(), changes.first()) {
-            // Stamped before any of the batch is sent, so a lag measured from it is never
-            // short.
-            log.push((first.line.resource_version, unix_nanos()));
+        if changes.is_empty() {
+            return;
         }
-        for change in changes {
-            debug_assert_eq!(change.line.resource_version, state.resource_version + 1);
-            state.resource_version = change.line.resource_version;
-            let key = (change.pod.namespace.clone(), change.pod.name.clone());
-            match change.kind {
-                EventType::Deleted => {
-                    state.pods.remove(&key);
-                }
-                EventType::Added | EventType::Modified => {
-                    state.pods.insert(key, change.pod);
-                }
+        self.server.write(|w| {
+            if let Some(log) = lock(&self.publications).as_mut() {
+                // Stamped under the server's lock, before any of the batch is visible, so a
+                // lag measured from it is never short.
+                log.push((w.resource_version() + 1, unix_nanos()));
             }
-            if state.window.len() == self.window {
-                if let Some(dropped) = state.window.pop_front() {
-                    state.oldest = dropped.resource_version;
-                }
+            for change in changes {
+                let key = (change.pod.namespace.clone(), change.pod.name.clone());
+                let kind = match change.kind {
+                    EventType::Added => Kind::Added,
+                    EventType::Modified => Kind::Modified,
+                    EventType::Deleted => Kind::Deleted,
+                };
+                let expected = change.pod.resource_version;
+                let rv = w.push(key, kind, change.pod);
+                debug_assert_eq!(rv, expected, "changes come at consecutive versions");
             }
-            state.window.push_back(Arc::clone(&change.line));
-            // No receiver is fine: nobody is watching.
-            let _ = self.live.send(change.line);
-        }
+        });
     }
 
     /// One pod.
     pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<StoredPod>> {
-        let key: (Arc<str>, Arc<str>) = (namespace.into(), name.into());
-        self.read().pods.get(&key).cloned()
+        let key: PodKey = (namespace.into(), name.into());
+        self.server.get(&key)
     }
 
     /// The pods of `namespace` (all when `None`) now.
     pub fn snapshot(&self, namespace: Option<&str>) -> Snapshot {
-        let state = self.read();
+        let snapshot = self
+            .server
+            .snapshot(namespace.map(Arc::from), |pod| pod.in_namespace(namespace));
         Snapshot {
-            resource_version: state.resource_version,
-            namespace: namespace.map(Arc::from),
-            pods: select(&state, namespace).cloned().collect(),
+            resource_version: snapshot.resource_version,
+            namespace: snapshot.view,
+            pods: snapshot.items,
         }
     }
 
-    /// Keeps `snapshot` for the `continue` tokens of a paged list.
-    pub fn keep_snapshot(&self, snapshot: Arc<Snapshot>) {
-        let mut kept = lock(&self.snapshots);
-        let now = Instant::now();
-        kept.retain(|(at, _)| now.duration_since(*at) < SNAPSHOT_TTL);
-        if kept.iter().any(|(_, s)| same_view(s, &snapshot)) {
-            return;
-        }
-        if kept.len() == SNAPSHOTS {
-            kept.pop_front();
-        }
-        kept.push_back((now, snapshot));
+    /// The first page of a list of `namespace` (all when `None`) now, at most `limit` pods
+    /// (0: all).
+    pub fn first_page(&self, namespace: Option<&str>, limit: usize) -> Page {
+        let snapshot = self
+            .server
+            .snapshot(namespace.map(Arc::from), |pod| pod.in_namespace(namespace));
+        self.pager.first(snapshot, limit)
     }
 
-    /// The kept snapshot of `namespace` at `resource_version`, if it is still kept.
-    pub fn kept_snapshot(
+    /// The page of a list of `namespace` that `token` continues.
+    pub fn next_page(
         &self,
-        resource_version: u64,
+        token: &str,
         namespace: Option<&str>,
-    ) -> Option<Arc<Snapshot>> {
-        let kept = lock(&self.snapshots);
-        let now = Instant::now();
-        kept.iter()
-            .find(|(at, s)| {
-                s.resource_version == resource_version
-                    && s.namespace.as_deref() == namespace
-                    && now.duration_since(*at) < SNAPSHOT_TTL
-            })
-            .map(|(_, s)| Arc::clone(s))
+        limit: usize,
+    ) -> Result<Page, ContinueError> {
+        self.pager.next(token, &namespace.map(Arc::from), limit)
     }
 
     /// Starts a watch of `namespace` (all when `None`): from `from` (the events after it, out
-    /// of the window), or, when `from` is `None`, with an `ADDED` line per current pod.
+    /// of the window), or, when `from` is `None`, with the current pods first.
     pub fn watch(&self, namespace: Option<&str>, from: Option<u64>) -> Result<WatchStart, Status> {
-        let state = self.read();
-        // Subscribing under the read lock: publish holds the write lock, so the receiver gets
-        // exactly the events after `state.resource_version`.
-        let live = self.live.subscribe();
-        let backlog = match from {
-            None => Backlog::Added(select(&state, namespace).cloned().collect()),
-            Some(from) if from > state.resource_version => {
-                return Err(Status::too_large(from, state.resource_version));
-            }
-            Some(from) if from < state.oldest => {
-                return Err(Status::expired(format!(
-                    "too old resource version: {from} ({})",
-                    state.oldest
-                )));
-            }
+        let start = match from {
+            None => Start::Initial,
             Some(from) => {
-                // Event `n` sits at index `n - oldest - 1`.
-                let skip = (from - state.oldest) as usize;
-                Backlog::Events(
-                    state
-                        .window
-                        .iter()
-                        .skip(skip)
-                        .filter(|e| namespace.is_none_or(|ns| *e.namespace == *ns))
-                        .map(|e| e.line.clone())
-                        .collect(),
-                )
+                // Versions only grow: one not too large now is not too large below.
+                let current = self.server.resource_version();
+                if from > current {
+                    return Err(Status::too_large(from, current));
+                }
+                Start::After(from)
             }
         };
-        Ok(WatchStart {
-            backlog,
-            resource_version: state.resource_version,
-            live,
-        })
+        self.server
+            .watch(start, false, |pod| pod.in_namespace(namespace))
+            .map_err(|too_old| Status::expired(too_old.to_string()))
     }
-}
-
-fn same_view(a: &Snapshot, b: &Snapshot) -> bool {
-    a.resource_version == b.resource_version && a.namespace == b.namespace
-}
-
-fn select<'a>(
-    state: &'a State,
-    namespace: Option<&'a str>,
-) -> impl Iterator<Item = &'a Arc<StoredPod>> + 'a {
-    state
-        .pods
-        .values()
-        .filter(move |pod| namespace.is_none_or(|ns| *pod.namespace == *ns))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::serve::objects::{pod_json, PodState};
+    use kcache::informer::apiserver::Item;
 
     fn change(kind: EventType, i: u32, rv: u64) -> Change {
         let (namespace, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
@@ -421,20 +324,51 @@ mod tests {
         assert_eq!(store.oldest(), 12, "events 13..=15 are kept");
         assert_eq!(store.len(), 5);
 
-        let start = store.watch(None, Some(13)).unwrap();
-        assert_eq!(start.backlog.len(), 2, "events 14 and 15");
-        assert_eq!(start.resource_version, 15);
-        let start = store.watch(Some("ns-1"), Some(12)).unwrap();
-        assert_eq!(start.backlog.len(), 2, "events 13 and 15 are in ns-1");
+        let mut start = store.watch(None, Some(13)).unwrap();
+        let replay: Vec<u64> = std::iter::from_fn(|| start.cursor.try_next())
+            .map(|item| match item {
+                Item::Event(e) => e.resource_version,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(replay, [14, 15]);
         assert_eq!(store.watch(None, Some(11)).unwrap_err().code, 410);
         assert_eq!(store.watch(None, Some(16)).unwrap_err().code, 504);
-        assert_eq!(store.watch(None, None).unwrap().backlog.len(), 5);
+        assert_eq!(store.watch(None, None).unwrap().initial.len(), 5);
+        assert_eq!(store.watch(Some("ns-1"), None).unwrap().initial.len(), 3);
 
-        let mut live = store.watch(None, Some(15)).unwrap().live;
         store.publish(vec![change(EventType::Deleted, 11, 16)]);
-        assert_eq!(live.try_recv().unwrap().resource_version, 16);
+        assert!(matches!(
+            start.cursor.try_next(),
+            Some(Item::Event(e)) if e.resource_version == 16
+        ));
         assert!(store.get("ns-1", "pod-11").is_none());
         assert_eq!(store.snapshot(Some("ns-0")).pods.len(), 2);
+    }
+
+    #[test]
+    fn pages_are_per_namespace_and_tokens_are_checked() {
+        let store = Store::new(Vec::new(), 0, 100);
+        store.publish(
+            (1..=6)
+                .map(|rv| change(EventType::Added, rv as u32, rv))
+                .collect(),
+        );
+        let first = store.first_page(Some("ns-1"), 2);
+        assert_eq!(first.items().len(), 2);
+        let token = first.continue_token.clone().unwrap();
+        assert_eq!(token, "6-2");
+        let rest = store.next_page(&token, Some("ns-1"), 2).unwrap();
+        assert_eq!((rest.items().len(), rest.continue_token), (1, None));
+        assert_eq!(
+            store.next_page(&token, None, 2).unwrap_err(),
+            ContinueError::Expired,
+            "another namespace's snapshot"
+        );
+        assert_eq!(
+            store.next_page("junk", Some("ns-1"), 2).unwrap_err(),
+            ContinueError::Malformed
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! One watch's stream: the backlog, then live events, bookmarks, the timeout, and the 410 that
-//! ends a watcher that fell out of the window.
+//! One watch's HTTP body: the initial pods, then what its cursor into the server's event log
+//! reads (the window's events after its version, then live ones), bookmarks, the timeout, and
+//! the 410 that ends a watcher that fell out of the window.
 //!
 //! Lines are coalesced into chunks (up to [`CHUNK`] bytes) so that a busy stream costs one
 //! write per batch rather than one per event; each line is a shared `Bytes` copied only into
@@ -9,11 +10,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{broadcast, watch};
+use kcache::informer::apiserver::{Cursor, Event, Item};
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::objects::{bookmark_line, error_line, Status};
-use super::store::{Backlog, StoredPod, WatchLine, WatchStart};
+use super::store::{StoredPod, WatchStart};
 
 /// Roughly how many bytes one chunk of the stream carries at most.
 const CHUNK: usize = 256 * 1024;
@@ -39,11 +41,12 @@ pub struct WatchOptions {
 /// A watch in progress; [`Watcher::next_chunk`] produces its body.
 #[derive(Debug)]
 pub struct Watcher {
-    backlog: std::vec::IntoIter<Bytes>,
+    /// The initial pods, sent as `ADDED` first.
     added: std::vec::IntoIter<Arc<StoredPod>>,
-    /// The bookmark that ends the initial events, sent right after the backlog.
+    /// The bookmark that ends the initial events, sent right after them.
     initial_end: Option<Bytes>,
-    live: broadcast::Receiver<Arc<WatchLine>>,
+    /// The events after the start: the window's, then live ones.
+    cursor: Cursor<Arc<StoredPod>>,
     /// Every event up to this version has been sent (or filtered out).
     resource_version: u64,
     options: WatchOptions,
@@ -67,15 +70,10 @@ impl Watcher {
         let initial_end = options
             .initial_events_end
             .then(|| bookmark_line(start.resource_version, true));
-        let (backlog, added) = match start.backlog {
-            Backlog::Events(lines) => (lines, Vec::new()),
-            Backlog::Added(pods) => (Vec::new(), pods),
-        };
         Self {
-            backlog: backlog.into_iter(),
-            added: added.into_iter(),
+            added: start.initial.into_iter(),
             initial_end,
-            live: start.live,
+            cursor: start.cursor,
             resource_version: start.resource_version,
             next_bookmark: now + options.bookmark_interval,
             final_bookmark,
@@ -92,12 +90,6 @@ impl Watcher {
             return None;
         }
         let mut chunk = BytesMut::new();
-        for line in self.backlog.by_ref() {
-            chunk.extend_from_slice(&line);
-            if chunk.len() >= CHUNK {
-                return Some(chunk.freeze());
-            }
-        }
         for pod in self.added.by_ref() {
             chunk.extend_from_slice(br#"{"type":"ADDED","object":"#);
             chunk.extend_from_slice(&pod.object);
@@ -109,8 +101,10 @@ impl Watcher {
         if let Some(end) = self.initial_end.take() {
             chunk.extend_from_slice(&end);
         }
-        if !chunk.is_empty() {
-            return Some(chunk.freeze());
+        // The window's events after the watch's version are in the log already.
+        self.drain(&mut chunk);
+        if !chunk.is_empty() || self.done {
+            return (!chunk.is_empty()).then(|| chunk.freeze());
         }
         loop {
             let deadline = self.deadline;
@@ -136,22 +130,13 @@ impl Watcher {
                     self.next_bookmark += self.options.bookmark_interval;
                     return Some(self.bookmark(chunk));
                 }
-                received = self.live.recv() => {
-                    match received {
-                        Ok(event) => {
-                            self.take(&event, &mut chunk);
-                            self.drain(&mut chunk);
-                            if !chunk.is_empty() {
-                                return Some(chunk.freeze());
-                            }
-                        }
-                        Err(broadcast::error::RecvError::Lagged(_)) => {
-                            return Some(self.expire(chunk));
-                        }
-                        Err(broadcast::error::RecvError::Closed) => {
-                            self.done = true;
-                            return (!chunk.is_empty()).then(|| chunk.freeze());
-                        }
+                _ = self.cursor.ready() => {
+                    self.drain(&mut chunk);
+                    if !chunk.is_empty() {
+                        return Some(chunk.freeze());
+                    }
+                    if self.done {
+                        return None;
                     }
                 }
             }
@@ -160,28 +145,33 @@ impl Watcher {
 
     /// Adds `event` to `chunk` when it is this watch's namespace; either way the watcher is now
     /// past it.
-    fn take(&mut self, event: &WatchLine, chunk: &mut BytesMut) {
+    fn take(&mut self, event: &Event<Arc<StoredPod>>, chunk: &mut BytesMut) {
         self.resource_version = event.resource_version;
         if self
             .options
             .namespace
             .as_deref()
-            .is_none_or(|ns| *event.namespace == *ns)
+            .is_none_or(|ns| *event.object.namespace == *ns)
         {
-            chunk.extend_from_slice(&event.line);
+            chunk.extend_from_slice(&event.object.line);
         }
     }
 
     /// Takes the events already waiting, up to a chunk's worth.
     fn drain(&mut self, chunk: &mut BytesMut) {
         while chunk.len() < CHUNK && !self.done {
-            match self.live.try_recv() {
-                Ok(event) => self.take(&event, chunk),
-                Err(broadcast::error::TryRecvError::Lagged(_)) => {
+            match self.cursor.try_next() {
+                Some(Item::Event(event)) => self.take(&event, chunk),
+                Some(Item::Expired(_)) => {
                     let expired = self.expire(std::mem::take(chunk));
                     chunk.extend_from_slice(&expired);
                 }
-                Err(_) => break,
+                // The store closes no watch through the log (stopping is `shutdown`); should
+                // it, the watch ends.
+                Some(Item::Closed) => self.done = true,
+                // Its bookmarks are per watch, by time, not the log's.
+                Some(Item::Bookmark(_)) => {}
+                None => break,
             }
         }
     }
@@ -261,7 +251,9 @@ mod tests {
         let start = store.watch(None, Some(0)).unwrap();
         let mut watcher = Watcher::new(start, options(None, false), shutdown);
         // 40 events while the watcher reads nothing: it is far past the window of 8.
-        store.publish((1..=40).map(|rv| change(rv as u32, rv)).collect());
+        for rv in (1..=40).step_by(4) {
+            store.publish((rv..rv + 4).map(|rv| change(rv as u32, rv)).collect());
+        }
         let chunk = watcher.next_chunk().await.expect("the 410");
         let got = events(&chunk);
         let last = got.last().unwrap();
