@@ -38,7 +38,7 @@
 //! - publishing a new `State` is a method of [`published::Exclusive`], the writers' lock held
 //!   exclusively (and borrowed `&mut`);
 //! - replacing a slot's object ([`Slot::replace`], a load and a store) is an `unsafe fn`
-//!   whose one caller, [`Writable`](writable::Writable)'s write of a key, holds the key's
+//!   whose one caller, [`Writable`]'s write of a key, holds the key's
 //!   items-shard entry in a state that no other writer can reach at the same time: the current
 //!   state under the writers' lock held shared ([`published::Shared`]), or a state being
 //!   built by one thread ([`writable::Fresh`]).
@@ -407,7 +407,7 @@ impl<T: Send + Sync + 'static> State<T> {
     }
 
     /// Records where every items shard's table is (for a state built without
-    /// [`insert`](Self::insert)).
+    /// [`Writable::insert`]).
     fn record_items_tables(&self) {
         for (shard, hint) in self.items.shards().iter().zip(&self.items_tables) {
             hint.publish(&shard.read());
