@@ -187,7 +187,8 @@ mod unpublished {
             // promise), so nothing can change the pointer between the two, and a plain store
             // spares the read-modify-write's wait for this thread's earlier stores. Relaxed
             // load: the previous store to this slot was ordered before us by whatever made
-            // the writers not overlap (the indexer: the key's items-shard entry lock), and it
+            // the writers not overlap (the indexer: the key's items-shard entry lock, and the
+            // writers' lock when `add_indexers` moved the slot into a new state), and it
             // ordered the old object's contents with it. Release store: pairs with
             // `Slot::load`'s Acquire, so a reader that sees the new pointer sees the new
             // object's contents.
