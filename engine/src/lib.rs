@@ -193,12 +193,65 @@
 //! - Idle consumers spin briefly, then sleep; a producer wakes them with no system call while
 //!   they are busy.
 //! - Figures, and where the sharded engine loses, are in `results/BENCHMARKS.md`.
+//!
+//! # Safety
+//!
+//! No safe public function of this crate can cause a double free or a use-after-free,
+//! whatever order and threads it is called from, and neither can a private one given guards
+//! from `crossbeam_epoch::pin` (every guard in the crate is one). The crate denies
+//! `unsafe_code` except in four private modules, and `unsafe_op_in_unsafe_fn`, so every
+//! unsafe operation is in an `unsafe { }` block, and each block says why it holds in a
+//! `Safety:` comment (clippy's `undocumented_unsafe_blocks`, an error in CI):
+//!
+//! - `sharded/prefetch.rs`: one intrinsic, `PREFETCHT0`, a hint that never faults and reads
+//!   nothing. The addresses it is given are computed, never dereferenced.
+//! - `sharded/indexer/slot.rs`: the slot holding a key's current object, whose readers borrow
+//!   it under an epoch guard (crossbeam-epoch) instead of counting references.
+//! - `sharded/indexer/published.rs`: the store's current content, mirrored as a plain pointer
+//!   for pinned readers.
+//! - `sharded/indexer/writable.rs`: the one place that replaces a slot's object.
+//!
+//! How the rules of that code are carried by types, crossbeam-epoch style:
+//!
+//! - **A pointer is only as good as the guard it is tied to.** Every borrowed object or state
+//!   is a `&'g T` from a `&'g Guard`, so it cannot outlive the pin that keeps it alive; a
+//!   replaced object or state is released through the epoch only after every thread pinned
+//!   before the replacement has unpinned. [`sharded::ReadGuard`] owns its pin and borrows the
+//!   store; it cannot leave its thread (crossbeam's `Guard` is neither `Send` nor `Sync`), and
+//!   [`ReadGuard::repin`](sharded::ReadGuard::repin) takes `&mut self`, so nothing borrowed
+//!   from it is in use when it unpins. Every guard is `crossbeam_epoch::pin`'s (the default
+//!   collector, the one releases are deferred to); debug builds check it.
+//! - **Writer-only operations take a proof of exclusive writing.** Publishing a new content is
+//!   a method of the writers' lock held exclusively, borrowed `&mut` (`Exclusive::publish`).
+//!   Replacing a slot's object (a load and a store, sound only while writers of one slot never
+//!   overlap) is an `unsafe fn` with one caller, `Writable::insert`, which holds the key's
+//!   items-shard entry in a state no other writer can reach meanwhile: the current one, under
+//!   the writers' lock held shared, or one a single thread is building.
+//! - **A raw pointer is freed only by a function that owns it.** A slot's pointer leaves the
+//!   slot only as an owned `Unpublished` count, which only the slot's own swap-out and its
+//!   drop can make, and which `retire` consumes: each count is released once, by the epoch.
+//!   A replaced content is released through an `Arc` clone handed to the epoch.
+//! - **Nothing unsafe is public.** `Slot`, `Published`, `Writable` and their tokens are
+//!   private to the sharded indexer; the public API ([`sharded::IndexedStore`], its
+//!   [`ReadGuard`](sharded::ReadGuard), the [`Store`] and [`Indexer`] traits) takes no
+//!   guard, pointer or token from its caller.
+//!
+//! What checks it: the unit tests of `slot` and `published` (a replaced object outlives the
+//! guards that could read it, every object is released exactly once),
+//! `tests/indexer_stress.rs` (writers racing on keys while guarded readers borrow what they
+//! replace; no borrowed object is released while borrowed, every object exactly once in the
+//! end), and the indexer's contract and differential suites, which also run through the
+//! borrowed reads (`tests/indexer_guarded`). The loom models (`tests/loom.rs`, `--cfg
+//! kcache_loom`) cover the queue's own synchronisation (shard hand-off, wake-ups, per-key
+//! exclusivity, room); no loom model drives the indexer, since loom cannot model
+//! crossbeam-epoch, which is not built on the crate's sync shim.
 
-// No unsafe code, except where a module opts in, each block with its `Safety:`: the
-// epoch-reclaimed object slots of the sharded store's borrowed reads (`sharded/indexer/slot.rs`),
-// the epoch-kept mirror of that store's current state (`sharded/indexer/published.rs`) and the
-// sharded queue's prefetch hint (`sharded/prefetch.rs`, one intrinsic).
+// No unsafe code, except where a module opts in (the four above), each block with its
+// `Safety:`.
 #![deny(unsafe_code)]
+// An `unsafe fn`'s body is not one big unsafe block: each unsafe operation in it still needs
+// its own block and `Safety:` comment (only a warning by default, from the 2024 edition on).
+#![deny(unsafe_op_in_unsafe_fn)]
 
 mod consumer;
 mod delta;

@@ -387,6 +387,10 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
     /// second miss behind the bucket's. Finds the entry through its bucket, which
     /// [`prefetch_pending`](Self::prefetch_pending) asked for a few keys earlier.
     fn prefetch_pending_deltas(&self, states: &[MutexGuard<'_, ShardState<T>>], key: &Key) {
+        // The lookup below is for the hint alone: a build without prefetches skips it too.
+        if !prefetch::ENABLED {
+            return;
+        }
         let Some(entry) = states[self.shard_of(key)].pending.get(key) else {
             return;
         };

@@ -27,9 +27,24 @@
 //!   an empty set.
 //! - **`replace`** builds a fresh `State` and swaps it in; **`add_indexers`** builds the new
 //!   indexes over the current items and swaps in a `State` that shares the old indexes and the
-//!   slots (a copy of the items map). Both exclude writers with a `RwLock<()>` that writers take
-//!   shared and they take exclusive; readers never touch it and keep reading the old `State`
-//!   until the swap.
+//!   slots (a copy of the items map). Both exclude writers with the writers' lock of
+//!   [`Published`], which writers take shared and they take exclusive; readers never touch it
+//!   and keep reading the old `State` until the swap.
+//!
+//! # Unsafe rules carried by types
+//!
+//! Two operations here are sound only for an exclusive writer, and their types say so:
+//!
+//! - publishing a new `State` is a method of [`published::Exclusive`], the writers' lock held
+//!   exclusively (and borrowed `&mut`);
+//! - replacing a slot's object ([`Slot::replace`], a load and a store) is an `unsafe fn`
+//!   whose one caller, [`Writable`]'s write of a key, holds the key's
+//!   items-shard entry in a state that no other writer can reach at the same time: the current
+//!   state under the writers' lock held shared ([`published::Shared`]), or a state being
+//!   built by one thread ([`writable::Fresh`]).
+//!
+//! A slot's pointer leaves it only as the slot's own strong count, which only the epoch
+//! releases ([`slot`]); every borrowed `&T` is tied to the epoch guard it was read under.
 //!
 //! # Borrowed reads
 //!
@@ -72,9 +87,9 @@
 //!
 //! # Memory
 //!
-//! An item costs the key in the items map, its slot (an `Arc` of the object pointer and the
-//! key: 48 bytes) and, per index value, one slot pointer in the value's set (a set finds a
-//! member's key in its slot). Replaced objects live until the epoch passes them (normally
+//! An item costs the key in the items map, its slot (the object pointer and the key, 32 bytes,
+//! behind one reference count: a 40-byte allocation) and, per index value, one slot pointer in
+//! the value's set (a set finds a member's key in its slot). Replaced objects live until the epoch passes them (normally
 //! within a few hundred writes of the writer's thread).
 
 mod footprint;
@@ -82,6 +97,8 @@ mod footprint;
 mod published;
 #[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
 mod slot;
+#[allow(unsafe_code)] // The one caller of `Slot::replace`: see its `Safety:` comment.
+mod writable;
 
 use std::borrow::Borrow;
 use std::collections::{HashSet, VecDeque};
@@ -90,7 +107,6 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use crossbeam_epoch::Guard;
-use dashmap::mapref::entry::Entry;
 use dashmap::try_result::TryResult;
 use dashmap::DashMap;
 use smallvec::SmallVec;
@@ -100,9 +116,9 @@ use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap};
 use crate::store::{
     self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, PrefetchStep, Store,
 };
-use crate::sync::{read, write, RwLock};
 use published::Published;
 use slot::{Slot, SlotRef};
+use writable::{Fresh, Writable};
 
 /// Shards per map: enough that a writer's shard lock rarely meets a reader on two cores or
 /// sixty-four, small enough that an empty map stays a few kilobytes.
@@ -241,12 +257,11 @@ type ItemsEntry<T> = (Key, dashmap::SharedValue<SlotRef<T>>);
 pub struct IndexedStore<T: Send + Sync + 'static> {
     key_fn: KeyFn<T>,
     /// The current content: paths pinned to the epoch anyway (every write, every borrowed
-    /// read, the consumer's prefetches) read it with one load.
+    /// read, the consumer's prefetches) read it with one load. Its writers' lock: writers
+    /// hold it shared for the whole write; `replace` and `add_indexers` hold it exclusive
+    /// around the swap, so no write lands in a state that is being discarded. Readers never
+    /// touch it.
     state: Published<State<T>>,
-    /// Writers hold it shared for the whole write; `replace` and `add_indexers` hold it
-    /// exclusive around the swap, so no write lands in a state that is being discarded.
-    /// Readers never touch it.
-    writers: RwLock<()>,
 }
 
 /// Borrowed reads of a [`sharded::IndexedStore`](IndexedStore), from [`IndexedStore::pin`].
@@ -281,6 +296,13 @@ pub struct IndexedStore<T: Send + Sync + 'static> {
 pub struct ReadGuard<'s, T: Send + Sync + 'static> {
     store: &'s IndexedStore<T>,
     epoch: Guard,
+}
+
+/// Whether `guard` is pinned to the collector that `crossbeam_epoch::pin` uses, the one every
+/// release of a slot's object or a replaced state is deferred to: a guard of another collector
+/// would not hold those releases back. Every guard of the crate is one (debug builds check).
+fn pinned_to_default_collector(guard: &Guard) -> bool {
+    guard.collector() == Some(crossbeam_epoch::default_collector())
 }
 
 fn new_map<V>(capacity: usize) -> DashMap<Key, V, BuildKeyHasher> {
@@ -385,7 +407,7 @@ impl<T: Send + Sync + 'static> State<T> {
     }
 
     /// Records where every items shard's table is (for a state built without
-    /// [`insert`](Self::insert)).
+    /// [`Writable::insert`]).
     fn record_items_tables(&self) {
         for (shard, hint) in self.items.shards().iter().zip(&self.items_tables) {
             hint.publish(&shard.read());
@@ -406,52 +428,6 @@ impl<T: Send + Sync + 'static> State<T> {
     /// for the new object of a write, with no shard lock held.
     fn values_of(&self, obj: &T) -> ValuesPerIndex {
         self.indexes.iter().map(|index| (index.func)(obj)).collect()
-    }
-
-    /// Stores `obj` under `key` with its precomputed `values` and re-indexes it, all while
-    /// holding `key`'s items-shard entry. The old object's values (user code, which may panic)
-    /// are computed before anything changes, so a panic leaves items and indices as they were.
-    fn insert(
-        &self,
-        key: Key,
-        obj: Arc<T>,
-        values: ValuesPerIndex,
-        guard: &Guard,
-    ) -> Option<Arc<T>> {
-        match self.items.entry(key) {
-            Entry::Occupied(entry) => {
-                let (key, slot) = (entry.key(), entry.get());
-                let old = self.values_of(slot.load(guard));
-                let changes = || self.indexes.iter().zip(&old).zip(&values);
-                // Leave the sets of lost values before the new object is published, join
-                // those of gained values after: a key in a set always holds an object that
-                // has the set's value (the module docs say why by_index relies on it).
-                for ((index, old), new) in changes() {
-                    for value in old.iter().filter(|value| !new.contains(value)) {
-                        index.remove(key, value);
-                    }
-                }
-                let previous = slot.replace(obj, guard);
-                for ((index, old), new) in changes() {
-                    for value in new.iter().filter(|value| !old.contains(value)) {
-                        index.add(value, slot);
-                    }
-                }
-                Some(previous)
-            }
-            Entry::Vacant(entry) => {
-                let slot = SlotRef::new(Slot::new(entry.key().clone(), obj));
-                for (index, new) in self.indexes.iter().zip(&values) {
-                    for value in new {
-                        index.add(value, &slot);
-                    }
-                }
-                let shard = self.items.determine_map(entry.key());
-                entry.insert(slot);
-                self.grow_items_shard(shard);
-                None
-            }
-        }
     }
 
     /// Asks for what a write of `key` will read, one step of [`KnownObjects::prefetch`]: the
@@ -557,7 +533,6 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
         Self {
             key_fn,
             state: Published::new(State::empty(indexes, 0)),
-            writers: RwLock::new(()),
         }
     }
 
@@ -693,18 +668,17 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
     }
 
     fn insert_by_key(&self, key: Key, obj: Arc<T>) -> Option<Arc<T>> {
-        let _writer = read(&self.writers);
+        let writer = self.state.shared();
         let guard = crossbeam_epoch::pin();
-        let state = self.state.pinned(&guard);
-        // User code runs here, before any shard lock is taken.
-        let values = state.values_of(&obj);
-        state.insert(key, obj, values, &guard)
+        Writable::current(&writer, &guard).insert(key, obj, &guard)
     }
 
     fn remove_by_key(&self, key: &Key) -> Option<Arc<T>> {
-        let _writer = read(&self.writers);
+        let writer = self.state.shared();
         let guard = crossbeam_epoch::pin();
-        self.state.pinned(&guard).remove(key, &guard)
+        // Replaces no slot's object (the slot leaves the maps and is dropped whole): the
+        // shared hold only keeps the write out of a state being replaced.
+        writer.pinned(&guard).remove(key, &guard)
     }
 
     /// Builds the new content aside (keys first: a key error changes nothing), then swaps it
@@ -719,16 +693,16 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
         // Build with no lock held; only a concurrent add_indexers (rare) forces a rebuild.
         let seen = self.state.load_full();
         let mut fresh = rebuilt(&seen, keyed, &guard);
-        let exclusive = write(&self.writers);
-        let current = self.state.load_full();
+        let mut exclusive = self.state.exclusive();
+        let current = exclusive.load_full();
         if !same_index_functions(&seen, &current) {
             let entries = fresh.all_objects_keyed(&guard);
             fresh = rebuilt(&current, entries, &guard);
         }
-        let old = self.state.publish(Arc::new(fresh), &guard);
+        let old = exclusive.publish(Arc::new(fresh), &guard);
         drop(exclusive);
         // The old content may be large: free it outside the lock (or let the last reader, or
-        // the epoch's release on a thread of its own, free it: see `Published::publish`).
+        // the epoch's release on a thread of its own, free it: see `published::Exclusive::publish`).
         drop((old, current, seen));
         Ok(())
     }
@@ -765,12 +739,11 @@ fn rebuilt<T: Send + Sync + 'static>(
         .map(|index| Arc::new(Index::new(index.name.clone(), Arc::clone(&index.func))))
         .collect();
     let entries = entries.into_iter();
-    let fresh = State::empty(indexes, entries.size_hint().0);
+    let mut fresh = Fresh::new(indexes, entries.size_hint().0);
     for (key, obj) in entries {
-        let values = fresh.values_of(&obj);
-        fresh.insert(key, obj, values, guard);
+        fresh.insert(key, obj, guard);
     }
-    fresh
+    fresh.into_state()
 }
 
 /// Whether two states index with the same functions under the same names, in the same order.
@@ -816,8 +789,8 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
     /// off, the new indexes are built over the current items, and a state holding the same
     /// slots, the old indexes (shared, untouched) and the new ones is swapped in.
     fn add_indexers(&self, indexers: Indexers<T>) -> Result<(), IndexError> {
-        let exclusive = write(&self.writers);
-        let current = self.state.load_full();
+        let mut exclusive = self.state.exclusive();
+        let current = exclusive.load_full();
         for (i, (name, _)) in indexers.iter().enumerate() {
             let taken = current.index(name).is_ok()
                 || indexers[..i].iter().any(|(earlier, _)| earlier == name);
@@ -847,7 +820,9 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
                 .insert(entry.key().clone(), SlotRef::clone(entry.value()));
         }
         next.record_items_tables();
-        let old = self.state.publish(Arc::new(next), &guard);
+        // `next` shares the current state's slots: it is published under the same exclusive
+        // hold, so from here on writers reach those slots through `next` alone.
+        let old = exclusive.publish(Arc::new(next), &guard);
         drop(exclusive);
         drop((old, current));
         Ok(())
@@ -909,7 +884,8 @@ mod tests {
         let assert_hints_current = |when: &str| {
             let state = idx.state.load();
             for (shard, hint) in state.items.shards().iter().zip(&state.items_tables) {
-                assert!(hint.records(&shard.read()), "{when}");
+                // Built without prefetches (`--cfg kcache_no_prefetch`), nothing is recorded.
+                assert_eq!(hint.records(&shard.read()), prefetch::ENABLED, "{when}");
             }
         };
         // The test objects' keys are static strings.

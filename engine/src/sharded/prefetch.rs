@@ -35,6 +35,22 @@
 //! 1.8-1.9M events/s (paced, a consumer meets batches too once the rate is high); the
 //! producer's took W1 (100k keys, where the producer is the bottleneck) from about 3.4M to
 //! 3.9M; the relist steps W3 by about 6%. results/BENCHMARKS.md §2 has the runs.
+//!
+//! # A build without them
+//!
+//! `RUSTFLAGS="--cfg kcache_no_prefetch"` builds the same engine with every hint of this
+//! module turned into a no-op ([`ENABLED`] is false): no prefetch instruction, no table hint
+//! recorded, and the queue asks the known store for no step (so the store takes none of the
+//! shard read locks a step tries). Comparing the two builds measures what the prefetching
+//! gains on the machine at hand (`docs/sharded.md`, "Batching").
+//!
+//! # hashbrown's raw API
+//!
+//! A bucket's address comes from hashbrown 0.14's `raw` API (`RawTable::data_end` and
+//! `buckets`: the control bytes start at `data_end`, the entries are laid out downwards from
+//! it), which hashbrown 0.15 removed. The workspace pins hashbrown to the exact 0.14 release
+//! dashmap 6 is built on; the reasons are next to that dependency line in the root
+//! `Cargo.toml`, and a test below checks the computed address against the table's own.
 
 use std::mem::size_of;
 // std's atomics, not crate::sync's: the table hint is outside the engine's synchronisation.
@@ -46,6 +62,12 @@ use smallvec::SmallVec;
 
 use crate::delta::{Delta, DeltaObject, Deltas};
 use crate::store::{KnownObjects, PrefetchStep};
+
+/// Whether the hints are asked for at all: false in a build with `--cfg kcache_no_prefetch`,
+/// which makes every function of this module that asks for memory (or records where a table
+/// is) return at once, so that the gain of prefetching can be measured against the same code
+/// without it. A constant: the disabled paths compile away.
+pub(super) const ENABLED: bool = !cfg!(kcache_no_prefetch);
 
 /// How many keys ahead of the one being applied its new objects and the object it replaces
 /// are asked for: far enough that a memory access (~100 ns) completes while the keys in
@@ -92,6 +114,9 @@ pub(super) fn batch_start<P, T>(
     known: Option<&dyn KnownObjects<T>>,
     deltas: impl Fn(&P) -> &Deltas<T>,
 ) {
+    if !ENABLED {
+        return;
+    }
     if let Some(known) = known {
         // Not for the first key: it is applied right away, so asking would only add the
         // steps' own cost (a lone `pop` would pay it on every key).
@@ -116,6 +141,9 @@ pub(super) fn batch_next<P, T>(
     known: Option<&dyn KnownObjects<T>>,
     deltas: impl Fn(&P) -> &Deltas<T>,
 ) {
+    if !ENABLED {
+        return;
+    }
     if let Some(known) = known {
         // One call for the steps of three different keys: the store's setup is paid once.
         let steps: SmallVec<[_; STORE_STEPS.len()]> = STORE_STEPS
@@ -134,6 +162,9 @@ pub(super) fn batch_next<P, T>(
 /// Prefetches the objects of `deltas`' newest two deltas (what a consumer reads first: the
 /// object it stores and, coalescing, the one before).
 pub(super) fn objects<T>(deltas: &Deltas<T>) {
+    if !ENABLED {
+        return;
+    }
     for delta in deltas.iter().rev().take(2) {
         if let DeltaObject::Object(obj) = &delta.object {
             value(Arc::as_ptr(obj));
@@ -143,6 +174,9 @@ pub(super) fn objects<T>(deltas: &Deltas<T>) {
 
 /// Prefetches the object of the newest of `deltas`, the one a queue records as in flight.
 pub(super) fn newest_object<T>(deltas: &[Delta<T>]) {
+    if !ENABLED {
+        return;
+    }
     if let Some(DeltaObject::Object(obj)) = deltas.last().map(|delta| &delta.object) {
         value(Arc::as_ptr(obj));
     }
@@ -152,6 +186,9 @@ pub(super) fn newest_object<T>(deltas: &[Delta<T>]) {
 /// its probe in `table`: where it most likely sits (a key is moved on from its first bucket
 /// only when that is taken, and then mostly to the next ones, on the same lines).
 pub(super) fn bucket<E>(table: &RawTable<E>, hash: u64) {
+    if !ENABLED {
+        return;
+    }
     let (control, entry) = first_bucket(table, hash);
     line(control);
     value(entry);
@@ -215,7 +252,7 @@ impl Default for TableHint {
 impl TableHint {
     /// Records where `table` is now, if it has moved. Call it holding the table's lock.
     pub(super) fn publish<E>(&self, table: &RawTable<E>) {
-        if !self.records(table) {
+        if ENABLED && !self.records(table) {
             let (end, mask) = location(table);
             self.mask.store(mask, Relaxed);
             self.end.store(end, Relaxed);
@@ -231,6 +268,9 @@ impl TableHint {
     /// Asks for the bucket where a key hashed to `hash` starts its probe in the recorded table
     /// of entries of type `E` (nothing before a table was first recorded).
     pub(super) fn bucket<E>(&self, hash: u64) {
+        if !ENABLED {
+            return;
+        }
         let end = self.end.load(Relaxed).cast_const().cast::<E>();
         if !end.is_null() {
             let (control, entry) = bucket_at(end, self.mask.load(Relaxed), hash);
@@ -248,6 +288,9 @@ fn location<E>(table: &RawTable<E>) -> (*mut u8, usize) {
 /// Asks for the cache lines of the first and last byte of the `T` at `ptr` (all of it for
 /// values of up to 64 bytes, the head and tail of larger ones). `ptr` is never dereferenced.
 pub(super) fn value<T>(ptr: *const T) {
+    if !ENABLED {
+        return;
+    }
     let start = ptr.cast::<u8>();
     line(start);
     if size_of::<T>() > 1 {
@@ -261,6 +304,9 @@ pub(super) fn value<T>(ptr: *const T) {
 #[allow(unsafe_code, unused_unsafe)]
 fn line(addr: *const u8) {
     use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+    if !ENABLED {
+        return;
+    }
     // Safety: PREFETCHT0 is a hint: it never faults, whatever the address, and changes neither
     // memory nor program state. It is an SSE instruction, part of the x86_64 baseline, so
     // every x86_64 CPU has it. (`unused_unsafe`: newer compilers call it safe.)
@@ -358,6 +404,12 @@ mod tests {
             assert_eq!(popped, keys);
 
             let log = store.0.lock().unwrap().clone();
+            if !ENABLED {
+                // Built without prefetches: the store is asked for nothing.
+                assert!(log.iter().all(|(_, step)| step.is_none()), "{log:?}");
+                assert_eq!(log.len(), keys);
+                continue;
+            }
             assert_eq!(
                 log.len(),
                 keys * 4 - 3,
@@ -392,11 +444,13 @@ mod tests {
     }
 
     /// A store whose prefetch panics once, on one key's object step.
+    #[cfg(not(kcache_no_prefetch))]
     struct PanicsOnce {
         key: &'static str,
         armed: std::sync::atomic::AtomicBool,
     }
 
+    #[cfg(not(kcache_no_prefetch))]
     impl KnownObjects<u32> for PanicsOnce {
         fn list_keys(&self) -> Vec<Key> {
             Vec::new()
@@ -416,7 +470,9 @@ mod tests {
 
     /// The store's prefetch is user code: a panic in it, between two keys of a batch, loses no
     /// key. The keys not yet applied are queued again, every key is applied exactly once, and
-    /// the initial list still counts as synced.
+    /// the initial list still counts as synced. (Not in a build without prefetches, which never
+    /// calls the store's prefetch: the test above checks that.)
+    #[cfg(not(kcache_no_prefetch))]
     #[test]
     fn a_panicking_prefetch_loses_no_key() {
         use crate::queue::{DeltaQueue, QueueOptions};
@@ -449,7 +505,8 @@ mod tests {
     }
 
     /// A table hint gives the addresses the table itself gives, and follows the table when it
-    /// moves (grows); before anything is recorded it asks for nothing.
+    /// moves (grows); before anything is recorded it asks for nothing. (Built without
+    /// prefetches, it records nothing.)
     #[test]
     fn a_table_hint_follows_its_table() {
         let hint = TableHint::default();
@@ -457,6 +514,14 @@ mod tests {
         let mut map: hashbrown::HashMap<Key, u64, BuildKeyHasher> =
             hashbrown::HashMap::with_capacity_and_hasher(16, BuildKeyHasher::default());
         let key = Key::new("ns/a");
+        if !ENABLED {
+            hint.publish(map.raw_table());
+            assert!(
+                hint.end.load(Relaxed).is_null(),
+                "recorded without prefetches"
+            );
+            return;
+        }
         let recorded = |hint: &TableHint| {
             let end = hint.end.load(Relaxed).cast_const().cast::<(Key, u64)>();
             bucket_at(end, hint.mask.load(Relaxed), key.hash_value())

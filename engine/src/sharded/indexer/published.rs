@@ -1,5 +1,5 @@
 //! [`Published`]: the indexer's current content, which threads pinned to the epoch read with
-//! one plain load.
+//! one plain load, and the writers' lock that decides who may change it.
 //!
 //! The content is an `Arc` in an `ArcSwap`, whose `load` costs two read-modify-writes (it
 //! records a debt in a per-thread slot, then pays it back), each of which also waits for the
@@ -7,6 +7,15 @@
 //! the sharded indexer is pinned to the epoch anyway (for its slots); those paths read a
 //! mirror of the same pointer instead, kept alive by the epoch: the consumer's turn on a key
 //! loaded the content four to six times, and its atomics were a large share of that turn.
+//!
+//! # Writers
+//!
+//! [`publish`](Exclusive::publish) stores the mirror and then swaps the owner: two overlapping
+//! calls could leave the mirror naming a value the owner no longer holds, which the epoch
+//! would then free under later readers. So `publish` is a method of [`Exclusive`], the
+//! writers' lock held exclusively (and borrowed mutably, so one `Exclusive` cannot publish
+//! twice at once either). Writes *to* the current value hold the same lock shared
+//! ([`Shared`]): while one lives, the value it names stays the current one.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -14,12 +23,31 @@ use std::sync::Arc;
 use arc_swap::{ArcSwap, Guard as ArcGuard};
 use crossbeam_epoch::Guard;
 
+use crate::sync::{read, write, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
 /// A published value: owned by an `ArcSwap` (for paths that do not pin), mirrored as a plain
-/// pointer for paths that do.
+/// pointer for paths that do, and replaced only by the holder of its writers' lock.
 pub(super) struct Published<S: Send + Sync + 'static> {
     owner: ArcSwap<S>,
-    /// `owner`'s pointer: [`publish`](Self::publish) changes both, this one first.
+    /// `owner`'s pointer: [`publish`](Exclusive::publish) changes both, this one first.
     current: AtomicPtr<S>,
+    /// Writers of the current value hold it shared ([`Shared`]) for the whole write;
+    /// [`publish`](Exclusive::publish) needs it exclusive ([`Exclusive`]), so no write lands
+    /// in a value that is being replaced. Readers never touch it.
+    writers: RwLock<()>,
+}
+
+/// The writers' lock held shared: the value current when it was taken stays current until
+/// it is dropped.
+pub(super) struct Shared<'p, S: Send + Sync + 'static> {
+    published: &'p Published<S>,
+    _lock: RwLockReadGuard<'p, ()>,
+}
+
+/// The writers' lock held exclusively: the only way to [`publish`](Self::publish).
+pub(super) struct Exclusive<'p, S: Send + Sync + 'static> {
+    published: &'p Published<S>,
+    _lock: RwLockWriteGuard<'p, ()>,
 }
 
 impl<S: Send + Sync + 'static> Published<S> {
@@ -28,6 +56,7 @@ impl<S: Send + Sync + 'static> Published<S> {
         Self {
             current: AtomicPtr::new(Arc::as_ptr(&value).cast_mut()),
             owner: ArcSwap::new(value),
+            writers: RwLock::new(()),
         }
     }
 
@@ -41,13 +70,13 @@ impl<S: Send + Sync + 'static> Published<S> {
         self.owner.load_full()
     }
 
-    /// The current value, for as long as `_guard` stays pinned.
+    /// The current value, for as long as `guard` stays pinned.
     ///
-    /// A caller that excludes [`publish`](Self::publish) (the indexer's writers hold its lock
-    /// shared, `publish` runs holding it exclusively) gets the newest value: the lock orders
-    /// the store before this load. A caller holding only a pin may get the value that was
-    /// current just before a concurrent `publish`: whole, alive, and no longer written to.
-    pub(super) fn pinned<'g>(&self, _guard: &'g Guard) -> &'g S {
+    /// A caller holding [`Shared`] or [`Exclusive`] gets the newest value: the lock orders
+    /// `publish`'s store before this load. A caller holding only a pin may get the value that
+    /// was current just before a concurrent `publish`: whole, alive, and no longer written to.
+    pub(super) fn pinned<'g>(&self, guard: &'g Guard) -> &'g S {
+        debug_assert!(super::pinned_to_default_collector(guard));
         // Acquire pairs with `publish`'s Release store: the value, built before it was
         // published, is visible here.
         let value = self.current.load(Ordering::Acquire);
@@ -55,18 +84,55 @@ impl<S: Send + Sync + 'static> Published<S> {
         // current, `owner` holds a strong count of it. `publish` is the only place that stops
         // it being current, and it hands one strong count of it to the epoch (`Guard::defer`)
         // after storing the next pointer, so the allocation outlives every thread pinned
-        // before that store, which includes every thread that can have loaded it. `_guard`
-        // was pinned before this load, and the borrow cannot outlive it.
+        // before that store, which includes every thread that can have loaded it. `publish`
+        // calls never overlap (it needs `&mut Exclusive`), so `current` and `owner` name the
+        // same value whenever no `publish` is running. `guard` (of the default collector, the
+        // one `publish` defers to) was pinned before this load, and the borrow cannot outlive
+        // it.
         unsafe { &*value }
     }
 
-    /// Makes `next` the current value and returns the one it replaces. Calls must not overlap
-    /// (the indexer's run holding its writers' lock exclusively); `guard` pins the caller.
-    pub(super) fn publish(&self, next: Arc<S>, guard: &Guard) -> Arc<S> {
+    /// Takes the writers' lock shared, for a write to the current value.
+    pub(super) fn shared(&self) -> Shared<'_, S> {
+        Shared {
+            published: self,
+            _lock: read(&self.writers),
+        }
+    }
+
+    /// Takes the writers' lock exclusively, for [`publish`](Exclusive::publish).
+    pub(super) fn exclusive(&self) -> Exclusive<'_, S> {
+        Exclusive {
+            published: self,
+            _lock: write(&self.writers),
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> Shared<'_, S> {
+    /// The current value, which stays current while `self` lives, for as long as `guard`
+    /// stays pinned.
+    pub(super) fn pinned<'g>(&self, guard: &'g Guard) -> &'g S {
+        self.published.pinned(guard)
+    }
+}
+
+impl<S: Send + Sync + 'static> Exclusive<'_, S> {
+    /// The current value as an `Arc` of its own (no `publish` can change it meanwhile).
+    pub(super) fn load_full(&self) -> Arc<S> {
+        self.published.load_full()
+    }
+
+    /// Makes `next` the current value and returns the one it replaces; `guard` pins the
+    /// caller. `&mut`: calls never overlap.
+    pub(super) fn publish(&mut self, next: Arc<S>, guard: &Guard) -> Arc<S> {
+        debug_assert!(super::pinned_to_default_collector(guard));
+        let published = self.published;
         // Release pairs with `pinned`'s Acquire.
-        self.current
+        published
+            .current
             .store(Arc::as_ptr(&next).cast_mut(), Ordering::Release);
-        let old = self.owner.swap(next);
+        let old = published.owner.swap(next);
         // A pinned thread may have loaded the old pointer just before the store above: keep
         // the old value alive until every thread pinned now has unpinned. Whoever drops the
         // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
@@ -110,7 +176,7 @@ mod tests {
         let published = Published::new(1u32);
         let guard = crossbeam_epoch::pin();
         assert_eq!(*published.pinned(&guard), 1);
-        let old = published.publish(Arc::new(2), &guard);
+        let old = published.exclusive().publish(Arc::new(2), &guard);
         assert_eq!(*old, 1);
         assert_eq!(*published.pinned(&guard), 2);
         assert_eq!(**published.load(), 2);
@@ -125,7 +191,11 @@ mod tests {
         let borrowed = published.pinned(&reader);
         {
             let writer = crossbeam_epoch::pin();
-            drop(published.publish(Arc::new(Counted(2, &DROPS)), &writer));
+            drop(
+                published
+                    .exclusive()
+                    .publish(Arc::new(Counted(2, &DROPS)), &writer),
+            );
         }
         // The owner and the caller have dropped their counts; the epoch still holds one, and
         // cannot release it while `reader` is pinned.

@@ -10,6 +10,22 @@
 //! Reading writes no shared memory: `load` is one `Acquire` load of the slot's pointer. (The
 //! pin that protects it writes the pinning thread's own epoch record; see the indexer's
 //! module docs for everything a read writes.)
+//!
+//! # What keeps it sound
+//!
+//! - A borrowed object is tied to the guard it was read under (`load` returns `&'g T` for a
+//!   `&'g Guard`), as crossbeam-epoch's `Shared<'g, T>` is.
+//! - The slot's pointer leaves it only as an [`Unpublished`], the one strong count the slot
+//!   held, which only the slot's own swap-out ([`replace`](Slot::replace)) and its drop can
+//!   make (their constructors live in a module of their own, so nothing else in this file can
+//!   wrap a pointer in one), and which [`retire`](Unpublished::retire) consumes: a count is
+//!   released once, by the epoch, and only after the slot stopped publishing it.
+//! - [`replace`](Slot::replace) is a load and a store, not a swap: it is an `unsafe fn`
+//!   whose callers promise that writers of one slot never overlap (its only caller is the
+//!   indexer's `Writable`, which holds the key's items-shard entry in a state no other
+//!   writer can reach at the same time).
+//! - Every guard is pinned to crossbeam-epoch's default collector (`crossbeam_epoch::pin`),
+//!   the one the release is deferred to; debug builds check it.
 
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicPtr, Ordering};
@@ -18,11 +34,12 @@ use std::sync::Arc;
 use crossbeam_epoch::Guard;
 
 use crate::key::Key;
+use unpublished::Unpublished;
 
 /// A shared slot: the items map and every index set that names the key hold one. Counted
 /// without a weak count (`triomphe`), which nothing here uses: 8 bytes of count and the
 /// slot's 32 make a 40-byte allocation where `std::sync::Arc`'s two counts made 48, one per
-/// stored key.
+/// stored key (checked by a test below).
 pub(super) type SlotRef<T> = triomphe::Arc<Slot<T>>;
 
 /// One key's current object, published as the pointer of an `Arc` the slot holds a strong
@@ -51,17 +68,19 @@ impl<T: Send + Sync + 'static> Slot<T> {
     }
 
     /// The current object, borrowed for as long as `guard` stays pinned.
-    pub(super) fn load<'g>(&self, _guard: &'g Guard) -> &'g T {
-        // Acquire pairs with the Release of `replace`'s swap: the object's contents, written
+    pub(super) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
+        debug_assert!(super::pinned_to_default_collector(guard));
+        // Acquire pairs with the Release of `replace`'s store: the object's contents, written
         // before it was published, are visible here. (A new slot reaches readers through a
         // map's lock, which orders its initial pointer.)
         let ptr = self.obj.load(Ordering::Acquire);
         // Safety: `ptr` came from `Arc::into_raw` and the slot held a strong count of it when
-        // it was loaded. That count is released only by a function deferred through the
-        // epoch *after* the pointer was swapped out of the slot (`replace`) or the slot was
-        // dropped (`drop`), and the epoch runs a deferred function only once every guard that
-        // was pinned when it was deferred has unpinned. `guard` was pinned before this load,
-        // hence before any such deferral of `ptr`, and the returned borrow cannot outlive it.
+        // it was loaded. That count leaves the slot only as an `Unpublished`, made *after* the
+        // pointer stopped being published (`replace`) or once the slot is dropped, and is
+        // released only by `Unpublished::retire`, through the epoch, which runs a deferred
+        // function only once every guard that was pinned when it was deferred has unpinned.
+        // `guard` (of the same, default, collector) was pinned before this load, hence before
+        // any such deferral of `ptr`, and the returned borrow cannot outlive it.
         unsafe { &*ptr }
     }
 
@@ -93,24 +112,20 @@ impl<T: Send + Sync + 'static> Slot<T> {
 
     /// Publishes `obj` and returns the object it replaces.
     ///
-    /// Callers of one slot must not overlap: the indexer replaces a key's object only while
-    /// holding that key's items-shard entry, and its writers' gate keeps two states that share
-    /// slots (`add_indexers` builds one from the other) from being written at once.
-    pub(super) fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
-        // A load and a store, not a swap: writers of one slot never overlap (above), so
-        // nothing can change the pointer between the two, and a plain store spares the
-        // read-modify-write's wait for this thread's earlier stores. Relaxed load: the
-        // previous replace of this slot happened under the same entry lock, which orders it
-        // (and the old object's contents) before us. Release store: pairs with `load`'s
-        // Acquire, so a reader that sees the new pointer sees the new object's contents.
-        let old = self.obj.load(Ordering::Relaxed);
-        self.obj
-            .store(Arc::into_raw(obj).cast_mut(), Ordering::Release);
-        // Safety: `old` is alive and was published by this slot: the slot's strong count of it
-        // is released just below, and only through the epoch, which waits at least for
-        // `guard` (pinned now) to unpin.
-        let previous = unsafe { share(&*old) };
-        retire(old, guard);
+    /// # Safety
+    ///
+    /// Calls of `replace` on one slot must not overlap: the slot's pointer is read and then
+    /// written, not swapped, so two overlapping calls would both take the same object out of
+    /// the slot and release its strong count twice (and leak one of the new ones).
+    ///
+    /// `guard` must be pinned (to the default collector, as every guard of the crate is).
+    pub(super) unsafe fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
+        // Safety: `self.obj` is this slot's pointer, which holds a pointer from
+        // `Arc::into_raw` (`new`, or an earlier `replace`) whose strong count the slot owns;
+        // the caller guarantees that no other `replace` of this slot overlaps this one.
+        let old = unsafe { Unpublished::swap_out(&self.obj, obj) };
+        let previous = old.to_arc();
+        old.retire(guard);
         previous
     }
 }
@@ -119,7 +134,11 @@ impl<T: Send + Sync + 'static> Drop for Slot<T> {
     /// Hands the slot's strong count to the epoch: a reader pinned before the slot was
     /// unlinked may still be reading the object.
     fn drop(&mut self) {
-        retire(*self.obj.get_mut(), &crossbeam_epoch::pin());
+        // Safety: the slot is being dropped, so nothing reads or takes its pointer again, and
+        // the pointer is the one `new` or `replace` published, whose strong count the slot
+        // still owns.
+        let last = unsafe { Unpublished::take_from_dropped(&mut self.obj) };
+        last.retire(&crossbeam_epoch::pin());
     }
 }
 
@@ -127,8 +146,7 @@ impl<T: Send + Sync + 'static> Drop for Slot<T> {
 ///
 /// # Safety
 ///
-/// `obj` must have been borrowed from a slot (`load`, or the pointer `replace` swaps out)
-/// under a guard that is still pinned.
+/// `obj` must have been borrowed from a slot (`load`) under a guard that is still pinned.
 unsafe fn share<T>(obj: &T) -> Arc<T> {
     let ptr: *const T = obj;
     // Safety: such an `obj` points into an `Arc` allocation (made by `Arc::into_raw` in `new`
@@ -141,13 +159,143 @@ unsafe fn share<T>(obj: &T) -> Arc<T> {
     }
 }
 
-/// Releases the slot's strong count of `ptr` once no thread pinned now can still read it.
-fn retire<T: Send + Sync + 'static>(ptr: *mut T, guard: &Guard) {
-    let ptr = ptr.cast_const();
-    // Safety: `ptr` owns one strong count (it came from `Arc::into_raw` and is no longer
-    // published by any slot), released exactly once, by this deferred function. `T` is `Send
-    // + Sync + 'static`, so dropping the `Arc` on another thread, at any later time, is sound.
-    unsafe {
-        guard.defer_unchecked(move || drop(Arc::from_raw(ptr)));
+/// The strong counts slots give up, in a module of its own so that only the two functions
+/// that take a pointer out of a slot can make one.
+mod unpublished {
+    use std::sync::atomic::{AtomicPtr, Ordering};
+    use std::sync::Arc;
+
+    use crossbeam_epoch::Guard;
+
+    /// The strong count a slot held of an object it no longer publishes. Made only by taking
+    /// the pointer out of a slot ([`swap_out`](Self::swap_out), [`take_from_dropped`](
+    /// Self::take_from_dropped)); released only by [`retire`](Self::retire), which consumes it,
+    /// so each count is released exactly once. Dropping one without retiring it leaks the
+    /// object, which is safe.
+    pub(super) struct Unpublished<T: Send + Sync + 'static>(*const T);
+
+    impl<T: Send + Sync + 'static> Unpublished<T> {
+        /// Stores `next` in `slot` (a slot's pointer) and takes out the pointer it held.
+        ///
+        /// # Safety
+        ///
+        /// `slot` is a slot's pointer: it holds a pointer from `Arc::into_raw` whose strong
+        /// count the slot owns. No other `swap_out` of `slot` overlaps this one (a load and a
+        /// store, not a swap: overlapping calls would take the same pointer out twice).
+        pub(super) unsafe fn swap_out(slot: &AtomicPtr<T>, next: Arc<T>) -> Self {
+            // A load and a store, not a swap: writers of one slot never overlap (the caller's
+            // promise), so nothing can change the pointer between the two, and a plain store
+            // spares the read-modify-write's wait for this thread's earlier stores. Relaxed
+            // load: the previous store to this slot was ordered before us by whatever made
+            // the writers not overlap (the indexer: the key's items-shard entry lock, and the
+            // writers' lock when `add_indexers` moved the slot into a new state), and it
+            // ordered the old object's contents with it. Release store: pairs with
+            // `Slot::load`'s Acquire, so a reader that sees the new pointer sees the new
+            // object's contents.
+            let old = slot.load(Ordering::Relaxed);
+            slot.store(Arc::into_raw(next).cast_mut(), Ordering::Release);
+            Self(old.cast_const())
+        }
+
+        /// Takes the pointer out of a slot that is being dropped.
+        ///
+        /// # Safety
+        ///
+        /// `slot` is the pointer of a slot that is being dropped (nothing reads it or takes
+        /// it again), and it holds a pointer from `Arc::into_raw` whose strong count the slot
+        /// owns.
+        pub(super) unsafe fn take_from_dropped(slot: &mut AtomicPtr<T>) -> Self {
+            Self(slot.get_mut().cast_const())
+        }
+
+        /// The object as an `Arc` of its own (one increment of its count).
+        pub(super) fn to_arc(&self) -> Arc<T> {
+            // Safety: `self` owns one strong count of the object (it came from
+            // `Arc::into_raw` and is released only by `retire`, which consumes `self`), so the
+            // count is at least one while `self` lives: incrementing it and owning the
+            // increment is sound.
+            unsafe {
+                Arc::increment_strong_count(self.0);
+                Arc::from_raw(self.0)
+            }
+        }
+
+        /// Releases the count once no thread pinned now can still read the object.
+        pub(super) fn retire(self, guard: &Guard) {
+            debug_assert!(super::super::pinned_to_default_collector(guard));
+            let Self(ptr) = self;
+            // Safety: `ptr` owns one strong count (it came from `Arc::into_raw`, and a slot
+            // gave it up: see the constructors), released exactly once, by this deferred
+            // function, since `self` is consumed. The slot no longer publishes it, so a
+            // reader can hold it only under a guard pinned before now, which the epoch waits
+            // for. `T` is `Send + Sync + 'static`, so dropping the `Arc` on another thread, at
+            // any later time, is sound.
+            unsafe {
+                guard.defer_unchecked(move || drop(Arc::from_raw(ptr)));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::size_of;
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+
+    /// What the docs state a key's slot costs: the slot is 32 bytes (the object pointer and
+    /// the key), and its `triomphe` allocation adds one count in front, 40 bytes in all.
+    #[test]
+    fn a_slot_is_a_40_byte_allocation() {
+        assert_eq!(size_of::<Slot<u64>>(), 32);
+        let slot = SlotRef::new(Slot::new(Key::new("ns/a"), Arc::new(1u64)));
+        let header = SlotRef::as_ptr(&slot) as usize - SlotRef::heap_ptr(&slot) as usize;
+        assert_eq!(header, size_of::<usize>(), "one count, no weak count");
+        assert_eq!(header + size_of::<Slot<u64>>(), 40);
+    }
+
+    /// Counts its drops, so a test can tell when the epoch released a replaced object.
+    struct Counted(&'static AtomicUsize);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Every object a slot published is released exactly once: the replaced ones after the
+    /// guards that could read them, the last one after the slot is dropped.
+    #[test]
+    fn every_published_object_is_released_once() {
+        static DROPS: AtomicUsize = AtomicUsize::new(0);
+        let slot = Slot::new(Key::new("ns/a"), Arc::new(Counted(&DROPS)));
+        let reader = crossbeam_epoch::pin();
+        let borrowed: *const Counted = slot.load(&reader);
+        {
+            let writer = crossbeam_epoch::pin();
+            // Safety: this is the slot's only writer.
+            let previous = unsafe { slot.replace(Arc::new(Counted(&DROPS)), &writer) };
+            assert!(std::ptr::eq(Arc::as_ptr(&previous), borrowed));
+            drop(previous);
+        }
+        for _ in 0..1_000 {
+            crossbeam_epoch::pin().flush();
+        }
+        assert_eq!(
+            DROPS.load(Ordering::SeqCst),
+            0,
+            "`reader` may still read it"
+        );
+        drop(reader);
+        drop(slot);
+        for _ in 0..10_000 {
+            if DROPS.load(Ordering::SeqCst) == 2 {
+                break;
+            }
+            crossbeam_epoch::pin().flush();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
     }
 }
