@@ -28,8 +28,8 @@
 //! ```
 
 mod output;
-mod replayer;
 mod trace;
+mod trace_replayer;
 pub mod workqueue;
 
 use std::fmt;
@@ -50,7 +50,7 @@ pub struct OpsArgs {
     pub engine: EngineArg,
     /// Shards of the sharded engines, a power of two from 1 to 65536; ignored by `reference`
     /// and `workqueue-reference`.
-    #[arg(long, default_value_t = 1, value_parser = crate::driver::parse_shards)]
+    #[arg(long, default_value_t = 1, value_parser = workloads::parse_shards)]
     pub shards: usize,
 }
 
@@ -206,14 +206,14 @@ pub fn replay_logged(
     engine: EngineChoice,
 ) -> Result<ReplaySummary, OpsError> {
     match engine {
-        EngineChoice::Reference => replayer::run(
+        EngineChoice::Reference => trace_replayer::run(
             input,
             &mut output,
             log,
             kcache::reference::DeltaFifo::new,
             kcache::reference::IndexedStore::new,
         ),
-        EngineChoice::Sharded { shards } => replayer::run(
+        EngineChoice::Sharded { shards } => trace_replayer::run(
             input,
             &mut output,
             log,
