@@ -172,7 +172,7 @@ impl<T, E, P: FnMut(u64) -> Result<(bool, T), E>> Prober<T, P> {
 /// probes between the two. An error from `probe` ends the search with that error.
 ///
 /// ```
-/// use loadgen::capacity::{search, Bound, SearchPlan};
+/// use loadgen::capacity_search::{search, Bound, SearchPlan};
 /// let plan = SearchPlan { start: 1_000, min: 100, max: 1_000_000, factor: 2.0, precision: 0.05, tries: 1, max_probes: 40 };
 /// let found = search::<(), ()>(&plan, |rate| Ok((rate <= 50_000, ()))).unwrap();
 /// assert_eq!(found.bound, Bound::Bracketed);

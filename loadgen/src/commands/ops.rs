@@ -13,7 +13,7 @@
 //! - Blank lines are skipped; line numbers count them, so they match an editor's.
 //!
 //! ```
-//! use loadgen::ops::{replay, EngineChoice};
+//! use loadgen::commands::ops::{replay, EngineChoice};
 //! let trace = br#"{"op":"add","obj":{"key":"ns/a","v":1}}
 //! {"op":"update","obj":{"key":"ns/a","v":2}}
 //! {"op":"pop"}
@@ -182,7 +182,7 @@ pub struct ReplaySummary {
 /// and [`OpsError::Malformed`] names the line.
 ///
 /// ```
-/// use loadgen::ops::{replay, EngineChoice, OpsError};
+/// use loadgen::commands::ops::{replay, EngineChoice, OpsError};
 /// let trace = b"{\"op\":\"pop\"}\n\n{\"op\":\"popp\"}\n";
 /// let mut out = Vec::new();
 /// let err = replay(&trace[..], &mut out, EngineChoice::Reference).unwrap_err();

@@ -211,7 +211,7 @@ fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
 /// {"type":"ADDED","object":
 /// {"type":"DELETED","object":{"metadata":{"namespace":"ns","name":"a","resourceVersion":"6"}}}
 /// "#;
-/// let trace = loadgen::watch_stream::parse_trace(text);
+/// let trace = loadgen::commands::replay::parse_trace(text);
 /// assert_eq!(trace.events.len(), 2);
 /// assert_eq!(trace.bad.len(), 1);
 /// assert_eq!(trace.bad[0].start.line, 2);
