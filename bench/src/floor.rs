@@ -510,7 +510,7 @@ mod tests {
     use kcache::{process_deltas, DeltaQueue, Indexer as _, NoopHandler, Store as _};
 
     use super::*;
-    use crate::{pod, pods, pods_moving, universe, Pod, SplitMix64};
+    use crate::{pod, pods, pods_moving, universe, Pod};
 
     /// `(kind, version or tombstone's last known version)` of each delta.
     type Summary = Vec<(DeltaType, Option<u64>)>;
@@ -554,7 +554,7 @@ mod tests {
     #[test]
     fn floor_queue_drains_the_same_deltas_per_key_as_the_reference() {
         let u = universe(40);
-        let mut rng = SplitMix64::new(7);
+        let mut rng = fastrand::Rng::with_seed(7);
         let reference_store = Arc::new(crate::reference_indexer());
         let reference = crate::reference_queue(Some(reference_store.clone()));
         let mut floor_store = crate::floor_indexer();
@@ -562,8 +562,8 @@ mod tests {
         let mut version = 1;
         for step in 0..2000 {
             version += 1;
-            let id = rng.below(40);
-            match rng.below(100) {
+            let id = rng.usize(..40);
+            match rng.usize(..100) {
                 0..=39 => {
                     reference.add(pod(&u, id, version, 0)).unwrap();
                     floor.add(pod(&u, id, version, 0)).unwrap();
@@ -580,7 +580,7 @@ mod tests {
                 }
                 90..=94 => {
                     let list: Vec<_> = (0..40)
-                        .filter(|_| rng.below(4) != 0)
+                        .filter(|_| rng.usize(..4) != 0)
                         .map(|i| pod(&u, i, version, 0))
                         .collect();
                     reference.replace(list.clone(), "rv").unwrap();
@@ -614,7 +614,7 @@ mod tests {
     #[test]
     fn coalesced_apply_ends_in_the_same_store_as_applying_every_delta() {
         let u = universe(30);
-        let mut rng = SplitMix64::new(11);
+        let mut rng = fastrand::Rng::with_seed(11);
         let mut every = crate::floor_indexer();
         let mut coalesced = crate::floor_indexer();
         let mut queue = FloorQueue::new(crate::pod_key_fn());
@@ -622,14 +622,14 @@ mod tests {
         let mut multi_delta_pops = 0;
         for step in 0..3000 {
             version += 1;
-            let id = rng.below(30);
-            match rng.below(100) {
+            let id = rng.usize(..30);
+            match rng.usize(..100) {
                 0..=44 => queue.add(pod(&u, id, version, 0)).unwrap(),
                 45..=79 => queue.update(pod(&u, id, version, id % 3)).unwrap(),
                 80..=94 => queue.delete(pod(&u, id, version, 0), Some(&every)).unwrap(),
                 _ => {
                     let list: Vec<_> = (0..30)
-                        .filter(|_| rng.below(5) != 0)
+                        .filter(|_| rng.usize(..5) != 0)
                         .map(|i| pod(&u, i, version, 0))
                         .collect();
                     queue.replace(list, Some(&every)).unwrap();

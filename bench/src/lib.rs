@@ -18,7 +18,7 @@
 //!
 //! # Objects
 //!
-//! The objects are loadgen's [`Pod`]s (docs/workloads.md: `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`),
+//! The objects are the workloads' [`Pod`]s (docs/workloads.md: `ns-{i % 1000}/pod-{i}` on `node-{i % 5000}`),
 //! with every [`Key`] interned once in a [`Universe`]. Everything a timed loop touches is built
 //! before the clock starts: the loop formats nothing and hashes nothing.
 //!
@@ -29,14 +29,23 @@
 //! assert_eq!(pods[3].node.as_ref().unwrap().as_str(), "node-3");
 //! ```
 
+//!
+//! # Layout
+//!
+//! Floors, imports only going down (checked by `scripts/layers`, which reads this table):
+//!
+//! | floor | modules | what they hold |
+//! |---|---|---|
+//! | 0 | `crate` (this file), [`alloc`] | the objects and engines every bench builds; the counting allocator |
+//! | 1 | [`floor`], [`mem`] | the lower bound every competitor is measured against; the `membench` driver |
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kcache::{Key, KnownObjects, QueueOptions};
 
-pub use loadgen::workload::{
-    pod_indexers, pod_key_fn, Pod, SplitMix64, Universe, NAMESPACES, NAMESPACE_INDEX, NODES,
-    NODE_INDEX,
+pub use workloads::{
+    pod_indexers, pod_key_fn, Pod, Universe, NAMESPACES, NAMESPACE_INDEX, NODES, NODE_INDEX,
 };
 
 pub mod alloc;
@@ -101,7 +110,7 @@ pub fn pods_moving(universe: &Universe, version: u64, every: usize) -> Vec<Arc<P
         .collect()
 }
 
-/// `count` indices below `n`, drawn with the workloads' splitmix64 (docs/workloads.md) from `seed`: the keys a reader
+/// `count` indices below `n`, drawn with `fastrand` seeded with `seed`: the keys a reader
 /// looks up, precomputed so the timed loop only indexes an array.
 ///
 /// ```
@@ -111,8 +120,8 @@ pub fn pods_moving(universe: &Universe, version: u64, every: usize) -> Vec<Arc<P
 /// assert_eq!(picks, bench::random_indices(10, 100, 42));
 /// ```
 pub fn random_indices(n: usize, count: usize, seed: u64) -> Vec<usize> {
-    let mut rng = SplitMix64::new(seed);
-    (0..count).map(|_| rng.below(n.max(1))).collect()
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..count).map(|_| rng.usize(..n.max(1))).collect()
 }
 
 /// Queue options keyed by the pod's precomputed key, optionally with known objects.

@@ -3,7 +3,7 @@
 //!
 //! # What is measured
 //!
-//! The workload is generated first (loadgen's [`generate`]: every object, key and op), then the
+//! The workload is generated first (the workloads crate's [`generate`]: every object, key and op), then the
 //! allocator's peak is reset: the **baseline** is everything the generator holds. The run then
 //! builds the engine (queue with the indexer as its known objects), starts the consumer, and
 //! the producer performs every op, handing the queue clones of the generated `Arc`s (a
@@ -39,7 +39,7 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaQueue, Footprint, Indexer, KnownObjects,
     NoopHandler, Store,
 };
-use loadgen::workload::{generate, Generated, Op, Workload, WorkloadSpec};
+use workloads::{generate, Generated, Op, Workload, WorkloadSpec};
 
 use crate::alloc::CountingAlloc;
 use crate::{Pod, BATCH};
@@ -155,7 +155,7 @@ fn parts(footprint: &Footprint, keys: usize) -> Vec<PartReport> {
 /// measurement).
 ///
 /// ```
-/// use loadgen::workload::Workload;
+/// use workloads::Workload;
 /// let gen = bench::mem::generate_workload(Workload::W1, 10, 100, 42);
 /// assert_eq!(gen.ops.len(), 110);
 /// ```
@@ -176,7 +176,7 @@ pub fn generate_workload(workload: Workload, keys: usize, events: usize, seed: u
 ///
 /// ```
 /// use bench::{alloc::CountingAlloc, mem::{measure, generate_workload, Engine}};
-/// use loadgen::workload::Workload;
+/// use workloads::Workload;
 /// let gen = generate_workload(Workload::W3, 50, 200, 42);
 /// let report = measure(Engine::Sharded, 4, &gen, &CountingAlloc::new());
 /// assert!(report.store_matches_model);

@@ -194,6 +194,19 @@
 //!   they are busy.
 //! - Figures, and where the sharded engine loses, are in `results/BENCHMARKS.md`.
 //!
+//! # Layout
+//!
+//! The crate is a stack of floors; a module imports only from its own floor or below, and no
+//! two modules import each other (checked by `scripts/layers`, which reads this table).
+//!
+//! | floor | modules | what they hold |
+//! |---|---|---|
+//! | 0 | `key`, `sync`, `footprint` | keys and key functions; the sync shim (std or loom); memory footprints |
+//! | 1 | `latch`, `delta`, `store` | the closing latch; deltas and tombstones; the `Store`/`Indexer` contracts |
+//! | 2 | `queue`, `consumer` | the `DeltaQueue` contract and options; the consumer's `process_deltas` |
+//! | 3 | [`reference`](mod@reference), [`sharded`](mod@sharded) | the two engines: client-go's port and the fast one |
+//! | 4 | [`workqueue`], `informer` | client-go's workqueue; the informer pipeline over an engine |
+//!
 //! # Safety
 //!
 //! No safe public function of this crate can cause a double free or a use-after-free,

@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
 
-use crate::capacity::Curve;
-use crate::report::{si, RunResult};
+use crate::capacity_search::Curve;
+use crate::result::RunResult;
+use crate::units::si;
 
 /// A chart could not be drawn or written.
 #[derive(Debug, thiserror::Error)]

@@ -40,17 +40,18 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, EventHandler, Indexer, Key,
 };
 
-use crate::driver::{
-    elapsed_ns, kept_schedule, produce, queue_options, Consumer, EngineConfig, EngineError,
-    EngineKind, Progress, SHARDED_BATCH,
-};
+use crate::driver::{elapsed_ns, produce, queue_options, Consumer, EngineError, SHARDED_BATCH};
+use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
-use crate::report::{peak_rss, si, LatencyUs, RunResult};
+use crate::pacing::kept_schedule;
+use crate::progress::Progress;
+use crate::result::{peak_rss, ControllerFigures, LatencyUs, RunResult};
 use crate::rss::RssProbe;
-use crate::run::{generate_with_progress, RunError};
+use crate::runs::{generate_with_progress, RunError};
 use crate::ui::Ui;
+use crate::units::si;
 use crate::verdict::{check, Counters};
-use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, SplitMix64, WorkloadSpec};
+use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod, WorkloadSpec};
 
 /// W6's worker threads unless told otherwise.
 pub const DEFAULT_WORKERS: usize = 4;
@@ -87,7 +88,7 @@ impl Default for ControllerConfig {
         Self {
             workers: DEFAULT_WORKERS,
             reconcile_cost: Duration::from_micros(DEFAULT_RECONCILE_US),
-            seed: crate::workload::DEFAULT_SEED,
+            seed: workloads::DEFAULT_SEED,
         }
     }
 }
@@ -132,8 +133,8 @@ pub fn state_code(version: u64, deleted: bool) -> u64 {
 /// Whether attempt `attempt` (counting from 0) at reconciling key `id` fails: one in
 /// [`FAIL_ONE_IN`], drawn from the seed, the key and the attempt alone (never from timing).
 pub fn fails(seed: u64, id: u32, attempt: u32) -> bool {
-    let mut rng = SplitMix64::new(seed ^ ((u64::from(id) << 32) | u64::from(attempt)));
-    rng.next_u64() % FAIL_ONE_IN == 0
+    let mut rng = fastrand::Rng::with_seed(seed ^ ((u64::from(id) << 32) | u64::from(attempt)));
+    rng.u64(..FAIL_ONE_IN) == 0
 }
 
 /// The state code of every key's last event in `ops`, by key id (0: the key never appeared).
@@ -611,23 +612,6 @@ where
     }
 }
 
-/// W6's figures beyond a W1 row's, in the report's `controller` field.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ControllerFigures {
-    /// Worker threads.
-    pub workers: usize,
-    /// CPU microseconds each reconcile burnt.
-    pub reconcile_us: u64,
-    /// Reconciles done (failed ones included).
-    pub reconciles: u64,
-    /// `reconciles / wall_s`.
-    pub reconciles_per_s: f64,
-    /// `reconciles / events`: below 1 when the workqueue merged a key's events.
-    pub reconciles_per_event: f64,
-    /// Reconciles that failed and were re-added with `add_rate_limited`.
-    pub retries: u64,
-}
-
 /// Runs W6 on `gen` through `engine`'s pipeline, measures it and judges it.
 pub fn measure(
     engine: EngineKind,
@@ -733,7 +717,7 @@ pub fn child_args(
     cfg: &EngineConfig,
     ctl: &ControllerConfig,
 ) -> Vec<String> {
-    let mut args = crate::run::child_args(spec, engine, cfg);
+    let mut args = crate::runs::child_args(spec, engine, cfg);
     args.extend([
         "--workers".to_string(),
         ctl.workers.to_string(),
@@ -754,7 +738,7 @@ pub fn run_spec(
     in_process: bool,
     ui: Ui,
 ) -> Result<Vec<RunResult>, RunError> {
-    crate::run::check_spec(spec)?;
+    crate::runs::check_spec(spec)?;
     let ctl = ControllerConfig {
         seed: spec.seed,
         ..*ctl

@@ -8,7 +8,7 @@
 //! - **sharded**: C consumers looping `pop_batch(256)` + [`apply_deltas_coalesced`].
 //!
 //! W4's readers call what a client of each engine would: the reference's `Arc` reads, the
-//! sharded indexer's borrowed reads (see [`W4Reads`]).
+//! sharded indexer's borrowed reads (see [`readers`](crate::readers)).
 //!
 //! The producer is the calling thread. It stamps every [`SAMPLE_EVERY`]th event with the
 //! nanoseconds since the run started just before enqueueing it; a consumer records the age of
@@ -17,7 +17,6 @@
 //! the last consumer's exit.
 
 use std::fmt;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
@@ -26,217 +25,23 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, DeltaType, Deltas,
-    EventHandler, Indexer, Key, KnownObjects as _, QueueOptions,
+    EventHandler, Indexer, QueueOptions,
 };
 
+use crate::engines::{EngineConfig, EngineKind, Mode};
 use crate::latency::{new_histogram, SAMPLE_EVERY};
+use crate::pacing::{due_time, pace, PACE_EVERY};
+use crate::progress::Progress;
+use crate::readers::{read_until_done, W4Reads};
 use crate::timeline::{self, Sample};
 use crate::verdict::Counters;
-use crate::workload::{pod_indexers, pod_key_fn, Generated, Op, Pod, Workload, NODE_INDEX};
+use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod};
 
 /// How many keys a sharded consumer takes per `pop_batch`.
 pub const SHARDED_BATCH: usize = 256;
 
 /// The producer reports progress every this many ops.
 const PROGRESS_EVERY: usize = 1 << 16;
-
-/// Which engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EngineKind {
-    /// `kcache::reference`: the faithful client-go port.
-    Reference,
-    /// `kcache::sharded`: the fast engine.
-    Sharded,
-}
-
-impl EngineKind {
-    /// Both engines, reference first.
-    pub const ALL: [EngineKind; 2] = [EngineKind::Reference, EngineKind::Sharded];
-
-    /// `reference` or `sharded`.
-    pub fn name(self) -> &'static str {
-        match self {
-            EngineKind::Reference => "reference",
-            EngineKind::Sharded => "sharded",
-        }
-    }
-}
-
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// An engine name that is neither `reference` nor `sharded`.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown engine {0:?}: expected reference, sharded or all")]
-pub struct UnknownEngine(pub String);
-
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EngineKind::ALL
-            .into_iter()
-            .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownEngine(s.to_string()))
-    }
-}
-
-/// The most shards the sharded engine takes: `kcache::sharded::DeltaFifo::new` clamps any
-/// larger count to 2^16.
-pub const MAX_SHARDS: usize = 1 << 16;
-
-/// Parses a `--shards` argument: a power of two from 1 to [`MAX_SHARDS`]. The engine would
-/// quietly round any other count (0 to 1, 3 to 4, 2^17 down to 2^16), and the run reported
-/// would then not be the one asked for.
-///
-/// ```
-/// use loadgen::driver::parse_shards;
-/// assert_eq!(parse_shards("64"), Ok(64));
-/// assert!(parse_shards("0").is_err());
-/// assert!(parse_shards("12").is_err());
-/// ```
-pub fn parse_shards(s: &str) -> Result<usize, String> {
-    let wrong = || format!("--shards must be a power of two between 1 and {MAX_SHARDS}");
-    let n: usize = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("{} (got {s:?}, not a number)", wrong()))?;
-    if n.is_power_of_two() && n <= MAX_SHARDS {
-        Ok(n)
-    } else {
-        Err(wrong())
-    }
-}
-
-/// Parses a `--consumers` argument: at least one (zero consumers would never drain the queue,
-/// and quietly running one instead would report a run that was not the one asked for).
-///
-/// ```
-/// use loadgen::driver::parse_consumers;
-/// assert_eq!(parse_consumers("3"), Ok(3));
-/// assert!(parse_consumers("0").is_err());
-/// ```
-pub fn parse_consumers(s: &str) -> Result<usize, String> {
-    match s.trim().parse::<usize>() {
-        Ok(n) if n >= 1 => Ok(n),
-        _ => Err(format!(
-            "--consumers must be a whole number of at least 1 (got {s:?})"
-        )),
-    }
-}
-
-/// The knobs of one engine run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EngineConfig {
-    /// Shards of the sharded engine: a power of two up to [`MAX_SHARDS`] (see
-    /// [`parse_shards`]).
-    pub shards: usize,
-    /// Consumer threads of the sharded engine (the reference always has exactly one).
-    pub consumers: usize,
-    /// W4's reader threads.
-    pub readers: usize,
-    /// CPU the handler burns per delta (W5); zero for none.
-    pub handler_cost: Duration,
-    /// Offered load: the producer paces itself to this many ops per second (`None`: as fast
-    /// as it can, which measures capacity; latency then includes the backlog).
-    pub rate: Option<u64>,
-    /// Both engines' backlog bound, `QueueOptions::max_queued_deltas` (0: unbounded, the
-    /// default): the producer waits while this many deltas are queued.
-    pub max_queued_deltas: usize,
-    /// Both engines' level-triggered mode, `QueueOptions::compact_updates` (off by default).
-    pub compact_updates: bool,
-}
-
-/// Consumer threads of the sharded engine unless told otherwise (every command and
-/// [`EngineConfig::default`]): one. On the project's two cores the producer and one consumer
-/// each have a core, and a second consumer only competes with them; W5 is the exception
-/// ([`W5_CONSUMERS`]). The reference engine always runs exactly one, as client-go does.
-pub const DEFAULT_CONSUMERS: usize = 1;
-
-/// W5's consumer threads unless told otherwise: its slow handler is what extra consumers are
-/// for (docs/workloads.md).
-pub const W5_CONSUMERS: usize = 2;
-
-/// W5's handler cost unless told otherwise: CPU microseconds burnt per delta.
-pub const W5_HANDLER_US: u64 = 2;
-
-/// W4's reader threads unless told otherwise.
-pub const DEFAULT_READERS: usize = 2;
-
-impl EngineConfig {
-    /// The knobs `workload` runs with unless told otherwise: [`DEFAULT_SHARDS`] shards,
-    /// [`DEFAULT_CONSUMERS`] consumers ([`W5_CONSUMERS`] for W5), [`DEFAULT_READERS`] readers,
-    /// no handler cost ([`W5_HANDLER_US`] for W5), and no pacing.
-    ///
-    /// [`DEFAULT_SHARDS`]: kcache::sharded::DEFAULT_SHARDS
-    pub fn for_workload(workload: Workload) -> Self {
-        let w5 = workload == Workload::W5;
-        Self {
-            consumers: if w5 { W5_CONSUMERS } else { DEFAULT_CONSUMERS },
-            handler_cost: Duration::from_micros(if w5 { W5_HANDLER_US } else { 0 }),
-            ..Self::default()
-        }
-    }
-}
-
-impl Default for EngineConfig {
-    /// The knobs of a run without a slow handler (a replay, W1–W4): see
-    /// [`EngineConfig::for_workload`].
-    fn default() -> Self {
-        Self {
-            shards: kcache::sharded::DEFAULT_SHARDS,
-            consumers: DEFAULT_CONSUMERS,
-            readers: DEFAULT_READERS,
-            handler_cost: Duration::ZERO,
-            rate: None,
-            max_queued_deltas: 0,
-            compact_updates: false,
-        }
-    }
-}
-
-/// How the workload reaches the engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// Through the queue to consumers that apply pops to the indexer (W1–W3, W5, replay).
-    Queue,
-    /// One writer straight into the indexer while readers query it (W4).
-    Direct,
-}
-
-impl Mode {
-    /// How `workload` reaches the engine: W4 writes straight into the indexer, the others go
-    /// through the queue.
-    pub fn of(workload: Workload) -> Self {
-        if workload.uses_queue() {
-            Mode::Queue
-        } else {
-            Mode::Direct
-        }
-    }
-}
-
-/// Reports the producer's progress (ops done); called every few thousand ops.
-pub trait Progress: Sync {
-    /// `done` ops of the run have been performed.
-    fn set(&self, done: u64);
-}
-
-/// Reports nothing.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoProgress;
-
-impl Progress for NoProgress {
-    fn set(&self, _done: u64) {}
-}
-
-impl Progress for indicatif::ProgressBar {
-    fn set(&self, done: u64) {
-        self.set_position(done);
-    }
-}
 
 /// What a finished run leaves behind: the store (for the verdict) and what was measured.
 pub struct Finished {
@@ -283,8 +88,10 @@ pub enum EngineError {
 /// Runs `gen` through `engine`, and returns the drained store with what was measured.
 ///
 /// ```
-/// use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
-/// use loadgen::workload::{generate, Workload, WorkloadSpec};
+/// use loadgen::driver::execute;
+/// use loadgen::engines::{EngineConfig, EngineKind, Mode};
+/// use loadgen::progress::NoProgress;
+/// use workloads::{generate, Workload, WorkloadSpec};
 /// let gen = generate(&WorkloadSpec::new(Workload::W1).keys(50).events(500));
 /// let done = execute(EngineKind::Reference, &gen, Mode::Queue, &EngineConfig::default(), &NoProgress).unwrap();
 /// let verdict = loadgen::verdict::check(&gen.model, &*done.store, &done.counters);
@@ -468,64 +275,6 @@ pub(crate) fn produce<Q: DeltaQueue<Pod>>(
     }
     progress.set(ops.len() as u64);
     (errors, rate.map(|_| lag))
-}
-
-/// The producer checks its schedule every this many ops (bursts of this size are fine).
-pub const PACE_EVERY: usize = 16;
-
-/// A paced producer keeps its schedule when its largest lag is at most this share of the run's
-/// scheduled length (docs/workloads.md, "Capacity").
-pub const MAX_LAG_SHARE: f64 = 0.01;
-
-/// When op `n` is due, after the start, at `rate` ops per second: `n / rate` seconds.
-pub fn due_time(n: usize, rate: u64) -> Duration {
-    let nanos = n as u128 * 1_000_000_000 / u128::from(rate.max(1));
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
-}
-
-/// Whether a producer that performed `ops` ops at `rate` ops per second kept its schedule: its
-/// largest lag `lag` is at most [`MAX_LAG_SHARE`] of the scheduled length `ops / rate`.
-///
-/// ```
-/// use std::time::Duration;
-/// use loadgen::driver::kept_schedule;
-/// // 100,000 ops at 50,000/s are scheduled over 2 s: up to 20 ms behind is keeping up.
-/// assert!(kept_schedule(Duration::from_millis(20), 100_000, 50_000));
-/// assert!(!kept_schedule(Duration::from_millis(21), 100_000, 50_000));
-/// ```
-pub fn kept_schedule(lag: Duration, ops: usize, rate: u64) -> bool {
-    lag.as_secs_f64() <= MAX_LAG_SHARE * due_time(ops, rate).as_secs_f64()
-}
-
-/// Waits until op `n` is due at `rate` ops per second after `start`: sleeps while it is far
-/// off; for the last stretch (a sleep overshoots by tens of microseconds) it polls the clock,
-/// yielding the CPU between polls, and spins only for the last 3 µs. Returns how late op `n`
-/// already was (zero when it was early).
-///
-/// The producer stands for an API server on another machine: it must not take CPU the
-/// consumers could use. It used to spin for the whole last 200 µs, which at any rate above a
-/// few thousand ops per second meant spinning all the time: a whole core of two gone, so W5's
-/// two sharded consumers shared the other one (capacity 367k events/s; yielding, 590-617k; the
-/// reference's one consumer had a core either way). Yielding leaves the core to any runnable
-/// consumer and still issues each op on time when none is. (Sleeping until each op was due
-/// freed the core too, but sent the ops due during a sleep's overshoot together, and the
-/// consumers slept between those bursts: the p50 hand-off at 200k/s went from ~10 to ~21 µs.)
-pub fn pace(start: Instant, n: usize, rate: u64) -> Duration {
-    let due = due_time(n, rate);
-    loop {
-        let now = start.elapsed();
-        if now >= due {
-            return now - due;
-        }
-        let ahead = due - now;
-        if ahead > Duration::from_micros(200) {
-            thread::sleep(ahead - Duration::from_micros(100));
-        } else if ahead > Duration::from_micros(3) {
-            thread::yield_now();
-        } else {
-            std::hint::spin_loop();
-        }
-    }
 }
 
 /// Stamps an add/update/delete with the time since `start` (+1, so 0 means "not sampled").
@@ -768,56 +517,6 @@ fn write_all<S: Indexer<Pod>>(store: &S, ops: &[Op], progress: &dyn Progress) ->
     }
     progress.set(ops.len() as u64);
     c
-}
-
-/// One W4 read pair, as a client of the engine would make it.
-pub trait W4Reads: Indexer<Pod> {
-    /// `get_by_key(key)` and `by_index("node", node)`: how many objects they found.
-    fn get_and_by_index(&self, key: &Key, node: &str) -> usize;
-}
-
-/// The reference (client-go's API) has only the `Arc` reads: one reference count per object.
-impl W4Reads for kcache::reference::IndexedStore<Pod> {
-    fn get_and_by_index(&self, key: &Key, node: &str) -> usize {
-        usize::from(self.get_by_key(key).is_some())
-            + self.by_index(NODE_INDEX, node).map_or(0, |v| v.len())
-    }
-}
-
-/// The sharded indexer's borrowed reads: no reference count per object. Each read pins on
-/// its own, as a lone call would.
-impl W4Reads for kcache::sharded::IndexedStore<Pod> {
-    fn get_and_by_index(&self, key: &Key, node: &str) -> usize {
-        usize::from(self.pin().get_by_key(key).is_some())
-            + self.pin().by_index(NODE_INDEX, node).map_or(0, |v| v.len())
-    }
-}
-
-/// A W4 reader: `get_by_key(random key)` and `by_index("node", random node)` until `done`.
-fn read_until_done<S: W4Reads>(
-    store: &S,
-    universe: &crate::workload::Universe,
-    reader: u64,
-    done: &AtomicBool,
-) -> u64 {
-    let (keys, nodes) = (&universe.keys, &universe.nodes);
-    if keys.is_empty() || nodes.is_empty() {
-        return 0;
-    }
-    let mut rng = crate::workload::SplitMix64::new(0x5EED_0000 + reader);
-    let mut reads = 0u64;
-    let mut found = 0usize;
-    while !done.load(Ordering::Relaxed) {
-        // Check the flag once per small batch so the flag's cache line is not hammered.
-        for _ in 0..32 {
-            let key = &keys[rng.below(keys.len())];
-            let node = &nodes[rng.below(nodes.len())];
-            found += store.get_and_by_index(key, node.as_str());
-            reads += 2;
-        }
-    }
-    std::hint::black_box(found);
-    reads
 }
 
 #[cfg(test)]

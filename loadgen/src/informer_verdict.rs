@@ -16,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use crate::verdict::Verdict;
-use crate::workload::{Generated, Op};
+use workloads::{Generated, Op};
 
 /// At most this many violations of one kind are spelled out per handler.
 const MAX_EXAMPLES: usize = 3;
@@ -304,7 +304,7 @@ fn describe(view: KeyView) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{generate, Workload, WorkloadSpec};
+    use workloads::{generate, Workload, WorkloadSpec};
 
     fn tiny(w: Workload) -> Generated {
         generate(&WorkloadSpec::new(w).keys(200).events(3_000))

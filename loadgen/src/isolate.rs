@@ -16,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
-use crate::driver::EngineKind;
-use crate::report::RunResult;
+use crate::engines::EngineKind;
+use crate::result::RunResult;
 
 /// A child run could not be started or did not report.
 #[derive(Debug, thiserror::Error)]

@@ -1,55 +1,61 @@
-//! The load generator's library, shared by the `loadgen` binary, its tests and the benchmarks.
+//! The load generator's library, shared by the `loadgen` binary and its tests.
 //!
-//! One module per job:
+//! # Layout
 //!
-//! | module | what it does |
-//! |---|---|
-//! | [`ops`] (+ `ops/`) | `loadgen ops`: replays an ops trace (docs/traces.md) through one engine |
-//! | [`workload`] | generates the synthetic workloads W1–W6 (docs/workloads.md) and their model |
-//! | [`driver`] | runs a generated workload through an engine: producer, consumers, timing |
-//! | [`verdict`] | judges a finished run against the workload's model |
-//! | [`latency`], [`rss`] | enqueue-to-pop latency sampling; peak resident memory |
-//! | [`timeline`] | latency over time: per-interval p50/p99/max of a run, to locate stalls |
-//! | [`thp`] | restarts the binary with mimalloc's transparent-huge-page advice off (its faults stall runs) |
-//! | [`scale`] | `loadgen scale`: throughput, latency and bytes per key against the key count |
-//! | [`report`] | one run's measured result; the table, the JSON report, the exit code |
-//! | [`isolate`] | runs each engine in a child process of its own |
-//! | [`run`] | `loadgen run`: one workload through one engine or both |
-//! | [`capacity`] | `loadgen capacity`: the highest offered rate an engine keeps up with, and its latency curve |
-//! | [`through_informer`] | `loadgen run --through informer`: the same events through the whole informer pipeline |
-//! | [`informer_verdict`] | judges each handler of a run through the informer |
-//! | [`controller_loop`] | W6: DeltaFIFO, indexer, workqueue and workers as one controller, and its verdict |
-//! | [`compare`] | `loadgen compare`: every workload through both engines, side by side |
-//! | [`chart`] | the SVG charts of `compare` and `capacity` |
-//! | [`machine`] | what machine a comparison ran on |
-//! | [`watch_stream`] | `loadgen replay`: reads a recorded kubectl watch stream and replays it |
-//! | [`ui`] | progress bars and notes on stderr |
-//! | `serve` (feature `wire`) | `loadgen serve`: a synthetic Kubernetes API server for pods (docs/wire.md) |
+//! The crate is a stack of floors: a module imports only from its own floor or below, and no two
+//! modules import each other. `scripts/layers` reads this table and checks the imports against
+//! it, so the table is the layout.
+//!
+//! | floor | modules | what they do |
+//! |---|---|---|
+//! | 0 | the workloads crate (outside loadgen) | generates the synthetic workloads W1–W6 (docs/workloads.md) and their model |
+//! | 1 | [`latency`], [`timeline`], [`rss`], [`machine`], [`thp`] | enqueue-to-pop latency sampling; latency over time (per-interval p50/p99/max, to locate stalls); peak resident memory; what machine a run was on and the command line that made it; restarting with mimalloc's transparent-huge-page advice off (its faults stall runs) |
+//! | 1 | [`engines`], [`args`], [`progress`], [`ui`], [`units`], [`sync`] | engine names and one run's knobs; value parsers several commands share; progress reporting and bars and notes on stderr; numbers as tables show them; a lock that survives a panicked holder |
+//! | 1 | [`result`] | one engine's measured result: the row every report shows and the JSON a child process hands back |
+//! | 2 | [`driver`], [`pacing`], [`readers`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers |
+//! | 2 | [`verdict`], [`informer_verdict`] | judges a finished run against the workload's model; judges each handler of a run through the informer |
+//! | 2 | [`controller_loop`], [`through_informer`] | W6: DeltaFIFO, indexer, workqueue and workers as one controller; the same events through the whole informer pipeline |
+//! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
+//! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
+//! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart |
+//! | 3 | `serve` (feature wire) | the synthetic Kubernetes API server for pods (docs/wire.md) that `loadgen serve` and `loadgen e2e` run (its command line still lives in `serve/mod.rs`) |
+//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], `e2e` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `e2e` (real clients against `serve`) |
+//!
+//! A command never imports another command: what two commands share lives a floor down
+//! (`compare` runs the same [`runs`], [`capacity_search`] and [`scale_sweep`] as `run`,
+//! `capacity` and `scale`). `main.rs` only parses the command line and dispatches.
 
 #![forbid(unsafe_code)]
 
-pub mod capacity;
+pub mod args;
+pub mod capacity_report;
+pub mod capacity_search;
 pub mod chart;
-pub mod compare;
+pub mod commands;
 pub mod controller_loop;
 pub mod driver;
 #[cfg(feature = "wire")]
 pub mod e2e;
+pub mod engines;
 pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;
 pub mod machine;
-pub mod ops;
+pub mod pacing;
+pub mod progress;
+pub mod readers;
 pub mod report;
+pub mod result;
 pub mod rss;
-pub mod run;
-pub mod scale;
+pub mod runs;
+pub mod scale_report;
+pub mod scale_sweep;
 #[cfg(feature = "wire")]
 pub mod serve;
+pub mod sync;
 pub mod thp;
 pub mod through_informer;
 pub mod timeline;
 pub mod ui;
+pub mod units;
 pub mod verdict;
-pub mod watch_stream;
-pub mod workload;

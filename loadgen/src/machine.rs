@@ -91,3 +91,19 @@ fn git_commit() -> Option<String> {
         commit
     })
 }
+
+/// The command line as anyone can rerun it from the repository (the binary's own path is
+/// local to the machine), shell-quoted where needed.
+pub fn command_line() -> String {
+    let args = std::env::args().skip(1).map(|a| {
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        } else {
+            a
+        }
+    });
+    std::iter::once("cargo run --release -p loadgen --".to_string())
+        .chain(args)
+        .collect::<Vec<_>>()
+        .join(" ")
+}

@@ -34,22 +34,22 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Replay an ops trace (docs/traces.md) from stdin; one JSON line per output on stdout.
-    Ops(loadgen::ops::OpsArgs),
+    Ops(loadgen::commands::ops::OpsArgs),
     /// Run one workload (docs/workloads.md) through one engine or all, and report.
-    Run(loadgen::run::RunArgs),
+    Run(loadgen::commands::run::RunArgs),
     /// Run W1–W6 through both engines side by side; write results/latest.{json,md} and charts.
-    Compare(loadgen::compare::CompareArgs),
+    Compare(loadgen::commands::compare::CompareArgs),
     /// Find the highest offered rate each engine keeps up with (p99 within a limit), with its
     /// latency curve (docs/workloads.md, "Capacity").
-    Capacity(loadgen::capacity::CapacityArgs),
+    Capacity(loadgen::commands::capacity::CapacityArgs),
     /// Replay a recorded Kubernetes watch stream through both engines.
-    Replay(loadgen::watch_stream::ReplayArgs),
+    Replay(loadgen::commands::replay::ReplayArgs),
     /// Serve pods as a Kubernetes API server (docs/wire.md), churning them at a chosen rate.
     #[cfg(feature = "wire")]
     Serve(loadgen::serve::ServeArgs),
     /// Sweep the key count: events/s, paced p99 and bytes per key of each engine, with a
     /// chart.
-    Scale(loadgen::scale::ScaleArgs),
+    Scale(loadgen::commands::scale::ScaleArgs),
     /// Run kcache's informer (through its kube-rs adapter) and kube-rs' own reflector against
     /// `serve`, and report events/s, lag, memory and a verdict per client.
     #[cfg(feature = "wire")]
@@ -66,14 +66,14 @@ fn main() -> ExitCode {
     loadgen::thp::reexec_without_thp();
     let cli = Cli::parse();
     match cli.command {
-        Command::Ops(args) => loadgen::ops::main(args),
-        Command::Run(args) => loadgen::run::main(args),
-        Command::Compare(args) => loadgen::compare::main(args),
-        Command::Capacity(args) => loadgen::capacity::main(args),
-        Command::Replay(args) => loadgen::watch_stream::main(args),
+        Command::Ops(args) => loadgen::commands::ops::main(args),
+        Command::Run(args) => loadgen::commands::run::main(args),
+        Command::Compare(args) => loadgen::commands::compare::main(args),
+        Command::Capacity(args) => loadgen::commands::capacity::main(args),
+        Command::Replay(args) => loadgen::commands::replay::main(args),
         #[cfg(feature = "wire")]
         Command::Serve(args) => loadgen::serve::main(args),
-        Command::Scale(args) => loadgen::scale::main(args),
+        Command::Scale(args) => loadgen::commands::scale::main(args),
         #[cfg(feature = "wire")]
         Command::E2e(args) => loadgen::e2e::main(args),
         #[cfg(feature = "wire")]

@@ -28,7 +28,6 @@
 //!   sample of the events. In the report's row, `deltas` counts the first handler's
 //!   notifications and `pops` is 0 (the informer does not expose its pops).
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -42,16 +41,19 @@ use kcache::KeyFn;
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, IndexValues, Indexer, Indexers};
 use smallvec::smallvec;
 
-use crate::driver::{pace, EngineConfig, EngineKind, Progress, PACE_EVERY, SHARDED_BATCH};
+use crate::driver::SHARDED_BATCH;
+use crate::engines::{EngineConfig, EngineKind};
 use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
 use crate::latency::{new_histogram, SAMPLE_EVERY};
-use crate::report::{aligned, si, LatencyUs};
-use crate::report::{peak_rss, HandlerResult, RunResult};
+use crate::pacing::{pace, PACE_EVERY};
+use crate::progress::Progress;
+use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
 use crate::rss::RssProbe;
-use crate::run::{child_args as queue_child_args, generate_with_progress, RunArgs, RunError};
+use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
 use crate::ui::Ui;
+use crate::units::si;
 use crate::verdict::Verdict;
-use crate::workload::{Generated, Op, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
+use workloads::{Generated, Op, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
 
 /// Handlers unless told otherwise.
 pub const DEFAULT_HANDLERS: usize = 3;
@@ -782,7 +784,7 @@ pub fn measure(
         verdict: summary,
         failures,
         handlers,
-        informer: Some(crate::report::InformerStats {
+        informer: Some(InformerStats {
             lists: done.lists,
             watches: done.watches,
             reflector_errors: done.reflector_errors,
@@ -791,14 +793,6 @@ pub fn measure(
         }),
         ..Default::default()
     })
-}
-
-/// The informer path's knobs from `loadgen run`'s arguments.
-pub fn config(args: &RunArgs) -> InformerConfig {
-    InformerConfig {
-        handlers: args.handlers,
-        slow_handler: Duration::from_micros(args.slow_handler_us),
-    }
 }
 
 /// The command line of a child that runs `engine` alone through the informer.
@@ -822,32 +816,38 @@ pub fn child_args(
 
 /// `loadgen run --through informer`: every chosen engine, each in a child process unless
 /// `--in-process`.
-pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
-    if !args.workload.uses_queue() {
+pub fn run(
+    spec: &WorkloadSpec,
+    engines: &[EngineKind],
+    cfg: &EngineConfig,
+    icfg: &InformerConfig,
+    in_process: bool,
+    ui: Ui,
+) -> Result<Vec<RunResult>, RunError> {
+    if !spec.workload.uses_queue() {
         return Err(RunError::Invalid(format!(
             "{} writes straight into the indexer: it has no informer path (use w1, w2, w3 or w5)",
-            args.workload
+            spec.workload
         )));
     }
-    if args.workload == crate::workload::Workload::W6 {
+    if spec.workload == Workload::W6 {
         return Err(RunError::Invalid(
             "w6 is its own pipeline (DeltaFIFO, indexer, workqueue, workers): run it without \
              --through informer"
                 .into(),
         ));
     }
-    let (spec, cfg, icfg) = (args.spec(), args.config(), config(args));
     crate::isolate::run_each(
-        &args.engine.engines(),
-        args.in_process,
-        |engine| child_args(&spec, engine, &cfg, &icfg),
+        engines,
+        in_process,
+        |engine| child_args(spec, engine, cfg, icfg),
         |engines| {
-            let gen = generate_with_progress(&spec, ui)?;
+            let gen = generate_with_progress(spec, ui)?;
             let mut results = Vec::with_capacity(engines.len());
             for &engine in engines {
                 let label = format!("{} {engine} informer", spec.workload);
                 let phase = ui.phase(label, gen.ops.len() as u64);
-                let result = measure(engine, &gen, spec.workload, &cfg, &icfg, &phase)?;
+                let result = measure(engine, &gen, spec.workload, cfg, icfg, &phase)?;
                 phase.finish(&format!(
                     "{} events/s, verdict {}",
                     si(result.events_per_s),
@@ -858,113 +858,4 @@ pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             Ok(results)
         },
     )
-}
-
-/// One row per handler of every informer run; empty when no run went through the informer.
-pub fn handler_table(results: &[RunResult]) -> String {
-    let mut rows = vec![[
-        "engine",
-        "workload",
-        "handler",
-        "notifications",
-        "tombstones",
-        "final at s",
-        "verdict",
-    ]
-    .map(String::from)
-    .to_vec()];
-    for r in results {
-        for h in &r.handlers {
-            rows.push(vec![
-                r.engine.clone(),
-                r.workload.clone(),
-                format!("{}{}", h.handler, if h.slow { " (slow)" } else { "" }),
-                h.notifications.to_string(),
-                h.tombstones.to_string(),
-                h.caught_up_s
-                    .map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
-                h.verdict.clone(),
-            ]);
-        }
-    }
-    if rows.len() == 1 {
-        return String::new();
-    }
-    let mut out = String::from("\n");
-    out.push_str(&aligned(&rows));
-    for r in results {
-        if let Some(s) = &r.informer {
-            let _ = writeln!(
-                out,
-                "{} {}: {} lists, {} watches, {} reflector errors (scripted outages and 410s \
-                 included), {} resyncs left out",
-                r.engine, r.workload, s.lists, s.watches, s.reflector_errors, s.skipped_resyncs
-            );
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::run::parse_args as parse;
-
-    #[test]
-    fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
-        let parent = parse(&[
-            "--workload",
-            "w3",
-            "--through",
-            "informer",
-            "--handlers",
-            "5",
-            "--slow-handler-us",
-            "7",
-            "--keys",
-            "300",
-            "--rate",
-            "1000",
-        ]);
-        let (spec, cfg, icfg) = (parent.spec(), parent.config(), config(&parent));
-        assert_eq!(icfg.handlers, 5);
-        let args = child_args(&spec, EngineKind::Reference, &cfg, &icfg);
-        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.through, Through::Informer);
-        assert_eq!(
-            (child.spec(), child.config(), config(&child)),
-            (spec, cfg, icfg)
-        );
-        assert!(child.in_process);
-    }
-
-    #[test]
-    fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
-        let args = parse(&["--workload", "w1"]);
-        assert_eq!(args.through, Through::Queue);
-        assert_eq!(config(&args), InformerConfig::default());
-        assert!(parse_handlers("65").is_err());
-    }
-
-    #[test]
-    fn one_engine_in_process_passes_with_every_handler_ok() {
-        let args = parse(&[
-            "--workload",
-            "w5",
-            "--through",
-            "informer",
-            "--engine",
-            "reference",
-            "--keys",
-            "100",
-            "--events",
-            "1000",
-        ]);
-        let results = run(&args, Ui::Quiet).expect("tiny run");
-        assert_eq!(results.len(), 1);
-        assert!(results[0].is_ok(), "{:?}", results[0].failures);
-        assert_eq!(results[0].handlers.len(), 3);
-        assert!(results[0].handlers[2].slow);
-        assert!(handler_table(&results).contains("2 (slow)"));
-    }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use crate::driver::Progress;
+use crate::progress::Progress;
 
 /// Where progress goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use kcache::{Indexer, Key};
 
-use crate::workload::{Model, Pod, NAMESPACE_INDEX, NODE_INDEX};
+use workloads::{Model, Pod, NAMESPACE_INDEX, NODE_INDEX};
 
 /// What the consumers saw, summed over all consumer threads.
 ///

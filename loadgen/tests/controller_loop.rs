@@ -7,12 +7,13 @@
 
 mod common;
 
+use loadgen::commands::run::{run, RunArgs};
 use loadgen::controller_loop::{
     check_controller, fails, last_events, state_code, ControllerRecord,
 };
-use loadgen::run::{run, EngineChoice, RunArgs};
+use loadgen::engines::EngineChoice;
 use loadgen::ui::Ui;
-use loadgen::workload::{generate, Generated, Op, Workload, WorkloadSpec};
+use workloads::{generate, Generated, Op, Workload, WorkloadSpec};
 
 const KEYS: usize = 300;
 const EVENTS: usize = 3_000;
@@ -213,7 +214,7 @@ fn a_w6_child_command_line_asks_for_the_parents_workers_and_reconcile_cost() {
     .run;
     let args = loadgen::controller_loop::child_args(
         &parent.spec(),
-        loadgen::driver::EngineKind::Sharded,
+        loadgen::engines::EngineKind::Sharded,
         &parent.config(),
         &parent.controller(),
     );

@@ -5,10 +5,11 @@
 
 mod common;
 
-use loadgen::driver::{EngineConfig, EngineKind, NoProgress};
+use loadgen::engines::{EngineConfig, EngineKind};
 use loadgen::informer_verdict::{judge, HandlerRecord, KeyView};
+use loadgen::progress::NoProgress;
 use loadgen::through_informer::{execute, InformerConfig};
-use loadgen::workload::{generate, Workload, WorkloadSpec};
+use workloads::{generate, Workload, WorkloadSpec};
 
 #[test]
 fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {

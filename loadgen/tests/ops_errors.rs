@@ -8,7 +8,7 @@ mod common;
 
 use std::process::Output;
 
-use loadgen::ops::{replay, EngineChoice, OpsError};
+use loadgen::commands::ops::{replay, EngineChoice, OpsError};
 
 const ADD_A: &str = r#"{"op":"add","obj":{"key":"ns/a","v":1}}"#;
 const POP_A: &str = r#"{"pop":"ns/a","initial":false,"deltas":[{"type":"Added","v":1}]}"#;

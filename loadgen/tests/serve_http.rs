@@ -389,7 +389,7 @@ async fn a_reader_too_slow_for_the_window_gets_410_instead_of_a_growing_backlog(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_churn_starts_when_released() {
     let mut config = loadgen::serve::ServeConfig::new(
-        loadgen::workload::WorkloadSpec::new(loadgen::workload::Workload::W1)
+        workloads::WorkloadSpec::new(workloads::Workload::W1)
             .keys(200)
             .events(500),
         1e6,

@@ -249,14 +249,14 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
     let _ = watch.wait();
 
     let bytes = std::fs::read(&trace).unwrap();
-    let parsed = loadgen::watch_stream::parse_trace(&bytes);
+    let parsed = loadgen::commands::replay::parse_trace(&bytes);
     assert!(parsed.bad.is_empty(), "{:?}", parsed.bad.first());
     assert!(parsed.errors.is_empty());
     // The trace's final state is the server's.
     let mut state = BTreeMap::new();
     for e in &parsed.events {
         match e.kind {
-            loadgen::watch_stream::WatchType::Deleted => {
+            loadgen::commands::replay::WatchType::Deleted => {
                 state.remove(&e.key());
             }
             _ => {

@@ -5,9 +5,11 @@
 use std::sync::Arc;
 
 use kcache::{IndexError, Indexer, Indexers, Key, KeyError, KnownObjects, Store};
-use loadgen::driver::{execute, EngineConfig, EngineKind, Finished, Mode, NoProgress};
+use loadgen::driver::{execute, Finished};
+use loadgen::engines::{EngineConfig, EngineKind, Mode};
+use loadgen::progress::NoProgress;
 use loadgen::verdict::{check, Counters};
-use loadgen::workload::{generate, Generated, Pod, Workload, WorkloadSpec};
+use workloads::{generate, Generated, Pod, Workload, WorkloadSpec};
 
 fn spec(w: Workload) -> WorkloadSpec {
     WorkloadSpec::new(w).keys(400).events(6_000)

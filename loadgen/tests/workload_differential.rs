@@ -11,8 +11,10 @@
 use std::collections::BTreeMap;
 
 use kcache::Indexer;
-use loadgen::driver::{execute, EngineConfig, EngineKind, Mode, NoProgress};
-use loadgen::workload::{generate, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
+use loadgen::driver::execute;
+use loadgen::engines::{EngineConfig, EngineKind, Mode};
+use loadgen::progress::NoProgress;
+use workloads::{generate, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
 
 fn scale() -> usize {
     std::env::var("KCACHE_STRESS_SCALE")

@@ -51,7 +51,7 @@ use clap::{Parser, ValueEnum};
 use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaQueue, Key, KnownObjects, NoopHandler, Store,
 };
-use loadgen::workload::{Op, Workload, DEFAULT_SEED};
+use workloads::{Op, Workload, DEFAULT_SEED};
 
 /// The same allocator as loadgen's (run it with `MIMALLOC_ALLOW_THP=0`, as loadgen runs).
 #[global_allocator]
@@ -99,7 +99,7 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     pop_batch: usize,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = loadgen::driver::parse_shards)]
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
     shards: usize,
     /// The workload generator's seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]

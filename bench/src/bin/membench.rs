@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use bench::alloc::CountingAlloc;
 use bench::mem::{breakdown, generate_workload, measure, table, Engine, MemReport};
 use clap::Parser;
-use loadgen::workload::{Workload, DEFAULT_SEED};
+use workloads::{Workload, DEFAULT_SEED};
 
 /// Every allocation of this binary goes through the counter.
 #[global_allocator]
@@ -35,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 150_000)]
     w3_keys: usize,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = loadgen::driver::parse_shards)]
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
     shards: usize,
     /// The workload generator's seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]

@@ -27,7 +27,7 @@ use clap::{Parser, ValueEnum};
 use kcache::{
     apply_deltas_coalesced, DeltaQueue, Indexer, KnownObjects, NoopHandler, QueueOptions, TryPop,
 };
-use loadgen::workload::{pod_indexers, pod_key_fn, Pod, Universe, NAMESPACES, NODES};
+use workloads::{pod_indexers, pod_key_fn, Pod, Universe, NAMESPACES, NODES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Engine {

@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rss::status_field_bytes;
 use crate::serve::store::unix_nanos;
+use crate::sync::lock;
 
 /// The client a child runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -127,10 +128,6 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
     let user: u64 = fields.next()?.parse().ok()?;
     let system: u64 = fields.next()?.parse().ok()?;
     Some((user + system) as f64 / 100.0)
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What the handler saw: (resource version, unix nanoseconds).

@@ -24,10 +24,11 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
+use crate::args::parse_rate;
 use crate::serve::store::Publication;
 use crate::serve::{ServeConfig, Server, DEFAULT_WINDOW};
-use crate::workload::{Workload, WorkloadSpec};
 use client::{process_cpu_seconds, read_seen, ClientOutcome, OneClient};
+use workloads::{Workload, WorkloadSpec};
 
 /// Which clients to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -63,7 +64,7 @@ pub struct E2eArgs {
     #[arg(long, default_value_t = DEFAULT_WINDOW)]
     pub window: usize,
     /// The workload's seed.
-    #[arg(long, default_value_t = crate::workload::DEFAULT_SEED)]
+    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
     pub seed: u64,
     /// Give up on a client whose cache does not match this many seconds after the churn.
     #[arg(long, default_value_t = 60.0)]
@@ -82,15 +83,6 @@ pub struct E2eArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-}
-
-fn parse_rate(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!(
-            "{s:?} is not a rate: expected events per second, a number above 0"
-        )),
-    }
 }
 
 /// What one client did.

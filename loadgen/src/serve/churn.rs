@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::objects::{pod_json, EventType, PodState};
 use super::store::{Change, Store, StoredPod};
-use crate::workload::{Generated, Op, Pod};
+use workloads::{Generated, Op, Pod};
 
 /// At most this many events go into the store under one lock.
 const BATCH: u64 = 4096;
@@ -262,7 +262,7 @@ fn unix_now() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{generate, Workload, WorkloadSpec};
+    use workloads::{generate, Workload, WorkloadSpec};
 
     #[test]
     fn the_server_ends_in_the_workloads_final_state() {

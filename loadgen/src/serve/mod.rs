@@ -30,10 +30,11 @@ use std::time::Duration;
 use axum::serve::ListenerExt;
 use tokio::sync::watch as signal;
 
-use crate::workload::{generate, Workload, WorkloadSpec};
+use crate::args::parse_rate;
 use churn::{Churn, ChurnSummary};
 use routes::App;
 use store::Store;
+use workloads::{generate, Workload, WorkloadSpec};
 
 /// The default window of recent events a watch can resume from.
 pub const DEFAULT_WINDOW: usize = 100_000;
@@ -66,20 +67,11 @@ pub struct ServeArgs {
     #[arg(long)]
     pub events: Option<usize>,
     /// The workload's seed.
-    #[arg(long, default_value_t = crate::workload::DEFAULT_SEED)]
+    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
     pub seed: u64,
     /// Seconds between the bookmarks of a watch with allowWatchBookmarks=true.
     #[arg(long, default_value_t = DEFAULT_BOOKMARK_SECONDS, value_parser = parse_bookmark_seconds)]
     pub bookmark_seconds: f64,
-}
-
-fn parse_rate(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
-        _ => Err(format!(
-            "{s:?} is not a rate: expected events per second, a number above 0"
-        )),
-    }
 }
 
 fn parse_window(s: &str) -> Result<usize, String> {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loadgen::serve::{ServeConfig, Server};
-use loadgen::workload::{Workload, WorkloadSpec};
+use workloads::{Workload, WorkloadSpec};
 
 /// A server for W1 with `keys` pods churning `events` events at `rate` per second, with a
 /// window of `window` events and bookmarks every 200 ms (so tests see some).

@@ -23,11 +23,13 @@ use kcache::Key;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::driver::{EngineConfig, Mode, DEFAULT_CONSUMERS};
-use crate::report::{finish, refuse, table, write_json, RunResult};
-use crate::run::{run_engines, EngineChoice, RunError};
+use crate::engines::{EngineChoice, EngineKind};
+use crate::engines::{EngineConfig, Mode, DEFAULT_CONSUMERS};
+use crate::report::{finish, refuse, table, write_json};
+use crate::result::RunResult;
+use crate::runs::{run_engines, RunError};
 use crate::ui::Ui;
-use crate::workload::{Generated, Model, Op, Pod, Universe};
+use workloads::{Generated, Model, Op, Pod, Universe};
 
 /// Arguments of `loadgen replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -39,10 +41,10 @@ pub struct ReplayArgs {
     #[arg(long, value_enum, default_value = "all")]
     pub engine: EngineChoice,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    #[arg(long, default_value_t = DEFAULT_CONSUMERS, value_parser = crate::driver::parse_consumers)]
+    #[arg(long, default_value_t = DEFAULT_CONSUMERS, value_parser = crate::engines::parse_consumers)]
     pub consumers: usize,
     /// Also write the results as JSON here.
     #[arg(long)]
@@ -209,7 +211,7 @@ fn skip_whitespace(bytes: &[u8], mut pos: usize) -> usize {
 /// {"type":"ADDED","object":
 /// {"type":"DELETED","object":{"metadata":{"namespace":"ns","name":"a","resourceVersion":"6"}}}
 /// "#;
-/// let trace = loadgen::watch_stream::parse_trace(text);
+/// let trace = loadgen::commands::replay::parse_trace(text);
 /// assert_eq!(trace.events.len(), 2);
 /// assert_eq!(trace.bad.len(), 1);
 /// assert_eq!(trace.bad[0].start.line, 2);
@@ -480,7 +482,7 @@ fn replay_engines(
     cfg: &EngineConfig,
     ui: Ui,
 ) -> Result<Vec<RunResult>, RunError> {
-    let child_args = |engine: crate::driver::EngineKind| {
+    let child_args = |engine: EngineKind| {
         [
             "replay",
             "--trace",

@@ -114,7 +114,7 @@ impl OutputLine {
     /// Writes the line as compact JSON followed by a newline.
     ///
     /// ```
-    /// use loadgen::ops::OutputLine;
+    /// use loadgen::commands::ops::OutputLine;
     /// let mut out = Vec::new();
     /// OutputLine::NothingQueued { closed: false }.write_to(&mut out).unwrap();
     /// assert_eq!(out, b"{\"pop\":null,\"closed\":false}\n");

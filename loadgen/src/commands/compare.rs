@@ -1,6 +1,6 @@
 //! `loadgen compare`: W1–W6 through both engines, side by side, with the ratio
 //! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
-//! [`capacity`](crate::capacity); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
+//! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
 //! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
 //! directory.
 //!
@@ -18,17 +18,24 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::capacity::{
+use crate::capacity_report::{claim, summary_rows};
+use crate::capacity_search::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
 use crate::chart::{capacity_svg, latency_svg, throughput_svg};
 use crate::controller_loop::{self, ControllerConfig};
-use crate::driver::{EngineConfig, EngineKind};
-use crate::machine::Machine;
-use crate::report::{aligned, finish, mib, refuse, si, write_file, write_json, RunResult};
-use crate::run::{run_spec, RunError};
+use crate::engines::{parse_consumers, EngineConfig, EngineKind};
+use crate::machine::{command_line, Machine};
+use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
+use crate::result::RunResult;
+use crate::runs::{run_spec, RunError};
+use crate::scale_report::{table as scale_table, write};
+use crate::scale_sweep::{
+    parse_key_counts, sweep, ScaleError, ScaleReport, SweepPlan, DEFAULT_KEYS, DEFAULT_RATE,
+};
 use crate::ui::Ui;
-use crate::workload::{Workload, WorkloadSpec, DEFAULT_SEED};
+use crate::units::{mib, si};
+use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 
 /// Arguments of `loadgen compare`.
 #[derive(Debug, Clone, clap::Args)]
@@ -40,11 +47,11 @@ pub struct CompareArgs {
     #[arg(long)]
     pub quick: bool,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: per workload, see `loadgen run --help`.
-    #[arg(long, value_parser = crate::driver::parse_consumers)]
+    #[arg(long, value_parser = parse_consumers)]
     pub consumers: Option<usize>,
     /// Bound both engines' backlog (see `loadgen run --help`; 0: unbounded, the default).
     #[arg(long, default_value_t = 0)]
@@ -360,7 +367,7 @@ pub fn side_by_side(results: &[RunResult]) -> Vec<Vec<String>> {
     ]
     .map(String::from)
     .to_vec()];
-    let loads = crate::report::first_seen(results, |r| &r.workload);
+    let loads = first_seen(results, |r| &r.workload);
     for w in loads {
         let get = |engine: EngineKind| {
             results
@@ -478,7 +485,7 @@ fn capacity_markdown(md: &mut String, curves: &[Curve]) {
          latency and peak +RSS are the probe's at that rate. Probes are shorter than \
          `loadgen capacity`'s: see `latest.json` for every probe.\n"
     );
-    let rows = crate::capacity::summary_rows(curves);
+    let rows = summary_rows(curves);
     for (i, row) in rows.iter().enumerate() {
         let _ = writeln!(md, "| {} |", row.join(" | "));
         if i == 0 {
@@ -487,27 +494,11 @@ fn capacity_markdown(md: &mut String, curves: &[Curve]) {
     }
     for w in capacity_workloads(curves) {
         let of_w: Vec<Curve> = curves.iter().filter(|c| c.workload == w).cloned().collect();
-        if let Some(claim) = crate::capacity::claim(&of_w) {
+        if let Some(claim) = claim(&of_w) {
             let _ = writeln!(md, "\n{claim}.");
         }
         let _ = writeln!(md, "\n![{w} capacity](capacity-{w}.svg)");
     }
-}
-
-/// The command line as anyone can rerun it from the repository (the binary's own path is
-/// local to the machine), shell-quoted where needed.
-pub fn command_line() -> String {
-    let args = std::env::args().skip(1).map(|a| {
-        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
-            format!("'{}'", a.replace('\'', r"'\''"))
-        } else {
-            a
-        }
-    });
-    std::iter::once("cargo run --release -p loadgen --".to_string())
-        .chain(args)
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 /// Writes the four files into `out`; returns their paths.
@@ -543,28 +534,26 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
 }
 
 /// `compare --scale`: W1 over key counts, written into the output directory beside the rest.
-fn scale_sweep(
-    args: &CompareArgs,
-    ui: Ui,
-) -> Result<crate::scale::ScaleReport, crate::scale::ScaleError> {
-    let keys = if args.quick {
-        "200,1k"
-    } else {
-        crate::scale::DEFAULT_KEYS
-    };
-    let sweep = crate::scale::ScaleArgs {
-        workload: crate::workload::Workload::W1,
-        engine: crate::run::EngineChoice::All,
-        keys: crate::scale::parse_key_counts(keys).map_err(crate::scale::ScaleError::Invalid)?,
+fn scale_sweep(args: &CompareArgs, ui: Ui) -> Result<ScaleReport, ScaleError> {
+    let keys = if args.quick { "200,1k" } else { DEFAULT_KEYS };
+    let plan = SweepPlan {
+        workload: Workload::W1,
+        engines: EngineKind::ALL.to_vec(),
+        keys: parse_key_counts(keys).map_err(ScaleError::Invalid)?,
         events: Some(if args.quick { 2_000 } else { 1_000_000 }),
-        rate: crate::scale::DEFAULT_RATE,
+        rate: DEFAULT_RATE,
         shards: args.shards,
         seed: args.seed,
-        json: args.out.join("scale.json"),
-        chart: args.out.join("scale.svg"),
-        md: args.out.join("scale.md"),
     };
-    crate::scale::sweep_and_write(&sweep, ui)
+    let report = sweep(&plan, ui)?;
+    let out = &args.out;
+    write(
+        &report,
+        &out.join("scale.json"),
+        &out.join("scale.svg"),
+        &out.join("scale.md"),
+    )?;
+    Ok(report)
 }
 
 /// Runs `loadgen compare`.
@@ -591,7 +580,7 @@ pub fn main(args: CompareArgs) -> ExitCode {
     let mut shown = aligned(&side_by_side(&report.results));
     if !report.capacity.is_empty() {
         shown.push('\n');
-        shown.push_str(&aligned(&crate::capacity::summary_rows(&report.capacity)));
+        shown.push_str(&aligned(&summary_rows(&report.capacity)));
         for w in capacity_workloads(&report.capacity) {
             let of_w: Vec<Curve> = report
                 .capacity
@@ -599,14 +588,14 @@ pub fn main(args: CompareArgs) -> ExitCode {
                 .filter(|c| c.workload == w)
                 .cloned()
                 .collect();
-            if let Some(claim) = crate::capacity::claim(&of_w) {
+            if let Some(claim) = claim(&of_w) {
                 shown.push_str(&format!("{claim}\n"));
             }
         }
     }
     if let Some(scaled) = &scaled {
         shown.push('\n');
-        shown.push_str(&crate::scale::table(scaled));
+        shown.push_str(&scale_table(scaled));
     }
     // A failed verdict in a capacity probe is as much a bug as one in the table's runs.
     let every_run: Vec<RunResult> = report

@@ -12,7 +12,7 @@ use serde_json::{Map, Value};
 /// An object of a trace: `{"key":"ns/name","v":N}`; any other field is ignored.
 ///
 /// ```
-/// use loadgen::ops::TraceObject;
+/// use loadgen::commands::ops::TraceObject;
 /// let pod = TraceObject::new("ns/a", 3);
 /// assert_eq!(pod.key.as_str(), "ns/a");
 /// assert_eq!(pod.namespace.as_str(), "ns");
@@ -45,7 +45,7 @@ impl TraceObject {
     /// a [`KeyError`] when it is empty.
     ///
     /// ```
-    /// use loadgen::ops::TraceObject;
+    /// use loadgen::commands::ops::TraceObject;
     /// assert_eq!(TraceObject::key_of(&TraceObject::new("ns/a", 1)).unwrap().as_str(), "ns/a");
     /// assert!(TraceObject::key_of(&TraceObject::new("", 1)).is_err());
     /// ```
@@ -164,7 +164,7 @@ const OBJ_EXAMPLE: &str = r#"{"key":"ns/a","v":1}"#;
 /// not carry the line number (the caller adds it).
 ///
 /// ```
-/// use loadgen::ops::{parse_op, Op};
+/// use loadgen::commands::ops::{parse_op, Op};
 /// assert!(matches!(parse_op(r#"{"op":"pop"}"#), Ok(Op::Pop)));
 /// assert!(matches!(parse_op(r#"{"op":"add","obj":{"key":"ns/a","v":1,"node":"n1"}}"#), Ok(Op::Add(_))));
 /// assert!(parse_op(r#"{"op":"add"}"#).unwrap_err().contains("\"obj\""));

@@ -4,32 +4,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::driver::{EngineConfig, EngineKind, Mode, DEFAULT_READERS};
-use crate::report::{finish, measure, refuse, table, write_file, write_json, Report, RunResult};
+use crate::args::parse_workload;
+use crate::controller_loop::ControllerConfig;
+use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
+use crate::report::{finish, handler_table, refuse, table, write_file, write_json, Report};
+use crate::result::RunResult;
+use crate::runs::{run_spec, RunError};
+use crate::through_informer::{InformerConfig, Through};
 use crate::ui::Ui;
-use crate::workload::{generate, Generated, Workload, WorkloadSpec, DEFAULT_SEED};
-
-/// `reference`, `sharded` or `all`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum EngineChoice {
-    /// The faithful client-go port only.
-    Reference,
-    /// The sharded engine only.
-    Sharded,
-    /// Both, reference first, on the same events.
-    All,
-}
-
-impl EngineChoice {
-    /// The engines to run, in order.
-    pub fn engines(self) -> Vec<EngineKind> {
-        match self {
-            EngineChoice::Reference => vec![EngineKind::Reference],
-            EngineChoice::Sharded => vec![EngineKind::Sharded],
-            EngineChoice::All => EngineKind::ALL.to_vec(),
-        }
-    }
-}
+use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 
 /// Arguments of `loadgen run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -48,12 +31,12 @@ pub struct RunArgs {
     #[arg(long)]
     pub keys: Option<usize>,
     /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = crate::driver::parse_shards)]
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
     pub shards: usize,
     /// Consumer threads of the sharded engine (the reference always uses exactly one).
     /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
     /// producer and one consumer on two cores; a second consumer only competes for a core).
-    #[arg(long, value_parser = crate::driver::parse_consumers)]
+    #[arg(long, value_parser = crate::engines::parse_consumers)]
     pub consumers: Option<usize>,
     /// W4's reader threads.
     #[arg(long, default_value_t = DEFAULT_READERS)]
@@ -67,7 +50,7 @@ pub struct RunArgs {
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
     pub handler_us: Option<u64>,
-    /// The splitmix64 seed.
+    /// The generator's seed.
     #[arg(long, default_value_t = DEFAULT_SEED)]
     pub seed: u64,
     /// Offered load in ops per second: the producer paces itself instead of running flat out.
@@ -90,7 +73,7 @@ pub struct RunArgs {
     /// pops to the indexer: the engine bare) or `informer` (through an in-memory API server,
     /// the reflector and a shared informer with `--handlers` handlers; W4 has no such path).
     #[arg(long, value_enum, default_value = "queue")]
-    pub through: crate::through_informer::Through,
+    pub through: Through,
     /// `--through informer`: handler registrations; the last one is the slow one.
     #[arg(long, default_value_t = crate::through_informer::DEFAULT_HANDLERS, value_parser = crate::through_informer::parse_handlers)]
     pub handlers: usize,
@@ -109,12 +92,6 @@ pub struct RunArgs {
     pub timeline: Option<PathBuf>,
 }
 
-/// Parses a `--workload` argument (`w1` … `w6`), for every command that takes one.
-pub fn parse_workload(s: &str) -> Result<Workload, String> {
-    s.parse()
-        .map_err(|e: crate::workload::UnknownWorkload| e.to_string())
-}
-
 impl RunArgs {
     /// The workload spec these arguments ask for.
     pub fn spec(&self) -> WorkloadSpec {
@@ -129,11 +106,19 @@ impl RunArgs {
     }
 
     /// W6's knobs these arguments ask for.
-    pub fn controller(&self) -> crate::controller_loop::ControllerConfig {
-        crate::controller_loop::ControllerConfig {
+    pub fn controller(&self) -> ControllerConfig {
+        ControllerConfig {
             workers: self.workers,
             reconcile_cost: Duration::from_micros(self.reconcile_us),
             seed: self.seed,
+        }
+    }
+
+    /// The informer path's knobs these arguments ask for (`--through informer`).
+    pub fn informer(&self) -> InformerConfig {
+        InformerConfig {
+            handlers: self.handlers,
+            slow_handler: Duration::from_micros(self.slow_handler_us),
         }
     }
 
@@ -155,112 +140,17 @@ impl RunArgs {
     }
 }
 
-/// Why a workload could not be run.
-#[derive(Debug, thiserror::Error)]
-pub enum RunError {
-    /// The arguments make no workload.
-    #[error("invalid arguments: {0}")]
-    Invalid(String),
-    /// An engine refused the workload.
-    #[error(transparent)]
-    Engine(#[from] crate::driver::EngineError),
-    /// A run through the informer could not go on (`--through informer`).
-    #[error("the informer run failed: {0}")]
-    Informer(String),
-    /// A child process for one engine failed.
-    #[error(transparent)]
-    Isolate(#[from] crate::isolate::IsolateError),
-}
-
-/// The `run` command line that makes a child process run `engine` alone on `spec`.
-pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -> Vec<String> {
-    let mut args = [
-        "run",
-        "--workload",
-        spec.workload.name(),
-        "--engine",
-        engine.name(),
-        "--keys",
-        &spec.keys.to_string(),
-        "--events",
-        &spec.events.to_string(),
-        "--seed",
-        &spec.seed.to_string(),
-        "--shards",
-        &cfg.shards.to_string(),
-        "--consumers",
-        &cfg.consumers.to_string(),
-        "--readers",
-        &cfg.readers.to_string(),
-        "--handler-us",
-        &cfg.handler_cost.as_micros().to_string(),
-        "--in-process",
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some(rate) = cfg.rate {
-        args.extend(["--rate".to_string(), rate.to_string()]);
-    }
-    if cfg.max_queued_deltas > 0 {
-        args.extend([
-            "--max-queued-deltas".to_string(),
-            cfg.max_queued_deltas.to_string(),
-        ]);
-    }
-    if cfg.compact_updates {
-        args.push("--compact-updates".to_string());
-    }
-    args
-}
-
-/// Refuses a spec that makes no workload.
-pub(crate) fn check_spec(spec: &WorkloadSpec) -> Result<(), RunError> {
-    if spec.keys == 0 {
-        return Err(RunError::Invalid("--keys must be at least 1".to_string()));
-    }
-    Ok(())
-}
-
-/// Generates `spec` (before any clock starts), with progress.
-pub fn generate_with_progress(spec: &WorkloadSpec, ui: Ui) -> Result<Generated, RunError> {
-    check_spec(spec)?;
-    let phase = ui.phase(format!("{} generate", spec.workload), 0);
-    let gen = generate(spec);
-    phase.finish(&format!(
-        "{} ops, {} keys",
-        gen.ops.len(),
-        gen.universe.keys.len()
-    ));
-    Ok(gen)
-}
-
-/// Runs `engines` one after another on `gen`, each measured and judged.
-pub fn run_engines(
-    gen: &Generated,
-    workload: &str,
-    mode: Mode,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    let mut results = Vec::with_capacity(engines.len());
-    for &engine in engines {
-        let phase = ui.phase(format!("{workload} {engine}"), gen.ops.len() as u64);
-        let result = measure(engine, workload, gen, mode, cfg, &phase)?;
-        phase.finish(&format!(
-            "{} events/s, verdict {}",
-            crate::report::si(result.events_per_s),
-            result.verdict
-        ));
-        results.push(result);
-    }
-    Ok(results)
-}
-
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
-    if args.through == crate::through_informer::Through::Informer {
-        return crate::through_informer::run(args, ui);
+    if args.through == Through::Informer {
+        return crate::through_informer::run(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.config(),
+            &args.informer(),
+            args.in_process,
+            ui,
+        );
     }
     if args.workload == Workload::W6 {
         return crate::controller_loop::run_spec(
@@ -281,30 +171,6 @@ pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
     )
 }
 
-/// Runs `engines` on the workload of `spec` with `cfg`: generated and run in this process for
-/// one engine or with `in_process`, else each engine in a child process of its own that
-/// generates the same events from the same seed (see [`isolate`](crate::isolate)). `run` and
-/// `compare` both come through here.
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    check_spec(spec)?;
-    crate::isolate::run_each(
-        engines,
-        in_process,
-        |engine| child_args(spec, engine, cfg),
-        |engines| {
-            let gen = generate_with_progress(spec, ui)?;
-            let workload = spec.workload;
-            run_engines(&gen, workload.name(), Mode::of(workload), engines, cfg, ui)
-        },
-    )
-}
-
 /// Runs `loadgen run`.
 pub fn main(args: RunArgs) -> ExitCode {
     if args.timeline.is_some() {
@@ -313,7 +179,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
     match run(&args, Ui::detect()) {
         Ok(results) => {
-            let shown = table(&results) + &crate::through_informer::handler_table(&results);
+            let shown = table(&results) + &handler_table(&results);
             finish("run", &shown, &results, || {
                 if let Some(path) = &args.timeline {
                     let rows = results
@@ -364,6 +230,8 @@ pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
 mod tests {
     use super::parse_args as parse;
     use super::*;
+    use crate::engines::EngineKind;
+    use crate::runs::child_args;
 
     #[test]
     fn a_child_command_line_asks_for_exactly_the_parents_run() {
@@ -457,5 +325,63 @@ mod tests {
     fn zero_keys_are_refused_before_any_engine_runs() {
         let args = parse(&["--workload", "w1", "--keys", "0"]);
         assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
+    }
+
+    #[test]
+    fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
+        let parent = parse(&[
+            "--workload",
+            "w3",
+            "--through",
+            "informer",
+            "--handlers",
+            "5",
+            "--slow-handler-us",
+            "7",
+            "--keys",
+            "300",
+            "--rate",
+            "1000",
+        ]);
+        let (spec, cfg, icfg) = (parent.spec(), parent.config(), parent.informer());
+        assert_eq!(icfg.handlers, 5);
+        let args = crate::through_informer::child_args(&spec, EngineKind::Reference, &cfg, &icfg);
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.through, Through::Informer);
+        assert_eq!(
+            (child.spec(), child.config(), child.informer()),
+            (spec, cfg, icfg)
+        );
+        assert!(child.in_process);
+    }
+
+    #[test]
+    fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
+        let args = parse(&["--workload", "w1"]);
+        assert_eq!(args.through, Through::Queue);
+        assert_eq!(args.informer(), InformerConfig::default());
+        assert!(crate::through_informer::parse_handlers("65").is_err());
+    }
+
+    #[test]
+    fn one_engine_in_process_passes_with_every_handler_ok() {
+        let args = parse(&[
+            "--workload",
+            "w5",
+            "--through",
+            "informer",
+            "--engine",
+            "reference",
+            "--keys",
+            "100",
+            "--events",
+            "1000",
+        ]);
+        let results = run(&args, Ui::Quiet).expect("tiny run");
+        assert_eq!(results.len(), 1);
+        assert!(results[0].is_ok(), "{:?}", results[0].failures);
+        assert_eq!(results[0].handlers.len(), 3);
+        assert!(results[0].handlers[2].slow);
+        assert!(handler_table(&results).contains("2 (slow)"));
     }
 }

@@ -13,7 +13,7 @@
 //! - Blank lines are skipped; line numbers count them, so they match an editor's.
 //!
 //! ```
-//! use loadgen::ops::{replay, EngineChoice};
+//! use loadgen::commands::ops::{replay, EngineChoice};
 //! let trace = br#"{"op":"add","obj":{"key":"ns/a","v":1}}
 //! {"op":"update","obj":{"key":"ns/a","v":2}}
 //! {"op":"pop"}
@@ -28,8 +28,8 @@
 //! ```
 
 mod output;
-mod replayer;
 mod trace;
+mod trace_replayer;
 pub mod workqueue;
 
 use std::fmt;
@@ -50,7 +50,7 @@ pub struct OpsArgs {
     pub engine: EngineArg,
     /// Shards of the sharded engines, a power of two from 1 to 65536; ignored by `reference`
     /// and `workqueue-reference`.
-    #[arg(long, default_value_t = 1, value_parser = crate::driver::parse_shards)]
+    #[arg(long, default_value_t = 1, value_parser = workloads::parse_shards)]
     pub shards: usize,
 }
 
@@ -182,7 +182,7 @@ pub struct ReplaySummary {
 /// and [`OpsError::Malformed`] names the line.
 ///
 /// ```
-/// use loadgen::ops::{replay, EngineChoice, OpsError};
+/// use loadgen::commands::ops::{replay, EngineChoice, OpsError};
 /// let trace = b"{\"op\":\"pop\"}\n\n{\"op\":\"popp\"}\n";
 /// let mut out = Vec::new();
 /// let err = replay(&trace[..], &mut out, EngineChoice::Reference).unwrap_err();
@@ -206,14 +206,14 @@ pub fn replay_logged(
     engine: EngineChoice,
 ) -> Result<ReplaySummary, OpsError> {
     match engine {
-        EngineChoice::Reference => replayer::run(
+        EngineChoice::Reference => trace_replayer::run(
             input,
             &mut output,
             log,
             kcache::reference::DeltaFifo::new,
             kcache::reference::IndexedStore::new,
         ),
-        EngineChoice::Sharded { shards } => replayer::run(
+        EngineChoice::Sharded { shards } => trace_replayer::run(
             input,
             &mut output,
             log,

@@ -11,7 +11,7 @@
 //! `line N: done refused: <why>` on stderr and the replay goes on.
 //!
 //! ```
-//! use loadgen::ops::workqueue::{replay, WorkqueueEngine};
+//! use loadgen::commands::ops::workqueue::{replay, WorkqueueEngine};
 //! let trace = br#"{"op":"config","limiter":{"kind":"exponential","base_ms":1,"max_ms":10}}
 //! {"op":"add_rate_limited","item":"a"}
 //! {"op":"get"}
@@ -138,7 +138,7 @@ pub enum WqOp {
 /// `None` if the result does not fit an `i64`.
 ///
 /// ```
-/// use loadgen::ops::workqueue::ms_to_ns;
+/// use loadgen::commands::ops::workqueue::ms_to_ns;
 /// let n = |s: &str| serde_json::from_str::<serde_json::Number>(s).unwrap();
 /// assert_eq!(ms_to_ns(&n("2.5")), Some(2_500_000));
 /// assert_eq!(ms_to_ns(&n("1073.741824")), Some(1 << 30));
@@ -289,7 +289,7 @@ fn limiter(value: &Value) -> Result<LimiterSpec, String> {
 /// Parses one non-blank trace line.
 ///
 /// ```
-/// use loadgen::ops::workqueue::{parse_wq_op, WqOp};
+/// use loadgen::commands::ops::workqueue::{parse_wq_op, WqOp};
 /// assert_eq!(parse_wq_op(r#"{"op":"step","ms":1.5}"#), Ok(WqOp::Step(1_500_000)));
 /// assert!(parse_wq_op(r#"{"op":"step","ms":-1}"#).unwrap_err().contains("negative"));
 /// assert!(parse_wq_op(r#"{"op":"gett"}"#).unwrap_err().contains("unknown op"));

@@ -1,0 +1,182 @@
+//! The engines a run can use, and the knobs of one run: engine names as the command line spells
+//! them, the shard/consumer/reader counts, handler cost, pacing, and how a workload reaches the
+//! engine.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use workloads::Workload;
+
+/// Which engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EngineKind {
+    /// `kcache::reference`: the faithful client-go port.
+    Reference,
+    /// `kcache::sharded`: the fast engine.
+    Sharded,
+}
+
+impl EngineKind {
+    /// Both engines, reference first.
+    pub const ALL: [EngineKind; 2] = [EngineKind::Reference, EngineKind::Sharded];
+
+    /// `reference` or `sharded`.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Reference => "reference",
+            EngineKind::Sharded => "sharded",
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An engine name that is neither `reference` nor `sharded`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown engine {0:?}: expected reference, sharded or all")]
+pub struct UnknownEngine(pub String);
+
+impl FromStr for EngineKind {
+    type Err = UnknownEngine;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EngineKind::ALL
+            .into_iter()
+            .find(|e| e.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownEngine(s.to_string()))
+    }
+}
+
+/// Parses a `--consumers` argument: at least one (zero consumers would never drain the queue,
+/// and quietly running one instead would report a run that was not the one asked for).
+///
+/// ```
+/// use loadgen::engines::parse_consumers;
+/// assert_eq!(parse_consumers("3"), Ok(3));
+/// assert!(parse_consumers("0").is_err());
+/// ```
+pub fn parse_consumers(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "--consumers must be a whole number of at least 1 (got {s:?})"
+        )),
+    }
+}
+
+/// The knobs of one engine run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// Shards of the sharded engine: a power of two up to
+    /// [`MAX_SHARDS`](workloads::MAX_SHARDS) (see [`parse_shards`](workloads::parse_shards)).
+    pub shards: usize,
+    /// Consumer threads of the sharded engine (the reference always has exactly one).
+    pub consumers: usize,
+    /// W4's reader threads.
+    pub readers: usize,
+    /// CPU the handler burns per delta (W5); zero for none.
+    pub handler_cost: Duration,
+    /// Offered load: the producer paces itself to this many ops per second (`None`: as fast
+    /// as it can, which measures capacity; latency then includes the backlog).
+    pub rate: Option<u64>,
+    /// Both engines' backlog bound, `QueueOptions::max_queued_deltas` (0: unbounded, the
+    /// default): the producer waits while this many deltas are queued.
+    pub max_queued_deltas: usize,
+    /// Both engines' level-triggered mode, `QueueOptions::compact_updates` (off by default).
+    pub compact_updates: bool,
+}
+
+/// Consumer threads of the sharded engine unless told otherwise (every command and
+/// [`EngineConfig::default`]): one. On the project's two cores the producer and one consumer
+/// each have a core, and a second consumer only competes with them; W5 is the exception
+/// ([`W5_CONSUMERS`]). The reference engine always runs exactly one, as client-go does.
+pub const DEFAULT_CONSUMERS: usize = 1;
+
+/// W5's consumer threads unless told otherwise: its slow handler is what extra consumers are
+/// for (docs/workloads.md).
+pub const W5_CONSUMERS: usize = 2;
+
+/// W5's handler cost unless told otherwise: CPU microseconds burnt per delta.
+pub const W5_HANDLER_US: u64 = 2;
+
+/// W4's reader threads unless told otherwise.
+pub const DEFAULT_READERS: usize = 2;
+
+impl EngineConfig {
+    /// The knobs `workload` runs with unless told otherwise: [`DEFAULT_SHARDS`] shards,
+    /// [`DEFAULT_CONSUMERS`] consumers ([`W5_CONSUMERS`] for W5), [`DEFAULT_READERS`] readers,
+    /// no handler cost ([`W5_HANDLER_US`] for W5), and no pacing.
+    ///
+    /// [`DEFAULT_SHARDS`]: kcache::sharded::DEFAULT_SHARDS
+    pub fn for_workload(workload: Workload) -> Self {
+        let w5 = workload == Workload::W5;
+        Self {
+            consumers: if w5 { W5_CONSUMERS } else { DEFAULT_CONSUMERS },
+            handler_cost: Duration::from_micros(if w5 { W5_HANDLER_US } else { 0 }),
+            ..Self::default()
+        }
+    }
+}
+
+impl Default for EngineConfig {
+    /// The knobs of a run without a slow handler (a replay, W1–W4): see
+    /// [`EngineConfig::for_workload`].
+    fn default() -> Self {
+        Self {
+            shards: kcache::sharded::DEFAULT_SHARDS,
+            consumers: DEFAULT_CONSUMERS,
+            readers: DEFAULT_READERS,
+            handler_cost: Duration::ZERO,
+            rate: None,
+            max_queued_deltas: 0,
+            compact_updates: false,
+        }
+    }
+}
+
+/// How the workload reaches the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Through the queue to consumers that apply pops to the indexer (W1–W3, W5, replay).
+    Queue,
+    /// One writer straight into the indexer while readers query it (W4).
+    Direct,
+}
+
+impl Mode {
+    /// How `workload` reaches the engine: W4 writes straight into the indexer, the others go
+    /// through the queue.
+    pub fn of(workload: Workload) -> Self {
+        if workload.uses_queue() {
+            Mode::Queue
+        } else {
+            Mode::Direct
+        }
+    }
+}
+
+/// `reference`, `sharded` or `all`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EngineChoice {
+    /// The faithful client-go port only.
+    Reference,
+    /// The sharded engine only.
+    Sharded,
+    /// Both, reference first, on the same events.
+    All,
+}
+
+impl EngineChoice {
+    /// The engines to run, in order.
+    pub fn engines(self) -> Vec<EngineKind> {
+        match self {
+            EngineChoice::Reference => vec![EngineKind::Reference],
+            EngineChoice::Sharded => vec![EngineKind::Sharded],
+            EngineChoice::All => EngineKind::ALL.to_vec(),
+        }
+    }
+}

@@ -1,0 +1,164 @@
+//! One engine's measured result on one workload: the row every report shows and the JSON a
+//! child process hands its parent (so the layers that run engines and those that report on
+//! them share these types without importing each other).
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::latency::Percentiles;
+use crate::rss::PeakSource;
+use crate::timeline::Interval;
+
+/// Enqueue-to-pop latency percentiles in microseconds; all `null` where nothing was queued (W4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyUs {
+    /// Median.
+    pub p50: Option<f64>,
+    /// 99th percentile.
+    pub p99: Option<f64>,
+    /// 99.9th percentile.
+    pub p999: Option<f64>,
+}
+
+/// One row of a report; the JSON object of `results[]`.
+///
+/// `Default` leaves every per-path field empty (`controller`, `handlers`, `informer`,
+/// `timeline`, the paced-run figures), so each path names only the fields it fills.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// `reference` or `sharded`.
+    pub engine: String,
+    /// `w1` .. `w5`, or `replay`.
+    pub workload: String,
+    /// Distinct keys of the workload.
+    pub keys: usize,
+    /// Objects handed to the engine: adds, updates, deletes and relisted objects.
+    pub events: u64,
+    /// Wall time of the run (enqueue of the first event to the end of the drain).
+    pub wall_s: f64,
+    /// `events / wall_s`; for W4 the writer's rate.
+    pub events_per_s: f64,
+    /// Keys popped.
+    pub pops: u64,
+    /// Deltas per pop; `null` for W4, which pops nothing.
+    pub deltas_per_pop: Option<f64>,
+    /// Enqueue-to-pop latency of the sampled events.
+    pub latency_us: LatencyUs,
+    /// Peak resident memory the engine added over the generated events; `null` if unknown.
+    pub peak_rss_bytes: Option<u64>,
+    /// How `peak_rss_bytes` was measured: `hwm` (VmHWM after reset) or `rss_end`.
+    pub peak_rss_source: Option<String>,
+    /// W4: reads per second by all readers together (`get` and `by_index` each count one).
+    pub reads_per_s: Option<f64>,
+    /// Consumer threads (readers for W4).
+    pub threads: usize,
+    /// Shards of the sharded engine; `null` for the reference.
+    pub shards: Option<usize>,
+    /// Deltas delivered.
+    pub deltas: u64,
+    /// The offered load of a paced run (`--rate`), in ops per second; `null` when flat out.
+    pub offered_rate: Option<u64>,
+    /// A paced run: the producer's largest lag behind its schedule, in milliseconds.
+    pub producer_lag_ms: Option<f64>,
+    /// A paced run: whether that lag stayed within 1% of the scheduled length
+    /// ([`kept_schedule`](crate::pacing::kept_schedule)).
+    pub kept_up: Option<bool>,
+    /// W6 only: workers, reconciles, retries (`null` for the other workloads).
+    #[serde(default)]
+    pub controller: Option<ControllerFigures>,
+    /// `ok`, or `FAIL: ...` with the first failed rule.
+    pub verdict: String,
+    /// Every failed rule (empty when `ok`).
+    pub failures: Vec<String>,
+    /// `--through informer`: one verdict per handler (absent otherwise).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handlers: Vec<HandlerResult>,
+    /// `--through informer`: what the reflector did (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub informer: Option<InformerStats>,
+    /// Latency per interval of the run (`run --timeline`); absent unless asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<Vec<Interval>>,
+}
+
+/// One handler of a run through the informer (`loadgen run --through informer`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HandlerResult {
+    /// Its number, in registration order.
+    pub handler: usize,
+    /// Whether it is the slow one.
+    pub slow: bool,
+    /// Handler calls.
+    pub notifications: u64,
+    /// Deletions it learnt from a relist (tombstones).
+    pub tombstones: u64,
+    /// When its view became the final state, from the informer's start; `null` if never.
+    pub caught_up_s: Option<f64>,
+    /// `ok`, or `FAIL: ...`.
+    pub verdict: String,
+    /// Every failed rule of this handler.
+    pub failures: Vec<String>,
+}
+
+/// What the reflector of a run through the informer did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InformerStats {
+    /// List calls served (pages count one each).
+    pub lists: u64,
+    /// Watch calls served.
+    pub watches: u64,
+    /// Errors the reflector reported (the scripted outages and 410s among them).
+    pub reflector_errors: u64,
+    /// Scripted 410s no watch had received yet when the run ended.
+    #[serde(default)]
+    pub expired_watches_pending: u64,
+    /// Workload resyncs left out (the informer resyncs on its own timer).
+    pub skipped_resyncs: u64,
+}
+
+/// W6's figures beyond a W1 row's, in the report's `controller` field.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ControllerFigures {
+    /// Worker threads.
+    pub workers: usize,
+    /// CPU microseconds each reconcile burnt.
+    pub reconcile_us: u64,
+    /// Reconciles done (failed ones included).
+    pub reconciles: u64,
+    /// `reconciles / wall_s`.
+    pub reconciles_per_s: f64,
+    /// `reconciles / events`: below 1 when the workqueue merged a key's events.
+    pub reconciles_per_event: f64,
+    /// Reconciles that failed and were re-added with `add_rate_limited`.
+    pub retries: u64,
+}
+
+impl LatencyUs {
+    /// The percentiles of `hist`; all `null` when it holds no sample.
+    pub fn of(hist: &Histogram<u64>) -> Self {
+        Percentiles::of(hist).map_or(LatencyUs::default(), |p| LatencyUs {
+            p50: Some(p.p50),
+            p99: Some(p.p99),
+            p999: Some(p.p999),
+        })
+    }
+}
+
+/// `peak_rss_bytes` and `peak_rss_source` of a run from what its [`RssProbe`] found.
+pub fn peak_rss(peak: Option<(u64, PeakSource)>) -> (Option<u64>, Option<String>) {
+    let source = peak.map(|(_, source)| {
+        match source {
+            PeakSource::HighWaterMark => "hwm",
+            PeakSource::EndResident => "rss_end",
+        }
+        .to_string()
+    });
+    (peak.map(|(bytes, _)| bytes), source)
+}
+
+impl RunResult {
+    /// Whether the verdict is `ok`.
+    pub fn is_ok(&self) -> bool {
+        self.failures.is_empty()
+    }
+}

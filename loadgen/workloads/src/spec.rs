@@ -1,0 +1,150 @@
+//! Which workload to generate, at which size and with which seed.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The seed every workload uses unless told otherwise.
+pub const DEFAULT_SEED: u64 = 42;
+/// W3 relists this many times.
+pub const W3_ROUNDS: usize = 10;
+
+/// The workloads of docs/workloads.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Workload {
+    /// Steady churn: adds, updates (95%) and deletes (5%) over K keys.
+    W1,
+    /// Hot keys: updates, half of them on the first 1000 keys.
+    W2,
+    /// Relist storm: 10 rounds of W1 churn, each ending in a relist that misses 1% of the
+    /// deletions, and a resync.
+    W3,
+    /// Read heavy: W1's writes straight into the indexer while readers query it.
+    W4,
+    /// Slow handlers: W1 with a handler that burns CPU per delta.
+    W5,
+    /// Controller loop: W1 through the queue and indexer, a handler that adds every key to a
+    /// workqueue, and workers that reconcile from the indexer.
+    W6,
+}
+
+impl Workload {
+    /// All workloads, in order.
+    pub const ALL: [Workload; 6] = [
+        Workload::W1,
+        Workload::W2,
+        Workload::W3,
+        Workload::W4,
+        Workload::W5,
+        Workload::W6,
+    ];
+
+    /// `w1` .. `w5`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::W1 => "w1",
+            Workload::W2 => "w2",
+            Workload::W3 => "w3",
+            Workload::W4 => "w4",
+            Workload::W5 => "w5",
+            Workload::W6 => "w6",
+        }
+    }
+
+    /// What the workload stresses, for tables.
+    pub fn title(self) -> &'static str {
+        match self {
+            Workload::W1 => "steady churn",
+            Workload::W2 => "hot keys",
+            Workload::W3 => "relist storm",
+            Workload::W4 => "read heavy",
+            Workload::W5 => "slow handlers",
+            Workload::W6 => "controller loop",
+        }
+    }
+
+    /// The workload's key count (docs/workloads.md).
+    pub fn default_keys(self) -> usize {
+        match self {
+            Workload::W2 => 1_000_000,
+            Workload::W3 => 150_000,
+            _ => 100_000,
+        }
+    }
+
+    /// The workload's churn event count (docs/workloads.md) (for W3: over all rounds).
+    pub fn default_events(self) -> usize {
+        match self {
+            Workload::W3 => W3_ROUNDS * 100_000,
+            _ => 5_000_000,
+        }
+    }
+
+    /// Whether the workload goes through a queue (all but W4).
+    pub fn uses_queue(self) -> bool {
+        self != Workload::W4
+    }
+}
+
+impl fmt::Display for Workload {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown workload name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6")]
+pub struct UnknownWorkload(pub String);
+
+impl FromStr for Workload {
+    type Err = UnknownWorkload;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Workload::ALL
+            .into_iter()
+            .find(|w| w.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownWorkload(s.to_string()))
+    }
+}
+
+/// What to generate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkloadSpec {
+    /// Which workload.
+    pub workload: Workload,
+    /// How many keys (K).
+    pub keys: usize,
+    /// How many churn events after the initial population (E; for W3, over all rounds).
+    pub events: usize,
+    /// The generator's seed (`fastrand::Rng::with_seed`).
+    pub seed: u64,
+}
+
+impl WorkloadSpec {
+    /// The sizes of docs/workloads.md and the default seed.
+    pub fn new(workload: Workload) -> Self {
+        Self {
+            workload,
+            keys: workload.default_keys(),
+            events: workload.default_events(),
+            seed: DEFAULT_SEED,
+        }
+    }
+
+    /// Sets the key count.
+    pub fn keys(mut self, keys: usize) -> Self {
+        self.keys = keys;
+        self
+    }
+
+    /// Sets the churn event count.
+    pub fn events(mut self, events: usize) -> Self {
+        self.events = events;
+        self
+    }
+
+    /// Sets the seed.
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+}
