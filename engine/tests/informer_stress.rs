@@ -267,14 +267,19 @@ async fn churn_and_check<Q, I>(
         })
     };
     // Join the late handler while the writer is at it.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while srv.resource_version().parse::<u64>().unwrap() < KEYS / 2 + events / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the writer did not write its first third in 60 s"
+        );
         tokio::time::sleep(ms(1)).await;
     }
     let late_reg = informer.add_event_handler(late.clone()).unwrap();
-    while !writer.is_finished() {
-        tokio::time::sleep(ms(5)).await;
-    }
-    let (first, rest) = writer.join().unwrap();
+    let (first, rest) = tokio::task::spawn_blocking(move || writer.join())
+        .await
+        .unwrap()
+        .unwrap();
     let faults: Vec<u64> = first.iter().zip(rest).map(|(a, b)| a + b).collect();
 
     // The informer catches up with the server...
