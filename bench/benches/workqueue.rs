@@ -33,7 +33,7 @@ const ROUND_TRIP_KEYS: usize = 10_000;
 const KEYS: usize = 100_000;
 const MORE_TIMERS: usize = 10_000;
 const WORKERS: usize = 4;
-const HOUR_NS: i64 = 3_600_000_000_000;
+const HOUR: Duration = Duration::from_secs(3_600);
 
 fn config() -> Criterion {
     Criterion::default()
@@ -171,13 +171,13 @@ fn add_after_100k_pending(c: &mut Criterion) {
                         let config = QueueConfig::new();
                         let q = DelayingQueue::with_config(make(&config), &config);
                         for (i, key) in pending.iter().enumerate() {
-                            q.add_after(key.clone(), HOUR_NS + i as i64);
+                            q.add_after(key.clone(), HOUR + Duration::from_nanos(i as u64));
                         }
                         q
                     },
                     |q| {
                         for (i, key) in more.iter().enumerate() {
-                            q.add_after(key.clone(), 2 * HOUR_NS + i as i64);
+                            q.add_after(key.clone(), 2 * HOUR + Duration::from_nanos(i as u64));
                         }
                         q
                     },
@@ -202,13 +202,13 @@ fn fire_100k_ready(c: &mut Criterion) {
                         let config = QueueConfig::new().clock(clock.clone());
                         let q = DelayingQueue::with_config(make(&config), &config);
                         for (i, key) in pending.iter().enumerate() {
-                            q.add_after(key.clone(), 1 + i as i64);
+                            q.add_after(key.clone(), Duration::from_nanos(1 + i as u64));
                         }
                         (clock, q)
                     },
                     |(clock, q)| {
                         // The fake clock adds every ready item before `step` returns.
-                        clock.step(HOUR_NS).unwrap();
+                        clock.step(HOUR);
                         assert_eq!(q.len(), KEYS);
                         (clock, q)
                     },

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -309,7 +310,8 @@ fn poll_room_registers_the_waker_and_a_pop_wakes_it() {
 }
 
 /// An async producer on tokio awaits room before every enqueue while a consumer thread pops
-/// slowly: every event arrives, the producer never blocks its runtime thread (there is always
+/// only when told the producer found the queue full: every event arrives, the producer really
+/// waits (once per event beyond the bound), never blocks its runtime thread (there is always
 /// room once the future completed, it being the only producer), and the bound holds.
 #[test]
 fn an_async_producer_on_tokio_applies_backpressure() {
@@ -318,6 +320,9 @@ fn an_async_producer_on_tokio_applies_backpressure() {
     on_every_engine(|name, make| {
         let q = make(options().max_queued_deltas(BOUND));
         let delivered = Arc::new(Mutex::new(Vec::new()));
+        // One message per time the producer found no room: the consumer pops one event for
+        // each, so the producer waits for the consumer every time, whatever the scheduling.
+        let (full_tx, full_rx) = mpsc::channel::<()>();
         let consumer = {
             let (q, delivered) = (q.clone(), Arc::clone(&delivered));
             thread::spawn(move || {
@@ -325,22 +330,24 @@ fn an_async_producer_on_tokio_applies_backpressure() {
                     let mut seen = delivered.lock().unwrap();
                     seen.extend(d.iter().map(|d| d.object.object().unwrap().v));
                 };
-                let mut pops = 0u32;
-                while each!(&q, q => q.pop(record)).is_ok() {
-                    pops += 1;
-                    if pops % 16 == 0 {
-                        thread::sleep(Duration::from_millis(1));
-                    }
+                while full_rx.recv().is_ok() {
+                    each!(&q, q => q.pop(record)).expect("a full queue has an event to pop");
                 }
+                // The producer is done: take the rest until the queue is closed and empty.
+                while each!(&q, q => q.pop(record)).is_ok() {}
             })
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap();
-        let max_seen = runtime.block_on(async {
-            let mut max_seen = 0;
+        let (max_seen, waits) = runtime.block_on(async {
+            let (mut max_seen, mut waits) = (0, 0);
             for v in 0..EVENTS {
+                if !q.has_room() {
+                    waits += 1;
+                    full_tx.send(()).unwrap();
+                }
                 each!(&q, q => q.wait_for_room().await);
                 assert!(
                     q.has_room(),
@@ -350,16 +357,12 @@ fn an_async_producer_on_tokio_applies_backpressure() {
                 q.add(obj(&format!("k{v}"), v));
                 max_seen = max_seen.max(q.queued_deltas());
             }
-            max_seen
+            (max_seen, waits)
         });
+        drop(full_tx);
         assert!(max_seen <= BOUND, "{name}: {max_seen} deltas queued");
-        // Close, and a waiting async producer is released too.
-        let q2 = q.clone();
-        let closer = thread::spawn(move || {
-            thread::sleep(Duration::from_millis(20));
-            q2.close();
-        });
-        closer.join().unwrap();
+        assert!(waits > 0, "{name}: the producer never had to wait for room");
+        q.close();
         consumer.join().unwrap();
         let mut seen = delivered.lock().unwrap().clone();
         // Keys of different shards pop in any order.
@@ -373,25 +376,27 @@ fn close_releases_an_awaiting_async_producer() {
     on_every_engine(|name, make| {
         let q = make(options().max_queued_deltas(1));
         q.add(obj("a", 1));
-        let closer = {
-            let q = q.clone();
-            thread::spawn(move || {
-                thread::sleep(Duration::from_millis(20));
-                q.close();
-            })
-        };
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .unwrap();
-        let waited = runtime.block_on(async {
-            tokio::time::timeout(Duration::from_secs(10), async {
-                each!(&q, q => q.wait_for_room().await)
-            })
-            .await
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&wakes));
+        let mut cx = Context::from_waker(&waker);
+        each!(&q, q => {
+            let mut waiting = std::pin::pin!(q.wait_for_room());
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_pending(),
+                "{name}: a full queue has no room"
+            );
+            // From another thread, as a consumer shutting the informer down would.
+            let closer = {
+                let q = q.clone();
+                thread::spawn(move || q.close())
+            };
+            closer.join().unwrap();
+            assert!(wakes.0.load(Ordering::SeqCst) > 0, "{name}: close wakes the producer");
+            assert!(
+                waiting.as_mut().poll(&mut cx).is_ready(),
+                "{name}: close must complete wait_for_room"
+            );
         });
-        assert!(waited.is_ok(), "{name}: close must complete wait_for_room");
-        closer.join().unwrap();
     });
 }
 

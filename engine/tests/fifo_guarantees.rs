@@ -327,14 +327,21 @@ fn a_panicking_consumer_does_not_leave_its_key_in_flight() {
     assert_eq!(summary(&deltas), [(Updated, false, Some(2))]);
 }
 
+/// `close` ends a `pop` on an empty queue. The popper says it is about to pop, so `close`
+/// races it: whether the pop was already asleep is up to the scheduler (a blocked thread
+/// cannot be observed), and either way it must return `Closed`.
 #[test]
 fn close_wakes_a_blocked_pop_and_keeps_items_poppable() {
     let q = Arc::new(DeltaFifo::new(options(), 4));
+    let (started, ready) = mpsc::channel();
     let blocked = {
         let q = Arc::clone(&q);
-        thread::spawn(move || q.pop(|d, _| d.key().to_string()))
+        thread::spawn(move || {
+            started.send(()).unwrap();
+            q.pop(|d, _| d.key().to_string())
+        })
     };
-    thread::sleep(Duration::from_millis(20));
+    ready.recv().unwrap();
     q.close();
     assert_eq!(blocked.join().unwrap(), Err(kcache::Closed));
     q.add(obj("late", 1)).unwrap();

@@ -37,14 +37,6 @@ fn key_index(key: &Key) -> usize {
     key.as_str()[1..].parse().unwrap()
 }
 
-/// xorshift, so each producer walks the keys in its own reproducible order.
-fn next(state: &mut u64) -> u64 {
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    *state
-}
-
 /// One delivered delta: its type, whether it is a tombstone, and the version it carries.
 type Seen = (DeltaType, bool, Option<u64>);
 
@@ -129,9 +121,10 @@ fn produce_all(q: &Arc<DeltaFifo<Obj>>, producers: usize, per_producer: usize) {
 }
 
 fn produce(q: &DeltaFifo<Obj>, producer: usize, count: usize) {
-    let mut rng = 0x9E37_79B9_7F4A_7C15 ^ (producer as u64 + 1);
+    // Seeded per producer: each walks the keys in its own reproducible order.
+    let mut rng = fastrand::Rng::with_seed(producer as u64 + 1);
     for seq in 0..count {
-        let k = next(&mut rng) as usize % KEYS;
+        let k = rng.usize(..KEYS);
         let obj = Arc::new(Obj {
             key: Key::new(&format!("k{k}")),
             v: version(producer, seq),

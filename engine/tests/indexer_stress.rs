@@ -17,6 +17,7 @@ use std::thread;
 
 use std::time::{Duration, Instant};
 
+use fastrand::Rng;
 use kcache::{reference, sharded, IndexError, IndexFunc, Indexer, Indexers, Key, KeyFn, Store};
 
 /// A pod: its key, a namespace and one or two nodes, and who wrote it.
@@ -49,33 +50,16 @@ fn scale() -> u64 {
         .max(1)
 }
 
-/// splitmix64, as everywhere in kcache.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 fn key_name(i: u64) -> String {
     format!("ns-{}/pod-{i}", i % NAMESPACES)
 }
 
 /// A random state of object `i`: one node, or two (sometimes the same one twice).
 fn random_obj(rng: &mut Rng, i: u64, writer: usize) -> Arc<Obj> {
-    let rev = format!("rev-{writer}-{}", rng.next());
-    let mut nodes = vec![format!("node-{}", rng.below(NODES))];
-    if rng.below(3) == 0 {
-        nodes.push(format!("node-{}", rng.below(NODES)));
+    let rev = format!("rev-{writer}-{}", rng.u64(..));
+    let mut nodes = vec![format!("node-{}", rng.u64(..NODES))];
+    if rng.u64(..3) == 0 {
+        nodes.push(format!("node-{}", rng.u64(..NODES)));
     }
     Arc::new(Obj {
         key: Key::new(&key_name(i)),
@@ -133,19 +117,19 @@ fn values_of(name: &str, o: &Obj) -> Vec<String> {
 
 /// One reader pass over random keys and values; panics on anything the contract forbids.
 fn read_once<I: Indexer<Obj>>(idx: &I, rng: &mut Rng, with_zone: &AtomicBool) -> usize {
-    let i = rng.below(SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
+    let i = rng.u64(..SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
     let key = Key::new(&key_name(i));
     if let Some(obj) = idx.get_by_key(&key) {
         assert_eq!(obj.key, key, "get_by_key returned another key's object");
     }
-    let node = format!("node-{}", rng.below(NODES));
+    let node = format!("node-{}", rng.u64(..NODES));
     let found = idx.by_index("node", &node).unwrap();
     let mut seen = BTreeSet::new();
     for obj in &found {
         assert!(obj.nodes.contains(&node), "{:?} returned for {node}", obj);
         assert!(seen.insert(obj.key.clone()), "{:?} returned twice", obj.key);
     }
-    let ns = format!("ns-{}", rng.below(NAMESPACES));
+    let ns = format!("ns-{}", rng.u64(..NAMESPACES));
     for obj in idx.by_index("namespace", &ns).unwrap() {
         assert_eq!(obj.ns, ns);
     }
@@ -154,7 +138,7 @@ fn read_once<I: Indexer<Obj>>(idx: &I, rng: &mut Rng, with_zone: &AtomicBool) ->
     // Once the zone index has been added, it never disappears. The flag is read before the
     // call: a reader that saw it set started after some call had found the index.
     let zone_was_seen = with_zone.load(Ordering::Acquire);
-    let zone = format!("zone-{}", rng.below(2));
+    let zone = format!("zone-{}", rng.u64(..2));
     match idx.by_index("zone", &zone) {
         Ok(objs) => {
             with_zone.store(true, Ordering::Release);
@@ -176,13 +160,13 @@ fn read_once_guarded(
     with_zone: &AtomicBool,
 ) -> usize {
     let guard = idx.pin();
-    let i = rng.below(SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
+    let i = rng.u64(..SHARED_KEYS + OWNED_KEYS * WRITERS as u64);
     let key = Key::new(&key_name(i));
     let got = guard.get_by_key(&key);
     if let Some(obj) = got {
         assert_eq!(obj.key, key, "get_by_key returned another key's object");
     }
-    let node = format!("node-{}", rng.below(NODES));
+    let node = format!("node-{}", rng.u64(..NODES));
     let found = guard.by_index("node", &node).unwrap();
     let check_found = |found: &[&Obj]| {
         let mut seen = BTreeSet::new();
@@ -192,13 +176,13 @@ fn read_once_guarded(
         }
     };
     check_found(&found);
-    let ns = format!("ns-{}", rng.below(NAMESPACES));
+    let ns = format!("ns-{}", rng.u64(..NAMESPACES));
     let in_ns = guard.by_index("namespace", &ns).unwrap();
     for obj in &in_ns {
         assert_eq!(obj.ns, ns);
     }
     let zone_was_seen = with_zone.load(Ordering::Acquire);
-    let zone = format!("zone-{}", rng.below(2));
+    let zone = format!("zone-{}", rng.u64(..2));
     match guard.by_index("zone", &zone) {
         Ok(objs) => {
             with_zone.store(true, Ordering::Release);
@@ -322,17 +306,17 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I
         .map(|w| {
             let (idx, start) = (Arc::clone(&idx), Arc::clone(&start));
             thread::spawn(move || {
-                let mut rng = Rng(0x5eed + w as u64);
+                let mut rng = Rng::with_seed(0x5eed + w as u64);
                 start.wait();
                 for _ in 0..ops {
-                    let roll = rng.below(10);
+                    let roll = rng.u64(..10);
                     if roll < 6 {
-                        let i = rng.below(SHARED_KEYS);
+                        let i = rng.u64(..SHARED_KEYS);
                         idx.add(random_obj(&mut rng, i, w)).unwrap();
                     } else if roll < 8 {
-                        idx.remove_by_key(&Key::new(&key_name(rng.below(SHARED_KEYS))));
+                        idx.remove_by_key(&Key::new(&key_name(rng.u64(..SHARED_KEYS))));
                     } else {
-                        let i = SHARED_KEYS + w as u64 * OWNED_KEYS + rng.below(OWNED_KEYS);
+                        let i = SHARED_KEYS + w as u64 * OWNED_KEYS + rng.u64(..OWNED_KEYS);
                         let key = Key::new(&key_name(i));
                         if roll == 8 {
                             let obj = random_obj(&mut rng, i, w);
@@ -358,7 +342,7 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I
             let (idx, start, stop) = (Arc::clone(&idx), Arc::clone(&start), Arc::clone(&stop));
             let (with_zone, reads) = (Arc::clone(&with_zone), Arc::clone(&reads));
             thread::spawn(move || {
-                let mut rng = Rng(0xbeef + r as u64);
+                let mut rng = Rng::with_seed(0xbeef + r as u64);
                 start.wait();
                 let mut passes = 0;
                 // At least a few passes, even if the writers finish first.
@@ -374,14 +358,14 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I
     let relister = relist.then(|| {
         let (idx, start) = (Arc::clone(&idx), Arc::clone(&start));
         thread::spawn(move || {
-            let mut rng = Rng(0xfeed);
+            let mut rng = Rng::with_seed(0xfeed);
             start.wait();
             let all = SHARED_KEYS + OWNED_KEYS * WRITERS as u64;
             let rounds = 20 * scale();
             for round in 0..rounds {
                 let mut list = Vec::new();
                 for i in 0..all {
-                    if rng.below(2) == 0 {
+                    if rng.u64(..2) == 0 {
                         list.push(random_obj(&mut rng, i, usize::MAX));
                     }
                 }
@@ -555,13 +539,13 @@ fn sharded_guarded_reads_never_see_a_released_object_and_every_object_is_release
         .map(|w| {
             let idx = Arc::clone(&idx);
             thread::spawn(move || {
-                let mut rng = Rng(0xca11 + w);
+                let mut rng = Rng::with_seed(0xca11 + w);
                 for n in 0..ops {
-                    let key = Key::new(&key_name(rng.below(KEYS)));
-                    if rng.below(5) == 0 {
+                    let key = Key::new(&key_name(rng.u64(..KEYS)));
+                    if rng.u64(..5) == 0 {
                         idx.remove_by_key(&key);
                     } else {
-                        idx.insert_by_key(key.clone(), Canary::new(key, rng.below(4)));
+                        idx.insert_by_key(key.clone(), Canary::new(key, rng.u64(..4)));
                     }
                     if n % 500 == 0 {
                         let list = (0..KEYS / 2)
@@ -577,15 +561,15 @@ fn sharded_guarded_reads_never_see_a_released_object_and_every_object_is_release
         .map(|r| {
             let (idx, stop) = (Arc::clone(&idx), Arc::clone(&stop));
             thread::spawn(move || {
-                let mut rng = Rng(0x4ead + r);
+                let mut rng = Rng::with_seed(0x4ead + r);
                 let mut passes = 0u64;
                 while passes < 50 || !stop.load(Ordering::Relaxed) {
                     let mut guard = idx.pin();
                     let mut held: Vec<&Canary> = Vec::new();
                     for _ in 0..8 {
-                        let key = Key::new(&key_name(rng.below(KEYS)));
+                        let key = Key::new(&key_name(rng.u64(..KEYS)));
                         held.extend(guard.get_by_key(&key));
-                        let node = format!("node-{}", rng.below(4));
+                        let node = format!("node-{}", rng.u64(..4));
                         held.extend(guard.by_index("node", &node).unwrap());
                         held.extend(guard.list());
                         thread::yield_now();

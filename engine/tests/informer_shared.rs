@@ -29,6 +29,20 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// Polls `cond` until it holds without letting tokio's paused clock move: the task yields
+/// instead of sleeping, so the runtime is never idle and never auto-advances the clock while
+/// the informer's threads work in real time. Fails after 10 s of real time.
+async fn frozen_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
 /// A door a handler waits at until the test opens it.
 #[derive(Default)]
 struct Gate {
@@ -342,8 +356,9 @@ async fn a_foreign_registration_removes_nothing() {
 }
 
 // Mirrors TestListenerResyncPeriods and TestResyncCheckPeriod: each handler resyncs on its
-// own period (at least the informer's check period); zero never.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+// own period (at least the informer's check period); zero never. On tokio's paused clock the
+// resync checks happen exactly when the test advances it, so the counts are exact.
+#[tokio::test(start_paused = true)]
 async fn each_registration_resyncs_on_its_own_period() {
     let srv = server(100);
     srv.upsert(pod("a", 1)).unwrap();
@@ -365,8 +380,16 @@ async fn each_registration_resyncs_on_its_own_period() {
         .add_event_handler_with_resync(never.clone(), Duration::ZERO)
         .unwrap();
     informer.start().unwrap();
-    informer.wait_for_sync().await;
-    tokio::time::sleep(ms(2500)).await;
+    frozen_until("the first list", || informer.has_synced()).await;
+    tokio::time::advance(Duration::from_secs(1)).await;
+    frozen_until("the resync at 1 s", || every_1s.resyncs() == 1).await;
+    assert_eq!(every_2s.resyncs(), 0, "not due at 1 s");
+    tokio::time::advance(Duration::from_secs(1)).await;
+    frozen_until("the resyncs at 2 s", || {
+        every_1s.resyncs() == 2 && every_2s.resyncs() == 1
+    })
+    .await;
+    tokio::time::advance(ms(500)).await;
     assert_eq!(every_1s.resyncs(), 2, "resynced at 1 s and 2 s");
     assert_eq!(every_2s.resyncs(), 1, "resynced at 2 s");
     assert_eq!(never.resyncs(), 0);
@@ -537,15 +560,12 @@ async fn shutdown_delivers_what_was_buffered_then_refuses_handlers() {
         srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
     }
     eventually("the store", || informer.store().len() == 10).await;
-    let opener = {
-        let gate = Arc::clone(&gate);
-        std::thread::spawn(move || {
-            std::thread::sleep(ms(50));
-            gate.open();
-        })
-    };
-    informer.shutdown().await;
-    opener.join().unwrap();
+    // The handler is held at the gate until shutdown has begun, so shutdown has buffered
+    // notifications to deliver.
+    tokio::join!(informer.shutdown(), async {
+        eventually("shutdown to begin", || informer.is_stopped()).await;
+        gate.open();
+    });
     assert_eq!(
         slow.calls().len(),
         10,

@@ -36,21 +36,6 @@ fn scale() -> u64 {
         .max(1)
 }
 
-/// xorshift64*, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// What one handler saw: its model of the server, and every contradiction it met.
 #[derive(Default)]
 struct Model {
@@ -157,20 +142,20 @@ impl EventHandler<Pod> for Checker {
 
 /// Writes `events` changes in bursts, injecting failures at random.
 fn write(srv: &MemoryListerWatcher<Pod>, events: u64, seed: u64) -> [u64; 5] {
-    let mut rng = Rng(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut alive = vec![false; KEYS as usize];
     let mut faults = [0u64; 5];
     for n in 0..events {
-        let i = rng.below(KEYS);
+        let i = rng.u64(..KEYS);
         let name = format!("p{i:05}");
-        if alive[i as usize] && rng.below(10) == 0 {
+        if alive[i as usize] && rng.u64(..10) == 0 {
             srv.delete(&Key::new(&name));
             alive[i as usize] = false;
         } else {
             srv.upsert(pod(&name, n)).expect("named pods have keys");
             alive[i as usize] = true;
         }
-        match rng.below(4_000) {
+        match rng.u64(..4_000) {
             0..=1 => {
                 srv.close_watches();
                 faults[0] += 1;
@@ -267,14 +252,19 @@ async fn churn_and_check<Q, I>(
         })
     };
     // Join the late handler while the writer is at it.
+    let deadline = Instant::now() + Duration::from_secs(60);
     while srv.resource_version().parse::<u64>().unwrap() < KEYS / 2 + events / 3 {
+        assert!(
+            Instant::now() < deadline,
+            "the writer did not write its first third in 60 s"
+        );
         tokio::time::sleep(ms(1)).await;
     }
     let late_reg = informer.add_event_handler(late.clone()).unwrap();
-    while !writer.is_finished() {
-        tokio::time::sleep(ms(5)).await;
-    }
-    let (first, rest) = writer.join().unwrap();
+    let (first, rest) = tokio::task::spawn_blocking(move || writer.join())
+        .await
+        .unwrap()
+        .unwrap();
     let faults: Vec<u64> = first.iter().zip(rest).map(|(a, b)| a + b).collect();
 
     // The informer catches up with the server...

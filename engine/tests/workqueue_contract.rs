@@ -2,10 +2,13 @@
 //! queue (1 and 16 shards) alike, plus what only one of them does: the reference's
 //! `add; done` quirk and the sharded queue's refusal of it.
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
+use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use kcache::workqueue::{
     AsyncGet, DelayingQueue, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig,
@@ -13,7 +16,8 @@ use kcache::workqueue::{
 };
 use kcache::Key;
 
-const MS: i64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
+const NS: Duration = Duration::from_nanos(1);
 
 fn k(name: &str) -> Key {
     Key::new(name)
@@ -55,7 +59,7 @@ fn each_layered(check: impl Fn(&str, &FakeClock, &dyn Layered)) {
 /// The layered operations, object-safe, so one test body serves every queue.
 trait Layered {
     fn queue(&self) -> &dyn WorkQueue;
-    fn add_after(&self, item: Key, nanos: i64);
+    fn add_after(&self, item: Key, delay: Duration);
     fn add_rate_limited(&self, item: Key);
     fn num_requeues(&self, item: &Key) -> u64;
     fn waiting(&self) -> usize;
@@ -65,8 +69,8 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> Layered for RateLimitingQueue<
     fn queue(&self) -> &dyn WorkQueue {
         self
     }
-    fn add_after(&self, item: Key, nanos: i64) {
-        RateLimitingQueue::add_after(self, item, nanos)
+    fn add_after(&self, item: Key, delay: Duration) {
+        RateLimitingQueue::add_after(self, item, delay)
     }
     fn add_rate_limited(&self, item: Key) {
         RateLimitingQueue::add_rate_limited(self, item)
@@ -76,6 +80,31 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> Layered for RateLimitingQueue<
     }
     fn waiting(&self) -> usize {
         self.delaying().waiting_len()
+    }
+}
+
+/// Polls `cond` until it holds; fails the test, naming `what`, after 10 s.
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        thread::yield_now();
+    }
+}
+
+/// A waker that counts its wake-ups, to poll a `get_async` by hand.
+#[derive(Default)]
+struct WakeCount(AtomicUsize);
+
+impl Wake for WakeCount {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl WakeCount {
+    fn count(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -172,7 +201,9 @@ fn shut_down_with_drain_waits_for_processing_items() {
                 finished.store(true, Ordering::SeqCst);
             })
         };
-        thread::sleep(Duration::from_millis(30));
+        // The drainer has begun (it shuts the queue down first); `a` is still processing, so
+        // it cannot have returned, however long it has been running.
+        wait_until("the drain to begin", || q.shutting_down());
         assert!(
             !finished.load(Ordering::SeqCst),
             "{name}: drain returned early"
@@ -192,39 +223,89 @@ fn plain_shut_down_cancels_a_waiting_drain() {
             let q = q.clone();
             thread::spawn(move || q.shut_down_with_drain())
         };
-        thread::sleep(Duration::from_millis(20));
+        wait_until("the drain to begin", || q.shutting_down());
         q.shut_down();
         drainer.join().unwrap();
         assert!(q.shutting_down(), "{name}");
     });
 }
 
+/// Blocking `get`s on threads return what another thread adds, re-queues or shuts down.
+/// Whether a getter is already asleep when the other thread acts is up to the scheduler (a
+/// blocked thread cannot be observed); the wake-ups themselves are pinned, deterministically,
+/// by `pending_gets_are_woken_by_add_done_and_shutdown`.
 #[test]
-fn blocked_gets_wake_on_add_done_and_shutdown() {
+fn blocking_gets_return_what_other_threads_add_requeue_or_shut_down() {
     each_queue(|name, q| {
+        // Each getter says it is about to call `get`, so the action below at least races it.
         let getter = |q: &Arc<dyn WorkQueue>| {
-            let q = q.clone();
-            thread::spawn(move || q.get())
+            let (q, (started, ready)) = (q.clone(), mpsc::channel());
+            let handle = thread::spawn(move || {
+                started.send(()).unwrap();
+                q.get()
+            });
+            ready.recv().unwrap();
+            handle
         };
         let waiting = getter(&q);
-        thread::sleep(Duration::from_millis(10));
         q.add(k("a"));
         let a = waiting.join().unwrap().unwrap();
         q.add(a.clone());
         let waiting = getter(&q);
-        thread::sleep(Duration::from_millis(10));
         q.done(&a).unwrap();
         assert_eq!(
             waiting.join().unwrap(),
             Ok(a.clone()),
-            "{name}: done woke it"
+            "{name}: done re-queued it"
         );
         let waiters: Vec<_> = (0..3).map(|_| getter(&q)).collect();
-        thread::sleep(Duration::from_millis(10));
         q.shut_down();
         for w in waiters {
             assert_eq!(w.join().unwrap(), Err(ShutDown), "{name}");
         }
+    });
+}
+
+/// A pending `get_async`, polled by hand, is woken by `add`, by a `done` that re-queues, and
+/// by shutdown, and not before.
+#[test]
+fn pending_gets_are_woken_by_add_done_and_shutdown() {
+    each_queue(|name, q| {
+        let wakes = Arc::new(WakeCount::default());
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+
+        let mut get = pin!(q.get_async());
+        assert!(get.as_mut().poll(&mut cx).is_pending(), "{name}");
+        assert_eq!(wakes.count(), 0, "{name}: nothing happened yet");
+        q.add(k("a"));
+        assert!(wakes.count() > 0, "{name}: add wakes the pending get");
+        let Poll::Ready(Ok(a)) = get.as_mut().poll(&mut cx) else {
+            panic!("{name}: the woken get takes the item")
+        };
+
+        q.add(a.clone()); // dirty while processing: queued again by its done
+        let mut get = pin!(q.get_async());
+        assert!(get.as_mut().poll(&mut cx).is_pending(), "{name}");
+        let before = wakes.count();
+        q.done(&a).unwrap();
+        assert!(wakes.count() > before, "{name}: done re-queues and wakes");
+        assert_eq!(
+            get.as_mut().poll(&mut cx),
+            Poll::Ready(Ok(a.clone())),
+            "{name}"
+        );
+
+        let mut get = pin!(q.get_async());
+        assert!(get.as_mut().poll(&mut cx).is_pending(), "{name}");
+        let before = wakes.count();
+        q.shut_down();
+        assert!(wakes.count() > before, "{name}: shutdown wakes");
+        assert_eq!(
+            get.as_mut().poll(&mut cx),
+            Poll::Ready(Err(ShutDown)),
+            "{name}"
+        );
     });
 }
 
@@ -258,15 +339,14 @@ fn add_after_keeps_the_earliest_ready_time_and_adds_earliest_first() {
         q.add_after(k("late"), 20 * MS);
         q.add_after(k("early"), 25 * MS);
         assert_eq!(q.waiting(), 2, "{name}");
-        clock.step(15 * MS).unwrap();
+        clock.step(15 * MS);
         assert_eq!(q.queue().len(), 1, "{name}");
-        clock.step(5 * MS).unwrap();
+        clock.step(5 * MS);
         let order: Vec<_> = (0..2).map(|_| item(q.queue().try_get())).collect();
         assert_eq!(order, ["early", "late"], "{name}");
         assert_eq!(q.waiting(), 0, "{name}");
-        q.add_after(k("now"), 0);
-        q.add_after(k("past"), -5);
-        assert_eq!(q.queue().len(), 2, "{name}: d <= 0 adds at once");
+        q.add_after(k("now"), Duration::ZERO);
+        assert_eq!(q.queue().len(), 1, "{name}: a delay of zero adds at once");
     });
 }
 
@@ -275,7 +355,7 @@ fn a_ready_item_that_is_dirty_already_is_deduplicated() {
     each_layered(|name, clock, q| {
         q.queue().add(k("a"));
         q.add_after(k("a"), MS);
-        clock.step(MS).unwrap();
+        clock.step(MS);
         assert_eq!(q.queue().len(), 1, "{name}");
     });
 }
@@ -294,53 +374,41 @@ fn shut_down_drops_waiting_items_and_rate_limited_adds_still_count() {
             2,
             "{name}: the limiter is asked even after shut_down"
         );
-        clock.step(1000 * MS).unwrap();
+        clock.step(1000 * MS);
         assert_eq!(q.queue().try_get(), TryGet::ShutDown, "{name}");
     });
 }
 
 #[test]
-fn a_real_clock_timer_adds_items_when_ready() {
+fn the_delaying_layer_adds_an_item_at_its_ready_time_not_before() {
+    each_layered(|name, clock, q| {
+        q.add_after(k("b"), 40 * MS);
+        q.add_after(k("a"), 10 * MS);
+        clock.step(10 * MS - NS);
+        assert_eq!(q.queue().try_get(), TryGet::Empty, "{name}: 1 ns early");
+        clock.step(NS);
+        assert_eq!(item(q.queue().try_get()), "a", "{name}");
+        clock.step(30 * MS - NS);
+        assert_eq!(q.queue().try_get(), TryGet::Empty, "{name}: 1 ns early");
+        clock.step(NS);
+        assert_eq!(item(q.queue().try_get()), "b", "{name}");
+        assert_eq!(q.waiting(), 0, "{name}");
+    });
+}
+
+/// The timer thread of a real clock. The delays are lower bounds measured from before the
+/// `add_after`s, so they hold however slow the machine is.
+#[test]
+fn a_real_clock_timer_thread_adds_items_when_ready() {
+    let start = Instant::now();
     let q = DelayingQueue::new(ShardedQueue::new(4));
     q.add_after(k("b"), 40 * MS);
     q.add_after(k("a"), 10 * MS);
-    let start = std::time::Instant::now();
     assert_eq!(q.get().unwrap(), k("a"));
-    assert!(start.elapsed() >= Duration::from_millis(9));
+    assert!(start.elapsed() >= Duration::from_millis(10));
     assert_eq!(q.get().unwrap(), k("b"));
-    assert!(start.elapsed() >= Duration::from_millis(39));
+    assert!(start.elapsed() >= Duration::from_millis(40));
     assert_eq!(q.waiting_len(), 0);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn async_gets_wake_on_add_done_and_shutdown() {
-    for (name, q) in [
-        (
-            "reference",
-            Arc::new(ReferenceQueue::new()) as Arc<dyn WorkQueue>,
-        ),
-        ("sharded", Arc::new(ShardedQueue::new(8))),
-    ] {
-        let task = |q: &Arc<dyn WorkQueue>| {
-            let q = q.clone();
-            tokio::spawn(async move { q.get_async().await })
-        };
-        let waiting = task(&q);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.add(k("a"));
-        let a = waiting.await.unwrap().unwrap();
-        q.add(a.clone());
-        let waiting = task(&q);
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.done(&a).unwrap();
-        assert_eq!(waiting.await.unwrap(), Ok(a), "{name}: done woke it");
-        let waiters: Vec<_> = (0..3).map(|_| task(&q)).collect();
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.shut_down();
-        for w in waiters {
-            assert_eq!(w.await.unwrap(), Err(ShutDown), "{name}");
-        }
-    }
 }
 
 /// Dropping a pending `get_async` (a timeout, a `select!`) loses neither items nor wake-ups:

@@ -11,6 +11,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kcache::workqueue::{
     default_controller_rate_limiter, BucketRateLimiter, DelayingQueue,
@@ -21,7 +22,13 @@ use kcache::Key;
 use proptest::prelude::*;
 
 const ITEMS: [&str; 6] = ["a", "b", "c", "ns/d", "ns/e", "x/f"];
-const MS: i64 = 1_000_000;
+const MS: Duration = Duration::from_millis(1);
+
+/// Milliseconds as a delay; a negative one is "now", as in the trace replayer (Go's delaying
+/// queue adds an item with a negative delay at once; a `Duration` cannot be negative).
+fn ms_delay(ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -90,7 +97,7 @@ enum Line {
     GetEmpty,
     GetShutDown,
     NumRequeues(u64),
-    When(i64),
+    When(Duration),
     Len(usize),
     ShuttingDown(bool),
 }
@@ -122,13 +129,13 @@ fn run<Q: WorkQueue + 'static>(
     for op in ops {
         match *op {
             Op::Add(i) => q.add(key(i)),
-            Op::AddAfter(i, ms) => q.add_after(key(i), ms * MS),
+            Op::AddAfter(i, ms) => q.add_after(key(i), ms_delay(ms)),
             Op::AddRateLimited(i) => q.add_rate_limited(key(i)),
             Op::Forget(i) => q.forget(&key(i)),
             Op::NumRequeues(i) => out.push(Line::NumRequeues(q.num_requeues(&key(i)))),
             Op::When(i) => out.push(Line::When(q.when(&key(i)))),
             Op::Step(ms) => {
-                clock.step(ms * MS).unwrap();
+                clock.step(ms_delay(ms));
             }
             Op::Get => get(&q, &mut out, &mut processing),
             Op::GetAll => {

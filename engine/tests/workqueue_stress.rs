@@ -102,14 +102,24 @@ fn queues() -> Vec<(&'static str, Arc<dyn WorkQueue>)> {
     ]
 }
 
-/// Waits until the queue is empty and stays so for a moment (workers idle), bounded.
+/// Whether the workers are idle for good: nothing queued and nothing being processed. Once
+/// the producers are done only a worker's `done` could queue an item again, and no worker
+/// holds one.
+fn idle(q: &dyn WorkQueue) -> bool {
+    q.is_empty() && q.processing_len() == 0
+}
+
+/// Waits (at most 30 s) until the workers are [`idle`].
 fn wait_idle(q: &dyn WorkQueue, name: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
-    let mut quiet = 0;
-    while quiet < 5 {
-        assert!(Instant::now() < deadline, "{name}: queue never emptied");
-        quiet = if q.is_empty() { quiet + 1 } else { 0 };
-        thread::sleep(Duration::from_millis(2));
+    while !idle(q) {
+        assert!(
+            Instant::now() < deadline,
+            "{name}: the workers never emptied the queue ({} queued, {} processing)",
+            q.len(),
+            q.processing_len()
+        );
+        thread::yield_now();
     }
 }
 
@@ -171,7 +181,12 @@ fn shutdown_with_drain_completes_under_load() {
                 thread::spawn(move || book.produce(&*q, p as u64 + 11, 5_000 * scale()))
             })
             .collect();
-        thread::sleep(Duration::from_millis(3));
+        // Shut down once the workers are at it, while the producers still add.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while book.gets.load(Ordering::SeqCst) == 0 {
+            assert!(Instant::now() < deadline, "{name}: no worker got an item");
+            thread::yield_now();
+        }
         q.shut_down_with_drain();
         for w in workers {
             w.join().unwrap();
@@ -224,11 +239,12 @@ fn tokio_tasks_never_share_a_key_and_lose_nothing() {
                 p.join().unwrap();
             }
             let deadline = Instant::now() + Duration::from_secs(30);
-            let mut quiet = 0;
-            while quiet < 5 {
-                assert!(Instant::now() < deadline, "{name}: queue never emptied");
-                quiet = if q.is_empty() { quiet + 1 } else { 0 };
-                tokio::time::sleep(Duration::from_millis(2)).await;
+            while !idle(&*q) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{name}: the tasks never emptied the queue"
+                );
+                tokio::task::yield_now().await;
             }
             // Drain from a blocking thread: it waits for the tasks' `done`s.
             let drainer = {

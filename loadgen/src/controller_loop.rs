@@ -114,8 +114,7 @@ pub fn parse_workers(s: &str) -> Result<usize, String> {
 /// (burst 100) would hold the ~1% of reconciles that fail — thousands in a run — for minutes,
 /// and W6 would measure the bucket instead of the pipeline.
 pub fn retry_limiter() -> ExponentialFailureRateLimiter<Key> {
-    let nanos = |d: Duration| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX);
-    ExponentialFailureRateLimiter::new(nanos(RETRY_BASE), nanos(RETRY_MAX))
+    ExponentialFailureRateLimiter::new(RETRY_BASE, RETRY_MAX)
 }
 
 /// A key state as one number: `version · 2`, plus one for a deletion. A key's states only
@@ -791,7 +790,7 @@ mod tests {
         use kcache::workqueue::{RateLimiter, Time};
         let limiter = retry_limiter();
         let key = Key::new("ns-0/pod-0");
-        assert_eq!(limiter.when(&key, Time::ZERO), 5_000_000);
-        assert_eq!(limiter.when(&key, Time::ZERO), 10_000_000);
+        assert_eq!(limiter.when(&key, Time::ZERO), Duration::from_millis(5));
+        assert_eq!(limiter.when(&key, Time::ZERO), Duration::from_millis(10));
     }
 }

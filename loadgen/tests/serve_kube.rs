@@ -5,8 +5,6 @@
 mod serve_common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::{StreamExt, TryStreamExt};
@@ -14,7 +12,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, Config, ResourceExt};
+use loadgen::serve::{ServeConfig, Server};
+use loadgen::workload::{Workload, WorkloadSpec};
 use serve_common::{churn_done, server_state, start};
+use tokio::sync::mpsc;
 
 fn client(url: &str) -> Client {
     Client::try_from(Config::new(url.parse().expect("a valid url"))).expect("a client")
@@ -198,71 +199,201 @@ async fn a_watch_from_before_the_window_gets_410_expired() {
     server.stop().await.unwrap();
 }
 
-/// `watcher` + `reflector` (list then watch, or a streaming list) end with the server's state.
-/// Returns how many errors the watcher reported (and recovered from) on the way.
-async fn reflector_converges(config: watcher::Config, window: usize) -> usize {
-    let server = start(2_000, 4_000, 4_000.0, window).await;
-    let api: Api<Pod> = Api::all(client(&server.url()));
-    let (reader, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, config).default_backoff()).applied_objects();
-    let errors = Arc::new(AtomicUsize::new(0));
-    let seen_errors = Arc::clone(&errors);
-    let driver = tokio::spawn(async move {
-        let mut stream = std::pin::pin!(stream);
-        while let Some(item) = stream.next().await {
-            if let Err(e) = item {
-                // A 410 makes the watcher relist; anything else is a real failure.
-                let text = e.to_string();
-                assert!(text.contains("410") || text.contains("Expired"), "{text}");
-                seen_errors.fetch_add(1, Ordering::Relaxed);
+/// What the watcher reported that the tests judge, in stream order. The driver task only
+/// forwards these; every assertion runs in the test's own task.
+#[derive(Debug)]
+enum Seen {
+    /// An error the watcher recovered from, as text.
+    Error(String),
+    /// A (re)list finished: the reflector's store was replaced by it.
+    InitDone,
+}
+
+/// `watcher` + `reflector` over every pod, driven by a task of its own.
+struct Watching {
+    reader: reflector::Store<Pod>,
+    seen: mpsc::UnboundedReceiver<Seen>,
+    /// Everything received from `seen` so far.
+    log: Vec<Seen>,
+    driver: tokio::task::JoinHandle<()>,
+}
+
+impl Watching {
+    fn start(url: &str, config: watcher::Config) -> Self {
+        let api: Api<Pod> = Api::all(client(url));
+        let (reader, writer) = reflector::store();
+        let stream = reflector(writer, watcher(api, config).default_backoff());
+        let (tx, seen) = mpsc::unbounded_channel();
+        let driver = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                let seen = match item {
+                    Err(e) => Seen::Error(e.to_string()),
+                    Ok(watcher::Event::InitDone) => Seen::InitDone,
+                    Ok(_) => continue,
+                };
+                // The receiver is gone only once the test has stopped looking.
+                let _ = tx.send(seen);
+            }
+        });
+        Self {
+            reader,
+            seen,
+            log: Vec::new(),
+            driver,
+        }
+    }
+
+    fn drain(&mut self) {
+        while let Ok(seen) = self.seen.try_recv() {
+            self.log.push(seen);
+        }
+    }
+
+    /// Waits (at most 20 s) for the next finished (re)list.
+    async fn next_init_done(&mut self) {
+        let deadline = Duration::from_secs(20);
+        loop {
+            let seen = tokio::time::timeout(deadline, self.seen.recv())
+                .await
+                .expect("the watcher finished no list in 20 s")
+                .expect("the watcher's stream ended");
+            let done = matches!(seen, Seen::InitDone);
+            self.log.push(seen);
+            if done {
+                return;
             }
         }
-    });
-    churn_done(&server, Duration::from_secs(20)).await;
-    let expected = server_state(&server);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        let seen: BTreeMap<String, u64> = reader.state().iter().map(|p| (key(p), rv(p))).collect();
-        if seen == expected {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the reflector did not converge: {} pods seen, {} expected",
-            seen.len(),
-            expected.len()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    driver.abort();
+
+    /// Waits (at most 20 s) until the reflector's store is `expected`.
+    async fn converge(&mut self, expected: &BTreeMap<String, u64>) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            self.drain();
+            let seen: BTreeMap<String, u64> = self
+                .reader
+                .state()
+                .iter()
+                .map(|p| (key(p), rv(p)))
+                .collect();
+            if seen == *expected {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the reflector did not converge: {} pods seen, {} expected; the watcher \
+                 reported {:?}",
+                seen.len(),
+                expected.len(),
+                self.log
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the driver and returns everything it reported. A panic in the driver fails the
+    /// test here.
+    async fn stop(mut self) -> Vec<Seen> {
+        self.driver.abort();
+        match (&mut self.driver).await {
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            _ => {}
+        }
+        self.drain();
+        self.log
+    }
+}
+
+fn errors(log: &[Seen]) -> Vec<&str> {
+    log.iter()
+        .filter_map(|seen| match seen {
+            Seen::Error(text) => Some(text.as_str()),
+            Seen::InitDone => None,
+        })
+        .collect()
+}
+
+/// `watcher` + `reflector` (list then watch, or a streaming list) end with the server's state,
+/// and in a window wide enough for the whole churn the watcher reports no error at all.
+async fn reflector_converges_without_errors(config: watcher::Config) {
+    let server = start(2_000, 4_000, 4_000.0, 100_000).await;
+    let mut watching = Watching::start(&server.url(), config);
+    churn_done(&server, Duration::from_secs(20)).await;
+    watching.converge(&server_state(&server)).await;
+    let log = watching.stop().await;
     server.stop().await.unwrap();
-    errors.load(Ordering::Relaxed)
+    assert_eq!(
+        errors(&log),
+        Vec::<&str>::new(),
+        "no error (no 410) in a wide window"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_reflector_converge_with_paged_lists() {
-    let config = watcher::Config::default().page_size(300).timeout(5);
-    assert_eq!(
-        reflector_converges(config, 100_000).await,
-        0,
-        "no 410 in a wide window"
-    );
+    reflector_converges_without_errors(watcher::Config::default().page_size(300).timeout(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_reflector_converge_with_streaming_lists() {
-    let config = watcher::Config::default().streaming_lists().timeout(5);
-    assert_eq!(
-        reflector_converges(config, 100_000).await,
-        0,
-        "no 410 in a wide window"
-    );
+    reflector_converges_without_errors(watcher::Config::default().streaming_lists().timeout(5))
+        .await;
 }
 
+/// A 410 is made certain, not hoped for: the watcher lists and watches while the churn is
+/// held, then the server restarts and stays down while the churn publishes far more events
+/// than the window of 20 keeps, so the watcher's resume version is gone when it reconnects.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watcher_and_reflector_recover_from_410_by_relisting() {
-    // A window of 20 events at 4,000 events/s is 5 ms: the watch after each list (or a watcher
-    // that falls behind) is likely to be expired, and the watcher must relist until it keeps up.
-    let recovered = reflector_converges(watcher::Config::default().timeout(5), 20).await;
-    eprintln!("the watcher recovered from {recovered} expired watches");
+    let mut config = ServeConfig::new(
+        WorkloadSpec::new(Workload::W1).keys(2_000).events(4_000),
+        4_000.0,
+    );
+    config.window = 20;
+    config.bookmark_interval = Duration::from_millis(200);
+    config.hold_churn = true;
+    let mut server = Server::start(config).await.expect("the server starts");
+    let mut watching = Watching::start(&server.url(), watcher::Config::default().timeout(5));
+    watching.next_init_done().await;
+    let first_list = watching.log.len();
+
+    server.release_churn();
+    // 500 ms down at 4,000 events/s: ~2,000 events pass while the watcher cannot follow.
+    server
+        .restart(Duration::from_millis(500))
+        .await
+        .expect("the server restarts");
+    churn_done(&server, Duration::from_secs(20)).await;
+    watching.converge(&server_state(&server)).await;
+    let log = watching.stop().await;
+    server.stop().await.unwrap();
+
+    let after_restart = &log[first_list..];
+    let expired = after_restart
+        .iter()
+        .position(|seen| matches!(seen, Seen::Error(text) if is_expired(text)))
+        .unwrap_or_else(|| panic!("no 410 after the restart; the watcher reported {log:?}"));
+    assert!(
+        after_restart[expired..]
+            .iter()
+            .any(|seen| matches!(seen, Seen::InitDone)),
+        "no relist finished after the 410; the watcher reported {log:?}"
+    );
+    assert_eq!(
+        errors(&log[..first_list]),
+        Vec::<&str>::new(),
+        "no error before the restart"
+    );
+    for text in errors(after_restart) {
+        // While the server is down the watcher cannot connect; nothing else may go wrong.
+        assert!(
+            is_expired(text) || text.to_lowercase().contains("connect"),
+            "unexpected watcher error: {text}"
+        );
+    }
+}
+
+fn is_expired(text: &str) -> bool {
+    text.contains("410") || text.contains("Expired")
 }

@@ -2,8 +2,8 @@
 //! the server's state, and a recorded `get --watch --output-watch-events -o json` stream
 //! replays through `loadgen replay` with verdict ok.
 //!
-//! kubectl must be on PATH (CI installs it); without it these tests say so and pass, except
-//! under CI (`CI` set), where a missing kubectl fails them.
+//! kubectl must be on PATH: without it these tests fail and say what to install
+//! (`apt-get install kubernetes-client`, which `.ci/run` does before the tests).
 #![cfg(feature = "wire")]
 
 use std::collections::BTreeMap;
@@ -13,19 +13,25 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-fn kubectl_available() -> bool {
-    let found = Command::new("kubectl")
+/// Fails the test, saying what to install, unless kubectl runs: a test that cannot run must
+/// not pass as if it had.
+fn require_kubectl() {
+    let version = Command::new("kubectl")
         .args(["version", "--client"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !found {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "kubectl is not installed (CI's .ci/run installs it)"
-        );
-        eprintln!("kubectl not found: skipping");
+        .output();
+    match version {
+        Ok(output) if output.status.success() => {}
+        Ok(output) => panic!(
+            "`kubectl version --client` failed ({}): {}; these tests need a working kubectl \
+             (apt-get install kubernetes-client)",
+            output.status,
+            String::from_utf8_lossy(&output.stderr)
+        ),
+        Err(e) => panic!(
+            "kubectl is not on PATH ({e}): these tests run kubectl against `loadgen serve`; \
+             install it with `apt-get install kubernetes-client`"
+        ),
     }
-    found
 }
 
 /// A scratch directory of this test's own.
@@ -160,9 +166,7 @@ fn wait_for_version(kubeconfig: &Path, final_rv: u64) {
 
 #[test]
 fn kubectl_get_pods_is_the_servers_state() {
-    if !kubectl_available() {
-        return;
-    }
+    require_kubectl();
     let dir = scratch("kubectl-get");
     let kubeconfig = dir.join("kubeconfig");
     // 1,200 pods: kubectl's default chunk size (500) makes it page.
@@ -205,9 +209,7 @@ fn kubectl_get_pods_is_the_servers_state() {
 
 #[test]
 fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
-    if !kubectl_available() {
-        return;
-    }
+    require_kubectl();
     let dir = scratch("kubectl-watch");
     let kubeconfig = dir.join("kubeconfig");
     let trace = dir.join("watch.json");
@@ -243,8 +245,21 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
         .expect("kubectl starts");
     wait_for_version(&kubeconfig, 1_900);
     let expected = server_state(&kubeconfig);
-    // Let the last events reach kubectl, then stop it (our own child, by its handle).
-    std::thread::sleep(Duration::from_millis(500));
+    // Wait until kubectl has written the last event, then stop it (our own child, by its
+    // handle).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let bytes = std::fs::read(&trace).unwrap();
+        let parsed = loadgen::watch_stream::parse_trace(&bytes);
+        if parsed.events.iter().any(|e| e.resource_version == 1_900) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "kubectl's watch did not record the last event (resourceVersion 1900) in 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let _ = watch.kill();
     let _ = watch.wait();
 

@@ -1,7 +1,6 @@
 //! Exponential backoff with jitter, as a reflector waits between failed attempts
 //! (client-go's `wait.Backoff` behind `DelayWithReset`).
 
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -57,10 +56,7 @@ impl Default for Backoff {
 impl Backoff {
     /// A fresh sequence of waits, jittered from a random seed.
     pub fn timer(&self) -> BackoffTimer {
-        let seed = std::collections::hash_map::RandomState::new()
-            .build_hasher()
-            .finish();
-        self.timer_with_seed(seed)
+        self.timer_with_seed(fastrand::u64(..))
     }
 
     /// A fresh sequence of waits whose jitter is reproducible from `seed`.
@@ -69,7 +65,7 @@ impl Backoff {
             config: self.clone(),
             current: self.initial,
             attempt_started: None,
-            rng: seed,
+            rng: fastrand::Rng::with_seed(seed),
         }
     }
 }
@@ -83,8 +79,8 @@ pub struct BackoffTimer {
     /// When the attempt after the previous wait started (the wait's end); `None` before the
     /// first wait.
     attempt_started: Option<Instant>,
-    /// splitmix64 state for the jitter.
-    rng: u64,
+    /// The jitter's generator, seeded by [`Backoff::timer_with_seed`].
+    rng: fastrand::Rng,
 }
 
 impl BackoffTimer {
@@ -101,7 +97,7 @@ impl BackoffTimer {
             .mul_f64(factor)
             .min(self.config.max.max(self.config.initial));
         let delay = if self.config.jitter > 0.0 {
-            base + base.mul_f64(self.unit() * self.config.jitter)
+            base + base.mul_f64(self.rng.f64() * self.config.jitter)
         } else {
             base
         };
@@ -114,21 +110,11 @@ impl BackoffTimer {
         self.current = self.config.initial;
         self.attempt_started = None;
     }
-
-    /// A uniform value in `[0, 1)` (splitmix64, the top 53 bits).
-    fn unit(&mut self) -> f64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
-/// A uniform value in `[0, 1)` from a fresh random seed, for one-off jitter (a watch's timeout).
+/// A uniform value in `[0, 1)`, for one-off jitter (a watch's timeout).
 pub(crate) fn random_unit() -> f64 {
-    Backoff::default().timer().unit()
+    fastrand::f64()
 }
 
 #[cfg(test)]

@@ -1,4 +1,17 @@
-//! client-go's plain `FIFO`: documented on [`Fifo`] (rustdoc shows it there).
+//! The port of client-go's plain `FIFO` (`tools/cache/fifo.go`), the queue informers used
+//! before the DeltaFIFO.
+//!
+//! What it is for: a reference for the older semantics, for code being ported from
+//! `cache.FIFO` (a work queue of "the latest object per key", where a consumer only needs the
+//! current state), and to show by contrast what [`DeltaFifo`](super::DeltaFifo) adds. Nothing
+//! else in kcache uses it: the informer, the sharded engine and the trace replayers are built
+//! on the DeltaFIFO. Its unit tests below pin the rules of docs/semantics.md §3.
+//!
+//! How it differs from the DeltaFIFO: it queues *objects*, not deltas. A key holds only its
+//! newest object (no Added/Updated/Sync history, no compaction to do), and a `delete` drops
+//! the object instead of queueing a Deleted delta, so a consumer never learns that an object
+//! went away; `replace` does not make tombstones for keys missing from the list, and there is
+//! no known-objects store. The rest of its rules are documented on [`Fifo`].
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -1,67 +1,73 @@
 //! The workqueue's injectable clock: every time-dependent part of the workqueue (the delaying
-//! layer's ready times, the token bucket's refill) reads one [`Clock`], so tests and traces run
-//! on a [`FakeClock`] that only moves when told to.
+//! layer's ready times, the token bucket's refill, the metrics' durations) reads one [`Clock`],
+//! so tests and traces run on a [`FakeClock`] that only moves when told to.
 //!
-//! Times are integer nanoseconds on a monotonic line ([`Time`]); durations are plain `i64`
-//! nanoseconds, as Go's `time.Duration` (`i64::MAX` is used as "never").
+//! Durations are [`std::time::Duration`]s; a [`Time`] is a point on the clock's line, the
+//! `Duration` since its origin. Arithmetic saturates at [`Time::MAX`] instead of overflowing.
 
 use std::fmt;
 use std::sync::{Arc, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
 use crate::sync::{lock, Mutex};
 
-/// A point on a monotonic clock, in nanoseconds since the clock's origin.
+/// A point on a monotonic clock: how long after the clock's origin.
 ///
-/// Arithmetic saturates at `i64::MIN` and `i64::MAX` instead of wrapping, as Go's
-/// `time.Time.Add` and `Sub` do, so "now plus `i64::MAX`" is [`Time::MAX`], a time no test
-/// clock reaches in practice.
+/// Adding a duration saturates at [`Time::MAX`], as Go's `time.Time.Add` does at its ends, so
+/// "now plus [`NEVER`](super::NEVER)" is [`Time::MAX`], a time no clock reaches: an item ready
+/// then is never added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
-pub struct Time(i64);
+pub struct Time(Duration);
 
 impl Time {
     /// The clock's origin: where [`RealClock`] and [`FakeClock`] start.
-    pub const ZERO: Time = Time(0);
-    /// The latest representable time.
-    pub const MAX: Time = Time(i64::MAX);
+    pub const ZERO: Time = Time(Duration::ZERO);
+    /// The end of the line, "never": what a delay of [`NEVER`](super::NEVER) makes of any time.
+    pub const MAX: Time = Time(Duration::MAX);
 
-    /// The time `nanos` nanoseconds after the origin (before it when negative).
+    /// The time `since_origin` after the origin.
     ///
     /// ```
+    /// use std::time::Duration;
     /// use kcache::workqueue::Time;
-    /// assert_eq!(Time::from_nanos(5).as_nanos(), 5);
+    /// let t = Time::after_origin(Duration::from_nanos(5));
+    /// assert_eq!(t.since_origin(), Duration::from_nanos(5));
     /// ```
-    pub const fn from_nanos(nanos: i64) -> Time {
-        Time(nanos)
+    pub const fn after_origin(since_origin: Duration) -> Time {
+        Time(since_origin)
     }
 
-    /// Nanoseconds since the origin.
-    pub const fn as_nanos(self) -> i64 {
+    /// How long after the origin.
+    pub const fn since_origin(self) -> Duration {
         self.0
     }
 
-    /// The time `nanos` later (earlier when negative), saturating at the ends of the line.
+    /// The time `delay` later, saturating at [`Time::MAX`].
     ///
     /// ```
-    /// use kcache::workqueue::Time;
-    /// assert_eq!(Time::from_nanos(5).saturating_add_nanos(-7), Time::from_nanos(-2));
-    /// assert_eq!(Time::from_nanos(1).saturating_add_nanos(i64::MAX), Time::MAX);
+    /// use std::time::Duration;
+    /// use kcache::workqueue::{Time, NEVER};
+    /// let t = Time::after_origin(Duration::from_millis(1));
+    /// assert_eq!(t.saturating_add(Duration::from_millis(2)).since_origin(), Duration::from_millis(3));
+    /// assert_eq!(t.saturating_add(NEVER), Time::MAX);
     /// ```
-    pub const fn saturating_add_nanos(self, nanos: i64) -> Time {
-        Time(self.0.saturating_add(nanos))
+    pub fn saturating_add(self, delay: Duration) -> Time {
+        self.0.checked_add(delay).map_or(Time::MAX, Time)
     }
 
-    /// Nanoseconds from `earlier` to `self` (negative when `earlier` is later), saturating, as
-    /// Go's `t.Sub(earlier)`.
+    /// How long from `earlier` to `self`; zero when `earlier` is later (Go's `t.Sub(earlier)`
+    /// clamped at zero, which is all the workqueue needs of it).
     ///
     /// ```
+    /// use std::time::Duration;
     /// use kcache::workqueue::Time;
-    /// assert_eq!(Time::from_nanos(9).nanos_since(Time::from_nanos(4)), 5);
-    /// assert_eq!(Time::MAX.nanos_since(Time::from_nanos(-1)), i64::MAX);
+    /// let (a, b) = (Time::after_origin(Duration::from_nanos(4)), Time::after_origin(Duration::from_nanos(9)));
+    /// assert_eq!(b.saturating_duration_since(a), Duration::from_nanos(5));
+    /// assert_eq!(a.saturating_duration_since(b), Duration::ZERO);
     /// ```
-    pub const fn nanos_since(self, earlier: Time) -> i64 {
+    pub fn saturating_duration_since(self, earlier: Time) -> Duration {
         self.0.saturating_sub(earlier.0)
     }
 }
@@ -72,7 +78,7 @@ impl Time {
 /// [`Clock::subscribe`] how the clock moves:
 ///
 /// - `None` (the default, [`RealClock`]): the clock advances by itself with real time; sleep
-///   for the remaining nanoseconds, with a timeout on the waiter's own condition variable.
+///   for the remaining time, with a timeout on the waiter's own condition variable.
 /// - `Some(subscription)` ([`FakeClock`]): the clock only jumps, and calls the registered
 ///   function each time it does; a waiter sleeping on its own condition variable is woken by
 ///   that function instead of by a timeout.
@@ -121,20 +127,15 @@ impl Default for RealClock {
 
 impl Clock for RealClock {
     fn now(&self) -> Time {
-        // 2^63 ns is 292 years of uptime: saturating there is exact for any real process.
-        let nanos = self.origin.elapsed().as_nanos();
-        Time(i64::try_from(nanos).unwrap_or(i64::MAX))
+        Time(self.origin.elapsed())
     }
 }
 
 /// A move of a [`FakeClock`] that was refused because it would go back in time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum ClockError {
-    /// [`FakeClock::step`] was given a negative step.
-    #[error("a clock step must be zero or positive, got {0} ns")]
-    NegativeStep(i64),
     /// [`FakeClock::set`] was given a time before the current one.
-    #[error("a monotonic clock can't go back from {} ns to {} ns", now.as_nanos(), to.as_nanos())]
+    #[error("a monotonic clock can't go back from {:?} to {:?}", now.since_origin(), to.since_origin())]
     Backwards {
         /// The clock's time, unchanged.
         now: Time,
@@ -152,21 +153,23 @@ pub enum ClockError {
 ///
 /// ```
 /// use std::sync::{Arc, atomic::{AtomicUsize, Ordering}};
+/// use std::time::Duration;
 /// use kcache::workqueue::{Clock, FakeClock, Time};
 ///
+/// let ms = Duration::from_millis;
 /// let clock = FakeClock::new();
 /// let moves = Arc::new(AtomicUsize::new(0));
 /// let counter = moves.clone();
 /// let subscription = clock.subscribe(Arc::new(move || {
 ///     counter.fetch_add(1, Ordering::Relaxed);
 /// }));
-/// assert_eq!(clock.step(5_000_000).unwrap(), Time::from_nanos(5_000_000));
-/// assert!(clock.step(-1).is_err(), "negative steps are refused and change nothing");
-/// clock.set(Time::from_nanos(7_000_000)).unwrap();
-/// assert_eq!(clock.now(), Time::from_nanos(7_000_000));
+/// assert_eq!(clock.step(ms(5)), Time::after_origin(ms(5)));
+/// clock.set(Time::after_origin(ms(7))).unwrap();
+/// assert!(clock.set(Time::ZERO).is_err(), "going back is refused and changes nothing");
+/// assert_eq!(clock.now(), Time::after_origin(ms(7)));
 /// assert_eq!(moves.load(Ordering::Relaxed), 2);
 /// drop(subscription);
-/// clock.step(1).unwrap();
+/// clock.step(ms(1));
 /// assert_eq!(moves.load(Ordering::Relaxed), 2, "no calls after the subscription is dropped");
 /// ```
 #[derive(Debug)]
@@ -200,20 +203,16 @@ impl FakeClock {
         }
     }
 
-    /// Advances the clock by `nanos` (saturating at [`Time::MAX`]) and returns the new time.
-    /// A step of 0 is a move too: subscribers are called. A negative step is refused with
-    /// [`ClockError::NegativeStep`] and changes nothing.
-    pub fn step(&self, nanos: i64) -> Result<Time, ClockError> {
-        if nanos < 0 {
-            return Err(ClockError::NegativeStep(nanos));
-        }
+    /// Advances the clock by `by` (saturating at [`Time::MAX`]) and returns the new time. A
+    /// step of zero is a move too: subscribers are called.
+    pub fn step(&self, by: Duration) -> Time {
         let now = {
             let mut now = lock(&self.now);
-            *now = now.saturating_add_nanos(nanos);
+            *now = now.saturating_add(by);
             *now
         };
         self.notify();
-        Ok(now)
+        now
     }
 
     /// Moves the clock to `to`, which may equal the current time but not precede it
@@ -313,21 +312,29 @@ impl Drop for Subscription {
 mod tests {
     use super::*;
     use crate::sync::Condvar;
-    use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    fn ns(nanos: u64) -> Duration {
+        Duration::from_nanos(nanos)
+    }
+
+    fn at(nanos: u64) -> Time {
+        Time::after_origin(ns(nanos))
+    }
 
     #[test]
     fn time_arithmetic_saturates() {
-        let t = Time::from_nanos(-3);
-        assert_eq!(t.as_nanos(), -3);
-        assert_eq!(t.saturating_add_nanos(10), Time::from_nanos(7));
-        assert_eq!(Time::MAX.saturating_add_nanos(1), Time::MAX);
+        let t = at(3);
+        assert_eq!(t.since_origin(), ns(3));
+        assert_eq!(t.saturating_add(ns(10)), at(13));
+        assert_eq!(Time::MAX.saturating_add(ns(1)), Time::MAX);
+        assert_eq!(at(1).saturating_add(Duration::MAX), Time::MAX);
+        assert_eq!(at(2).saturating_duration_since(at(7)), Duration::ZERO);
         assert_eq!(
-            Time::from_nanos(i64::MIN).saturating_add_nanos(-1),
-            Time::from_nanos(i64::MIN)
+            Time::MAX.saturating_duration_since(Time::ZERO),
+            Duration::MAX
         );
-        assert_eq!(Time::from_nanos(2).nanos_since(Time::from_nanos(7)), -5);
-        assert_eq!(Time::from_nanos(i64::MIN).nanos_since(Time::MAX), i64::MIN);
-        assert!(Time::from_nanos(1) < Time::from_nanos(2));
+        assert!(at(1) < at(2));
         assert_eq!(Time::default(), Time::ZERO);
     }
 
@@ -335,32 +342,31 @@ mod tests {
     fn fake_clock_steps_sets_and_refuses_to_go_back() {
         let clock = FakeClock::new();
         assert_eq!(clock.now(), Time::ZERO);
-        assert_eq!(clock.step(0), Ok(Time::ZERO));
-        assert_eq!(clock.step(1_500), Ok(Time::from_nanos(1_500)));
-        assert_eq!(clock.step(-1), Err(ClockError::NegativeStep(-1)));
+        assert_eq!(clock.step(Duration::ZERO), Time::ZERO);
+        assert_eq!(clock.step(ns(1_500)), at(1_500));
         assert_eq!(
-            clock.now(),
-            Time::from_nanos(1_500),
-            "a refused step changes nothing"
-        );
-        assert_eq!(
-            clock.set(Time::from_nanos(1_500)),
+            clock.set(at(1_500)),
             Ok(()),
             "setting the same time is fine"
         );
         assert_eq!(
-            clock.set(Time::from_nanos(1_499)),
+            clock.set(at(1_499)),
             Err(ClockError::Backwards {
-                now: Time::from_nanos(1_500),
-                to: Time::from_nanos(1_499)
+                now: at(1_500),
+                to: at(1_499)
             })
         );
-        assert_eq!(clock.set(Time::from_nanos(9_000)), Ok(()));
-        assert_eq!(clock.step(i64::MAX), Ok(Time::MAX), "steps saturate");
-        assert_eq!(clock.step(1), Ok(Time::MAX));
+        assert_eq!(clock.now(), at(1_500), "a refused set changes nothing");
+        assert_eq!(clock.set(at(9_000)), Ok(()));
+        assert_eq!(clock.step(Duration::MAX), Time::MAX, "steps saturate");
+        assert_eq!(clock.step(ns(1)), Time::MAX);
         assert_eq!(
-            ClockError::NegativeStep(-1).to_string(),
-            "a clock step must be zero or positive, got -1 ns"
+            ClockError::Backwards {
+                now: at(1_500),
+                to: at(1_499)
+            }
+            .to_string(),
+            "a monotonic clock can't go back from 1.5µs to 1.499µs"
         );
     }
 
@@ -372,22 +378,22 @@ mod tests {
             .map(|who| {
                 let (clock_seen, seen) = (Arc::downgrade(&clock), seen.clone());
                 clock.subscribe(Arc::new(move || {
-                    let now = clock_seen.upgrade().map(|c| c.now().as_nanos());
+                    let now = clock_seen.upgrade().map(|c| c.now().since_origin());
                     lock(&seen).push((who, now));
                 }))
             })
             .collect();
-        clock.step(5).unwrap();
-        clock.set(Time::from_nanos(8)).unwrap();
-        assert!(clock.step(-5).is_err());
-        assert!(clock.set(Time::from_nanos(1)).is_err());
+        clock.step(ns(5));
+        clock.set(at(8)).unwrap();
+        assert!(clock.set(at(1)).is_err());
+        let (five, eight) = (Some(ns(5)), Some(ns(8)));
         assert_eq!(
             *lock(&seen),
-            [(0, Some(5)), (1, Some(5)), (0, Some(8)), (1, Some(8))],
+            [(0, five), (1, five), (0, eight), (1, eight)],
             "refused moves call nobody"
         );
         drop(subscriptions);
-        clock.step(1).unwrap();
+        clock.step(ns(1));
         assert_eq!(lock(&seen).len(), 4);
     }
 
@@ -419,8 +425,8 @@ mod tests {
             }))
         };
         *lock(&slot) = Some(subscription);
-        clock.step(1).unwrap();
-        clock.step(1).unwrap();
+        clock.step(ns(1));
+        clock.step(ns(1));
         assert_eq!(
             calls.load(Ordering::Relaxed),
             1,
@@ -458,11 +464,11 @@ mod tests {
             )
             .expect("a fake clock takes subscribers")
         };
-        let woke_at = Arc::new(AtomicI64::new(-1));
+        let woke_at = Arc::new(AtomicU64::new(0));
         let timer = {
             let (clock, wake, woke_at) = (clock.clone(), wake.clone(), woke_at.clone());
             std::thread::spawn(move || {
-                let deadline = Time::from_nanos(1_000);
+                let deadline = at(1_000);
                 let mut guard = lock(&wake.0);
                 while clock.now() < deadline {
                     guard = match wake.1.wait(guard) {
@@ -470,11 +476,12 @@ mod tests {
                         Err(poisoned) => poisoned.into_inner(),
                     };
                 }
-                woke_at.store(clock.now().as_nanos(), Ordering::Relaxed);
+                let now = clock.now().since_origin();
+                woke_at.store(now.as_nanos() as u64, Ordering::Relaxed);
             })
         };
-        clock.step(400).unwrap();
-        clock.step(600).unwrap();
+        clock.step(ns(400));
+        clock.step(ns(600));
         timer.join().unwrap();
         assert_eq!(woke_at.load(Ordering::Relaxed), 1_000);
     }
@@ -489,8 +496,9 @@ mod tests {
             assert!(now >= last);
             last = now;
         }
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        assert!(clock.now().nanos_since(last) >= 2_000_000);
+        // A lower bound, measured from `last`, which was read before the sleep began.
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(clock.now().saturating_duration_since(last) >= Duration::from_millis(2));
         assert!(Clock::subscribe(&clock, Arc::new(|| {})).is_none());
     }
 }

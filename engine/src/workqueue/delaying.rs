@@ -21,8 +21,8 @@
 //!   ready item queued at once, deterministically.
 //!
 //! `shut_down` drops the waiting items (they are never added) and stops the timer. An item
-//! whose ready time is [`Time::MAX`] (a delay of `i64::MAX` ns, a limiter's "never") never
-//! becomes ready.
+//! whose ready time is [`Time::MAX`] (a delay of [`NEVER`](super::NEVER), a limiter's "never",
+//! from any time) never becomes ready.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
@@ -154,13 +154,11 @@ impl<Q: WorkQueue> Shared<Q> {
             waiting.armed = next;
             waiting = match next {
                 None => self.timer.wait(waiting).unwrap_or_else(|e| e.into_inner()),
-                Some(ready) => {
-                    let nanos = u64::try_from(ready.nanos_since(now)).unwrap_or(0);
-                    self.timer
-                        .wait_timeout(waiting, Duration::from_nanos(nanos))
-                        .map(|(guard, _)| guard)
-                        .unwrap_or_else(|e| e.into_inner().0)
-                }
+                Some(ready) => self
+                    .timer
+                    .wait_timeout(waiting, ready.saturating_duration_since(now))
+                    .map(|(guard, _)| guard)
+                    .unwrap_or_else(|e| e.into_inner().0),
             };
             waiting.armed = None;
         }
@@ -171,17 +169,19 @@ impl<Q: WorkQueue> Shared<Q> {
 ///
 /// ```
 /// use std::sync::Arc;
+/// use std::time::Duration;
 /// use kcache::Key;
 /// use kcache::workqueue::{DelayingQueue, FakeClock, QueueConfig, ReferenceQueue, WorkQueue};
 ///
+/// let ms = Duration::from_millis;
 /// let clock = Arc::new(FakeClock::new());
 /// let config = QueueConfig::new().clock(clock.clone());
 /// let q = DelayingQueue::with_config(ReferenceQueue::with_config(&config), &config);
-/// q.add_after(Key::new("b"), 20_000_000);
-/// q.add_after(Key::new("a"), 10_000_000);
-/// q.add_after(Key::new("b"), 5_000_000); // earlier: wins
+/// q.add_after(Key::new("b"), ms(20));
+/// q.add_after(Key::new("a"), ms(10));
+/// q.add_after(Key::new("b"), ms(5)); // earlier: wins
 /// assert_eq!(q.len(), 0);
-/// clock.step(10_000_000).unwrap(); // the clock adds what is ready before `step` returns
+/// clock.step(ms(10)); // the clock adds what is ready before `step` returns
 /// assert_eq!(q.get().unwrap().as_str(), "b");
 /// assert_eq!(q.get().unwrap().as_str(), "a");
 /// ```
@@ -238,21 +238,22 @@ impl<Q: WorkQueue + 'static> DelayingQueue<Q> {
         Self::with_config(queue, &QueueConfig::new())
     }
 
-    /// Adds `item` once `nanos` have passed on the queue's clock (client-go `AddAfter`).
-    /// Nothing if shutting down; `nanos <= 0` adds at once; an item already waiting keeps the
-    /// earlier of its two ready times.
-    pub fn add_after(&self, item: Key, nanos: i64) {
+    /// Adds `item` once `delay` has passed on the queue's clock (client-go `AddAfter`).
+    /// Nothing if shutting down; a delay of zero is "now" (Go's `<= 0`: there is no negative
+    /// `Duration`) and adds at once; an item already waiting keeps the earlier of its two
+    /// ready times.
+    pub fn add_after(&self, item: Key, delay: Duration) {
         if self.shared.queue.shutting_down() {
             return;
         }
         if let Some(retries) = &self.shared.retries {
             retries.inc();
         }
-        if nanos <= 0 {
+        if delay.is_zero() {
             self.shared.queue.add(item);
             return;
         }
-        let ready = self.shared.clock.now().saturating_add_nanos(nanos);
+        let ready = self.shared.clock.now().saturating_add(delay);
         let mut waiting = self.lock_waiting();
         if waiting.stopped {
             return;

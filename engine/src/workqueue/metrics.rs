@@ -24,6 +24,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::clock::{Clock, RealClock, Time};
 
@@ -241,8 +242,10 @@ pub(crate) struct QueueMetrics {
     longest_running: Arc<dyn SettableGaugeMetric>,
 }
 
-fn seconds(nanos: i64) -> f64 {
-    nanos as f64 / 1e9
+/// Seconds as client-go reports them: float64 nanoseconds over 1e9 (not
+/// `Duration::as_secs_f64`, which can differ in the last bit).
+fn seconds(elapsed: Duration) -> f64 {
+    elapsed.as_nanos() as f64 / 1e9
 }
 
 impl QueueMetrics {
@@ -258,7 +261,8 @@ impl QueueMetrics {
         self.depth.dec();
         let now = self.clock.now();
         if let Some(added_at) = added_at {
-            self.latency.observe(seconds(now.nanos_since(added_at)));
+            self.latency
+                .observe(seconds(now.saturating_duration_since(added_at)));
         }
         now
     }
@@ -268,7 +272,7 @@ impl QueueMetrics {
         if let Some(started_at) = started_at {
             let now = self.clock.now();
             self.work_duration
-                .observe(seconds(now.nanos_since(started_at)));
+                .observe(seconds(now.saturating_duration_since(started_at)));
         }
     }
 
@@ -277,7 +281,7 @@ impl QueueMetrics {
         let now = self.clock.now();
         let (mut total, mut oldest) = (0.0, 0.0);
         for started_at in started {
-            let age = seconds(now.nanos_since(started_at));
+            let age = seconds(now.saturating_duration_since(started_at));
             total += age;
             if age > oldest {
                 oldest = age;
@@ -359,7 +363,7 @@ mod tests {
         }
     }
 
-    const MS: i64 = 1_000_000;
+    const MS: Duration = Duration::from_millis(1);
 
     /// The same client-go metric events, in the same order, from both queues.
     fn events<Q: WorkQueue + 'static>(make: impl FnOnce(&QueueConfig) -> Q) -> Vec<String> {
@@ -374,10 +378,10 @@ mod tests {
         let a = Key::new("a");
         q.add(a.clone());
         q.add(a.clone()); // dirty: not counted
-        clock.step(5 * MS).unwrap();
+        clock.step(5 * MS);
         assert_eq!(q.try_get(), TryGet::Item(a.clone()));
         q.add(a.clone()); // processing: counted, re-queued by done
-        clock.step(7 * MS).unwrap();
+        clock.step(7 * MS);
         q.update_unfinished_work();
         q.done(&a).unwrap();
         q.add_after(Key::new("b"), MS);

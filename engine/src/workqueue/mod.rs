@@ -1,6 +1,18 @@
 //! client-go's `util/workqueue`: a deduplicating queue of items with delayed and rate-limited
 //! adds, every time-dependent part reading one injectable [`Clock`].
 //!
+//! # Time
+//!
+//! One model, [`std::time::Duration`]-based: every delay is a `Duration` (`add_after`, a
+//! [`RateLimiter`]'s `when`, [`FakeClock::step`]), a [`Time`] is a point on the clock's line
+//! (the `Duration` since its origin), arithmetic saturates at [`Time::MAX`], and [`NEVER`] is
+//! the delay of an item that never becomes ready. Go's `time.Duration` may be negative, which
+//! client-go treats as "now"; here "now" is a delay of zero. The limiters keep client-go's
+//! arithmetic on nanoseconds exactly (the differential and trace tests pin it).
+//!
+//! The workqueue reads its injectable [`Clock`] ([`RealClock`], or a [`FakeClock`] in tests
+//! and trace replays); the informer uses tokio's clock instead, paused in its tests.
+//!
 //! Two queues implement [`WorkQueue`]:
 //!
 //! - [`ReferenceQueue`]: client-go's `Type` ported faithfully (one mutex, one condition
@@ -85,7 +97,7 @@ pub use clock::{Clock, ClockError, FakeClock, RealClock, Subscription, Time};
 pub use delaying::DelayingQueue;
 pub use limiter::{
     default_controller_rate_limiter, BucketRateLimiter, ExponentialFailureRateLimiter,
-    FastSlowRateLimiter, MaxOfRateLimiter, RateLimiter,
+    FastSlowRateLimiter, MaxOfRateLimiter, RateLimiter, NEVER,
 };
 pub use metrics::{
     CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetricsProvider, QueueConfig,

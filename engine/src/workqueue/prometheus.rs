@@ -181,6 +181,7 @@ mod tests {
     };
     use crate::Key;
     use prometheus_client::encoding::text::encode;
+    use std::time::Duration;
 
     #[test]
     fn exports_every_metric_in_the_text_format_per_queue_name() {
@@ -201,13 +202,13 @@ mod tests {
         for q in [&sharded as &dyn WorkQueue, &reference] {
             q.add(Key::new("a"));
             q.add(Key::new("b"));
-            clock.step(2_000_000).unwrap();
+            clock.step(Duration::from_millis(2));
             let a = q.get().unwrap();
-            clock.step(3_000_000).unwrap();
+            clock.step(Duration::from_millis(3));
             q.update_unfinished_work();
             q.done(&a).unwrap();
         }
-        sharded.add_after(Key::new("c"), 1_000_000);
+        sharded.add_after(Key::new("c"), Duration::from_millis(1));
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
         for line in [

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::key::Key;
 
@@ -15,6 +16,7 @@ use super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 ///
 /// ```
 /// use std::sync::Arc;
+/// use std::time::Duration;
 /// use kcache::Key;
 /// use kcache::workqueue::{
 ///     DelayingQueue, ExponentialFailureRateLimiter, FakeClock, QueueConfig, RateLimitingQueue,
@@ -25,13 +27,13 @@ use super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 /// let config = QueueConfig::new().clock(clock.clone());
 /// let q = RateLimitingQueue::new(
 ///     DelayingQueue::with_config(ShardedQueue::with_config(1, &config), &config),
-///     ExponentialFailureRateLimiter::new(1_000_000, 1_000_000_000), // 1 ms, doubling
+///     ExponentialFailureRateLimiter::new(Duration::from_millis(1), Duration::from_secs(1)),
 /// );
 /// let key = Key::new("ns/a");
 /// q.add_rate_limited(key.clone()); // waits 1 ms
 /// q.add_rate_limited(key.clone()); // would wait 2 ms: the earlier ready time wins
 /// assert_eq!(q.num_requeues(&key), 2);
-/// clock.step(1_000_000).unwrap();
+/// clock.step(Duration::from_millis(1));
 /// assert_eq!(q.try_get(), TryGet::Item(key.clone()));
 /// q.forget(&key);
 /// assert_eq!(q.num_requeues(&key), 0);
@@ -51,8 +53,8 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> RateLimitingQueue<Q, L> {
     /// Adds `item` after the limiter's delay for it (client-go `AddRateLimited`). The limiter
     /// is asked first and always, also after shutdown, so it counts the call either way.
     pub fn add_rate_limited(&self, item: Key) {
-        let nanos = self.when(&item);
-        self.queue.add_after(item, nanos);
+        let delay = self.when(&item);
+        self.queue.add_after(item, delay);
     }
 
     /// Forgets `item`'s failures (client-go `Forget`): call it when the item succeeded.
@@ -67,13 +69,13 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> RateLimitingQueue<Q, L> {
 
     /// Asks the limiter directly (counts as a failure where the limiter counts them), at the
     /// queue clock's current time.
-    pub fn when(&self, item: &Key) -> i64 {
+    pub fn when(&self, item: &Key) -> Duration {
         self.limiter.when(item, self.queue.clock().now())
     }
 
     /// [`DelayingQueue::add_after`].
-    pub fn add_after(&self, item: Key, nanos: i64) {
-        self.queue.add_after(item, nanos);
+    pub fn add_after(&self, item: Key, delay: Duration) {
+        self.queue.add_after(item, delay);
     }
 
     /// The delaying queue underneath.

@@ -1,9 +1,11 @@
 //! The token bucket (golang.org/x/time/rate's `Limiter`), shared by all items.
 
+use std::time::Duration;
+
 use crate::sync::{lock, Mutex};
 use crate::workqueue::clock::Time;
 
-use super::{RateLimiter, SECOND, TWO_POW_63};
+use super::{RateLimiter, NEVER, TWO_POW_63};
 
 /// A token bucket shared by all items: `burst` tokens, refilled at `qps` per second; each call
 /// takes one token and waits until it would exist (client-go's `BucketRateLimiter`, which is
@@ -13,25 +15,27 @@ use super::{RateLimiter, SECOND, TWO_POW_63};
 /// first call finds the bucket full. Exactly, at time `now`:
 ///
 /// - `qps` is `+∞` (Go's `rate.Inf`): 0, and nothing changes.
-/// - `burst < 1`: `i64::MAX` (never), and nothing changes.
+/// - `burst < 1`: [`NEVER`], and nothing changes.
 /// - Otherwise `t = min(tokens + secs(now − last) · qps, burst) − 1`, with no refill when
-///   `qps <= 0`, `secs(d) = (d / 10^9) as f64 + (d % 10^9) as f64 / 1e9` (Go's
+///   `qps <= 0`, `secs(d) = d.as_secs() as f64 + d.subsec_nanos() as f64 / 1e9` (Go's
 ///   `Duration.Seconds`), and `now − last` taken as 0 if `now` is before `last` (Go's
-///   `advance`); on the first call `t = burst − 1`. The wait is 0 if `t >= 0`; else `i64::MAX`
-///   if `qps <= 0`; else `x = (−t / qps) · 1e9` and `i64::MAX` if `x > 2^63`, `x` truncated
-///   otherwise. Then `tokens = t`, `last = now`.
+///   `advance`); on the first call `t = burst − 1`. The wait is 0 if `t >= 0`; else [`NEVER`]
+///   if `qps <= 0`; else `x = (−t / qps) · 1e9` nanoseconds, [`NEVER`] if `x >= 2^63` (Go's
+///   `InfDuration`), `x` truncated otherwise. Then `tokens = t`, `last = now`.
 ///
 /// It keeps no per-item state: `num_requeues` is 0 and `forget` does nothing.
 ///
 /// ```
+/// use std::time::Duration;
 /// use kcache::workqueue::{BucketRateLimiter, RateLimiter, Time};
 /// let bucket = BucketRateLimiter::new(10.0, 2);
-/// let at = Time::ZERO;
-/// assert_eq!(bucket.when(&"a", at), 0); // the first two calls take the burst
-/// assert_eq!(bucket.when(&"b", at), 0);
-/// assert_eq!(bucket.when(&"c", at), 100_000_000); // then one token per 1/10 s
-/// assert_eq!(bucket.when(&"d", at), 200_000_000);
-/// assert_eq!(bucket.when(&"e", Time::from_nanos(1_000_000_000)), 0); // refilled (capped at 2)
+/// let (at, ms) = (Time::ZERO, Duration::from_millis);
+/// assert_eq!(bucket.when(&"a", at), Duration::ZERO); // the first two calls take the burst
+/// assert_eq!(bucket.when(&"b", at), Duration::ZERO);
+/// assert_eq!(bucket.when(&"c", at), ms(100)); // then one token per 1/10 s
+/// assert_eq!(bucket.when(&"d", at), ms(200));
+/// let later = Time::after_origin(Duration::from_secs(1));
+/// assert_eq!(bucket.when(&"e", later), Duration::ZERO); // refilled (capped at 2)
 /// ```
 #[derive(Debug)]
 pub struct BucketRateLimiter {
@@ -64,17 +68,17 @@ impl BucketRateLimiter {
         }
     }
 
-    /// Takes one token at `now` and returns how many nanoseconds until it exists (x/time/rate's
+    /// Takes one token at `now` and returns how long until it exists (x/time/rate's
     /// `ReserveN(now, 1).DelayFrom(now)`); see the type's documentation for the arithmetic.
-    pub fn reserve(&self, now: Time) -> i64 {
+    pub fn reserve(&self, now: Time) -> Duration {
         if self.qps == f64::INFINITY {
             // rate.Inf: every reservation succeeds at once and the state is left alone.
-            return 0;
+            return Duration::ZERO;
         }
         if self.burst < 1 {
             // n = 1 > burst: the reservation is refused, which DelayFrom reports as
             // InfDuration, and the state is left alone.
-            return i64::MAX;
+            return NEVER;
         }
         let burst = self.burst as f64;
         let mut bucket = lock(&self.state);
@@ -82,7 +86,7 @@ impl BucketRateLimiter {
             None => burst,
             Some(last) => {
                 // Go's advance: a `now` before `last` counts as no time passed.
-                let elapsed = now.nanos_since(last).max(0);
+                let elapsed = now.saturating_duration_since(last);
                 bucket.tokens + self.tokens_from_duration(elapsed)
             }
         };
@@ -94,39 +98,41 @@ impl BucketRateLimiter {
         let wait = if tokens < 0.0 {
             self.duration_from_tokens(-tokens)
         } else {
-            0
+            Duration::ZERO
         };
         bucket.tokens = tokens;
         bucket.last = Some(now);
         wait
     }
 
-    /// x/time/rate's `Limit.tokensFromDuration`: the tokens `qps` makes in `nanos`.
-    fn tokens_from_duration(&self, nanos: i64) -> f64 {
+    /// x/time/rate's `Limit.tokensFromDuration`: the tokens `qps` makes in `elapsed`.
+    fn tokens_from_duration(&self, elapsed: Duration) -> f64 {
         if self.qps <= 0.0 {
             return 0.0;
         }
-        let secs = (nanos / SECOND) as f64 + (nanos % SECOND) as f64 / 1e9;
+        // Go's Duration.Seconds: whole seconds and the nanosecond rest, converted apart.
+        let secs = elapsed.as_secs() as f64 + f64::from(elapsed.subsec_nanos()) / 1e9;
         secs * self.qps
     }
 
-    /// x/time/rate's `Limit.durationFromTokens`: the nanoseconds `qps` takes to make `tokens`.
-    fn duration_from_tokens(&self, tokens: f64) -> i64 {
+    /// x/time/rate's `Limit.durationFromTokens`: how long `qps` takes to make `tokens`.
+    fn duration_from_tokens(&self, tokens: f64) -> Duration {
         if self.qps <= 0.0 {
-            return i64::MAX;
+            return NEVER;
         }
         let nanos = (tokens / self.qps) * 1e9;
-        if nanos > TWO_POW_63 {
-            return i64::MAX;
+        // Go: above 2^63, InfDuration. At exactly 2^63 Go's conversion gives i64::MIN on amd64,
+        // a negative wait it never meant: "never" as well.
+        if nanos >= TWO_POW_63 {
+            return NEVER;
         }
-        // At exactly 2^63 Go's conversion gives i64::MIN on amd64; Rust's saturates to
-        // i64::MAX, which is the "never" Go meant.
-        nanos as i64
+        // Truncation, as Go's conversion (a NaN, from a NaN qps, gives 0 as before).
+        Duration::from_nanos(nanos as u64)
     }
 }
 
 impl<T: ?Sized> RateLimiter<T> for BucketRateLimiter {
-    fn when(&self, _item: &T, now: Time) -> i64 {
+    fn when(&self, _item: &T, now: Time) -> Duration {
         self.reserve(now)
     }
 
@@ -139,67 +145,67 @@ impl<T: ?Sized> RateLimiter<T> for BucketRateLimiter {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{at_ms, whens, T0};
+    use super::super::tests::{at_ms, ns, whens, MS, T0};
     use super::*;
 
     #[test]
     fn bucket_burst_then_one_token_per_interval() {
         let bucket = BucketRateLimiter::new(10.0, 100);
-        assert_eq!(whens(&bucket, "a", 100), [0; 100]);
+        assert_eq!(whens(&bucket, "a", 100), [Duration::ZERO; 100]);
         // 101st at the same instant: tokens −1, (1 / 10) s; then −2, 0.2 s.
-        assert_eq!(whens(&bucket, "a", 2), [100_000_000, 200_000_000]);
+        assert_eq!(whens(&bucket, "a", 2), [100 * MS, 200 * MS]);
         assert_eq!(RateLimiter::<&str>::num_requeues(&bucket, &"a"), 0);
     }
 
     #[test]
     fn bucket_refill_uses_elapsed_seconds_and_caps_at_burst() {
         let bucket = BucketRateLimiter::new(10.0, 1);
-        assert_eq!(bucket.reserve(at_ms(0)), 0); // tokens 0
-        assert_eq!(bucket.reserve(at_ms(150)), 0); // 0 + 1.5 capped at 1, −1 → 0
-        assert_eq!(bucket.reserve(at_ms(200)), 50_000_000); // 0 + 0.5 − 1 = −0.5 → 0.05 s
-                                                            // −0.5 + 2.5 s · 10 = 24.5, capped at 1 (secs() splits 2 s and 0.5 s).
-        assert_eq!(bucket.reserve(at_ms(2_700)), 0);
+        assert_eq!(bucket.reserve(at_ms(0)), Duration::ZERO); // tokens 0
+        assert_eq!(bucket.reserve(at_ms(150)), Duration::ZERO); // 0 + 1.5 capped at 1, −1 → 0
+        assert_eq!(bucket.reserve(at_ms(200)), 50 * MS); // 0 + 0.5 − 1 = −0.5 → 0.05 s
+                                                         // −0.5 + 2.5 s · 10 = 24.5, capped at 1 (secs() splits 2 s and 0.5 s).
+        assert_eq!(bucket.reserve(at_ms(2_700)), Duration::ZERO);
     }
 
     #[test]
     fn bucket_tokens_go_negative_and_refill_from_there() {
         let bucket = BucketRateLimiter::new(1.0, 1);
-        assert_eq!(bucket.reserve(T0), 0);
-        assert_eq!(bucket.reserve(T0), 1_000_000_000);
-        assert_eq!(bucket.reserve(T0), 2_000_000_000);
+        assert_eq!(bucket.reserve(T0), Duration::ZERO);
+        assert_eq!(bucket.reserve(T0), 1_000 * MS);
+        assert_eq!(bucket.reserve(T0), 2_000 * MS);
         // tokens −2, one second refills one: −1, minus the call's token: −2.
-        assert_eq!(bucket.reserve(at_ms(1_000)), 2_000_000_000);
+        assert_eq!(bucket.reserve(at_ms(1_000)), 2_000 * MS);
         // −2 + 3 = 1, minus 1: 0.
-        assert_eq!(bucket.reserve(at_ms(4_000)), 0);
+        assert_eq!(bucket.reserve(at_ms(4_000)), Duration::ZERO);
     }
 
     #[test]
     fn bucket_fractional_qps() {
         // One token per two seconds.
         let bucket = BucketRateLimiter::new(0.5, 1);
-        assert_eq!(bucket.reserve(T0), 0);
-        assert_eq!(bucket.reserve(T0), 2_000_000_000);
+        assert_eq!(bucket.reserve(T0), Duration::ZERO);
+        assert_eq!(bucket.reserve(T0), 2_000 * MS);
         // −1 + 1 s · 0.5 = −0.5, minus 1: −1.5 → 3 s.
-        assert_eq!(bucket.reserve(at_ms(1_000)), 3_000_000_000);
+        assert_eq!(bucket.reserve(at_ms(1_000)), 3_000 * MS);
         // qps 3: 1/3 s is 333_333_333.33 ns, truncated.
         let thirds = BucketRateLimiter::new(3.0, 1);
-        assert_eq!(thirds.reserve(T0), 0);
-        assert_eq!(thirds.reserve(T0), 333_333_333);
+        assert_eq!(thirds.reserve(T0), Duration::ZERO);
+        assert_eq!(thirds.reserve(T0), ns(333_333_333));
         // qps 0.7, refilled for one second after the burst: 0.7 − 1 is −0.30000000000000004
         // in f64, and (0.30000000000000004 / 0.7) · 1e9 = 428_571_428.57 ns.
         let sevenths = BucketRateLimiter::new(0.7, 1);
-        assert_eq!(sevenths.reserve(T0), 0);
-        assert_eq!(sevenths.reserve(at_ms(1_000)), 428_571_428);
+        assert_eq!(sevenths.reserve(T0), Duration::ZERO);
+        assert_eq!(sevenths.reserve(at_ms(1_000)), ns(428_571_428));
         // −0.30000000000000004 + 0.7 − 1 = −0.6000000000000001 → 857_142_857.14 ns.
-        assert_eq!(sevenths.reserve(at_ms(2_000)), 857_142_857);
+        assert_eq!(sevenths.reserve(at_ms(2_000)), ns(857_142_857));
     }
 
     #[test]
     fn bucket_with_burst_below_one_never_grants_and_keeps_its_state() {
         for burst in [0, -3] {
             let bucket = BucketRateLimiter::new(10.0, burst);
-            assert_eq!(bucket.reserve(T0), i64::MAX);
-            assert_eq!(bucket.reserve(at_ms(100_000)), i64::MAX);
+            assert_eq!(bucket.reserve(T0), NEVER);
+            assert_eq!(bucket.reserve(at_ms(100_000)), NEVER);
             let state = lock(&bucket.state);
             assert_eq!((state.tokens, state.last), (burst as f64, None));
         }
@@ -209,10 +215,10 @@ mod tests {
     fn bucket_with_qps_zero_or_negative_spends_the_burst_then_never() {
         for qps in [0.0, -1.0] {
             let bucket = BucketRateLimiter::new(qps, 2);
-            assert_eq!(bucket.reserve(T0), 0);
-            assert_eq!(bucket.reserve(T0), 0);
-            assert_eq!(bucket.reserve(T0), i64::MAX);
-            assert_eq!(bucket.reserve(at_ms(1_000_000)), i64::MAX, "no refill");
+            assert_eq!(bucket.reserve(T0), Duration::ZERO);
+            assert_eq!(bucket.reserve(T0), Duration::ZERO);
+            assert_eq!(bucket.reserve(T0), NEVER);
+            assert_eq!(bucket.reserve(at_ms(1_000_000)), NEVER, "no refill");
             assert_eq!(
                 lock(&bucket.state).tokens,
                 -2.0,
@@ -225,27 +231,27 @@ mod tests {
     fn bucket_waits_beyond_two_pow_63_are_never() {
         // 1 token at 1e-10 qps is 1e19 ns > 2^63.
         let bucket = BucketRateLimiter::new(1e-10, 1);
-        assert_eq!(bucket.reserve(T0), 0);
-        assert_eq!(bucket.reserve(T0), i64::MAX);
+        assert_eq!(bucket.reserve(T0), Duration::ZERO);
+        assert_eq!(bucket.reserve(T0), NEVER);
         // At 1e-9 qps it is (1 / 1e-9) · 1e9 = 999_999_999_999_999_872 in f64, which fits.
         let slow = BucketRateLimiter::new(1e-9, 1);
-        assert_eq!(slow.reserve(T0), 0);
-        assert_eq!(slow.reserve(T0), 999_999_999_999_999_872);
+        assert_eq!(slow.reserve(T0), Duration::ZERO);
+        assert_eq!(slow.reserve(T0), ns(999_999_999_999_999_872));
     }
 
     #[test]
     fn bucket_time_going_back_counts_as_no_time() {
         let bucket = BucketRateLimiter::new(1.0, 1);
-        assert_eq!(bucket.reserve(at_ms(1_000)), 0);
-        assert_eq!(bucket.reserve(at_ms(500)), 1_000_000_000);
+        assert_eq!(bucket.reserve(at_ms(1_000)), Duration::ZERO);
+        assert_eq!(bucket.reserve(at_ms(500)), 1_000 * MS);
         // last moved back to 500 ms (Go sets last = t): 0.5 s later refills half a token.
-        assert_eq!(bucket.reserve(at_ms(1_000)), 1_500_000_000);
+        assert_eq!(bucket.reserve(at_ms(1_000)), 1_500 * MS);
     }
 
     #[test]
     fn bucket_with_infinite_qps_always_grants() {
         let bucket = BucketRateLimiter::new(f64::INFINITY, 0);
-        assert_eq!(bucket.reserve(T0), 0);
-        assert_eq!(bucket.reserve(T0), 0);
+        assert_eq!(bucket.reserve(T0), Duration::ZERO);
+        assert_eq!(bucket.reserve(T0), Duration::ZERO);
     }
 }

@@ -1,9 +1,14 @@
 //! Rate limiters: how long an item waits before it is queued again (client-go's
 //! `util/workqueue/default_rate_limiters.go`, with golang.org/x/time/rate's token bucket).
 //!
-//! Durations are Go `time.Duration`s: `i64` nanoseconds, computed with Go's integer and `f64`
-//! arithmetic so that every result matches client-go's to the nanosecond. `i64::MAX` means
-//! "never" (a token bucket that can't ever grant the token).
+//! Delays are [`Duration`]s computed with Go's integer and `f64` arithmetic on nanoseconds, so
+//! that every result matches client-go's to the nanosecond. [`NEVER`] means "never" (a token
+//! bucket that can't ever grant the token, where x/time/rate says `InfDuration`).
+//!
+//! Go's `time.Duration` can be negative and client-go's limiters pass a negative configured
+//! delay through (a negative base or fast delay), which its delaying queue treats as "now".
+//! There is no negative `Duration`: here a delay of zero is "now", and the limiters are
+//! configured with non-negative delays only.
 //!
 //! A limiter reads no clock of its own: [`RateLimiter::when`] is handed the queue's time, so a
 //! queue on a [`FakeClock`](super::FakeClock) makes the token bucket deterministic too.
@@ -11,6 +16,7 @@
 use std::fmt;
 use std::hash::Hash;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::clock::Time;
 
@@ -23,18 +29,20 @@ pub use per_item::{ExponentialFailureRateLimiter, FastSlowRateLimiter};
 /// 2^63, the smallest `f64` above `i64::MAX` (`float64(math.MaxInt64)` in Go).
 const TWO_POW_63: f64 = 9_223_372_036_854_775_808.0;
 
-/// Nanoseconds per second, as Go's `time.Second`.
-const SECOND: i64 = 1_000_000_000;
+/// "Never": the delay of a token that will never exist (x/time/rate's `InfDuration`, which
+/// is `i64::MAX` nanoseconds in Go). An item added with it is never ready: the delaying
+/// layer's ready time saturates at [`Time::MAX`].
+pub const NEVER: Duration = Duration::MAX;
 
 /// Decides how long an item waits before it is added again (client-go's
 /// `workqueue.TypedRateLimiter`).
 ///
 /// Implementations lock their own state: every method may be called from many threads at once.
 pub trait RateLimiter<T: ?Sized>: Send + Sync + fmt::Debug {
-    /// The nanoseconds `item` should wait, asked at time `now`; counts the call as one more
-    /// failure (attempt) of `item` where the limiter counts them. May be `i64::MAX` (never)
-    /// and, for limiters configured with negative delays, negative (meaning "at once").
-    fn when(&self, item: &T, now: Time) -> i64;
+    /// How long `item` should wait, asked at time `now`; counts the call as one more failure
+    /// (attempt) of `item` where the limiter counts them. May be [`NEVER`]; zero means "at
+    /// once".
+    fn when(&self, item: &T, now: Time) -> Duration;
 
     /// Forgets `item`'s failures: its next [`when`](RateLimiter::when) starts afresh. Limiters
     /// that keep no per-item state do nothing.
@@ -46,7 +54,7 @@ pub trait RateLimiter<T: ?Sized>: Send + Sync + fmt::Debug {
 }
 
 impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<L> {
-    fn when(&self, item: &T, now: Time) -> i64 {
+    fn when(&self, item: &T, now: Time) -> Duration {
         (**self).when(item, now)
     }
     fn forget(&self, item: &T) {
@@ -58,7 +66,7 @@ impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<L> {
 }
 
 impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<L> {
-    fn when(&self, item: &T, now: Time) -> i64 {
+    fn when(&self, item: &T, now: Time) -> Duration {
         (**self).when(item, now)
     }
     fn forget(&self, item: &T) {
@@ -71,10 +79,11 @@ impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<L> {
 /// Asks every limiter and waits the longest (client-go's `MaxOfRateLimiter`).
 ///
 /// ```
+/// use std::time::Duration;
 /// use kcache::workqueue::{default_controller_rate_limiter, RateLimiter, Time};
 /// let limiter = default_controller_rate_limiter::<&str>();
-/// assert_eq!(limiter.when(&"a", Time::ZERO), 5_000_000);
-/// assert_eq!(limiter.when(&"a", Time::ZERO), 10_000_000);
+/// assert_eq!(limiter.when(&"a", Time::ZERO), Duration::from_millis(5));
+/// assert_eq!(limiter.when(&"a", Time::ZERO), Duration::from_millis(10));
 /// assert_eq!(limiter.num_requeues(&"a"), 2);
 /// ```
 pub struct MaxOfRateLimiter<T: ?Sized> {
@@ -98,12 +107,12 @@ impl<T: ?Sized> MaxOfRateLimiter<T> {
 }
 
 impl<T: ?Sized> RateLimiter<T> for MaxOfRateLimiter<T> {
-    /// Every limiter's `when`, in order; the largest, but at least 0.
-    fn when(&self, item: &T, now: Time) -> i64 {
+    /// Every limiter's `when`, in order; the largest (zero with none).
+    fn when(&self, item: &T, now: Time) -> Duration {
         self.limiters
             .iter()
             .map(|limiter| limiter.when(item, now))
-            .fold(0, i64::max)
+            .fold(Duration::ZERO, Duration::max)
     }
 
     /// Tells every limiter.
@@ -130,8 +139,8 @@ where
 {
     MaxOfRateLimiter::new(vec![
         Box::new(ExponentialFailureRateLimiter::new(
-            5_000_000,
-            1_000 * SECOND,
+            Duration::from_millis(5),
+            Duration::from_secs(1_000),
         )),
         Box::new(BucketRateLimiter::new(10.0, 100)),
     ])
@@ -140,11 +149,15 @@ where
 mod tests {
     use super::*;
 
-    pub(super) const MS: i64 = 1_000_000;
+    pub(super) const MS: Duration = Duration::from_millis(1);
     pub(super) const T0: Time = Time::ZERO;
 
-    pub(super) fn at_ms(ms: i64) -> Time {
-        Time::from_nanos(ms * MS)
+    pub(super) fn at_ms(ms: u64) -> Time {
+        Time::after_origin(Duration::from_millis(ms))
+    }
+
+    pub(super) fn ns(nanos: u64) -> Duration {
+        Duration::from_nanos(nanos)
     }
 
     /// `n` calls of `when(item, now)`.
@@ -152,7 +165,7 @@ mod tests {
         limiter: &L,
         item: &'static str,
         n: usize,
-    ) -> Vec<i64> {
+    ) -> Vec<Duration> {
         (0..n).map(|_| limiter.when(&item, T0)).collect()
     }
 
@@ -169,18 +182,17 @@ mod tests {
         assert_eq!(limiter.num_requeues(&"a"), 0, "forget tells every limiter");
         assert_eq!(whens(&limiter, "a", 1), [3 * MS]);
 
-        let negative = MaxOfRateLimiter::<&str>::new(vec![Box::new(
-            ExponentialFailureRateLimiter::new(-5, 100),
-        )]);
-        assert_eq!(whens(&negative, "a", 1), [0]);
         let empty = MaxOfRateLimiter::<&str>::new(Vec::new());
-        assert_eq!((empty.when(&"a", T0), empty.num_requeues(&"a")), (0, 0));
+        assert_eq!(
+            (empty.when(&"a", T0), empty.num_requeues(&"a")),
+            (Duration::ZERO, 0)
+        );
     }
 
     #[test]
     fn max_of_num_requeues_is_the_largest_count() {
-        let exponential = Arc::new(ExponentialFailureRateLimiter::new(1, 1));
-        let fast_slow = Arc::new(FastSlowRateLimiter::new(1, 1, 1));
+        let exponential = Arc::new(ExponentialFailureRateLimiter::new(ns(1), ns(1)));
+        let fast_slow = Arc::new(FastSlowRateLimiter::new(ns(1), ns(1), 1));
         let limiter = MaxOfRateLimiter::<&str>::new(vec![
             Box::new(exponential.clone()),
             Box::new(fast_slow.clone()),

@@ -26,6 +26,7 @@
 use std::io::{BufRead, Write};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kcache::workqueue::{
     default_controller_rate_limiter, BucketRateLimiter, DelayingQueue,
@@ -81,18 +82,34 @@ pub enum LimiterSpec {
     Default,
 }
 
+/// A trace's nanoseconds as a delay. A negative one is "now", as a negative `time.Duration` is
+/// for client-go's delaying queue; a `Duration` cannot be negative, so it becomes zero.
+fn delay(ns: i64) -> Duration {
+    Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+/// A delay as a trace prints it: nanoseconds, with "never" (and anything beyond Go's range)
+/// as `i64::MAX`, Go's `InfDuration`.
+fn delay_ns(delay: Duration) -> i64 {
+    i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX)
+}
+
 impl LimiterSpec {
-    /// Builds the limiter.
+    /// Builds the limiter. Negative delays are taken as zero (see `delay`).
     pub fn build(&self) -> Box<dyn RateLimiter<Key>> {
         match self {
-            LimiterSpec::Exponential { base_ns, max_ns } => {
-                Box::new(ExponentialFailureRateLimiter::new(*base_ns, *max_ns))
-            }
+            LimiterSpec::Exponential { base_ns, max_ns } => Box::new(
+                ExponentialFailureRateLimiter::new(delay(*base_ns), delay(*max_ns)),
+            ),
             LimiterSpec::FastSlow {
                 fast_ns,
                 slow_ns,
                 max_fast,
-            } => Box::new(FastSlowRateLimiter::new(*fast_ns, *slow_ns, *max_fast)),
+            } => Box::new(FastSlowRateLimiter::new(
+                delay(*fast_ns),
+                delay(*slow_ns),
+                *max_fast,
+            )),
             LimiterSpec::Bucket { qps, burst } => Box::new(BucketRateLimiter::new(*qps, *burst)),
             LimiterSpec::MaxOf(of) => Box::new(MaxOfRateLimiter::new(
                 of.iter().map(LimiterSpec::build).collect(),
@@ -385,7 +402,7 @@ impl<Q: WorkQueue + 'static> Replayer<Q> {
                 None
             }
             WqOp::AddAfter(item, ns) => {
-                q.add_after(item, ns);
+                q.add_after(item, delay(ns));
                 None
             }
             WqOp::AddRateLimited(item) => {
@@ -399,12 +416,10 @@ impl<Q: WorkQueue + 'static> Replayer<Q> {
             WqOp::NumRequeues(item) => {
                 Some(format!("{{\"num_requeues\":{}}}", q.num_requeues(&item)))
             }
-            WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", q.when(&item))),
+            WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", delay_ns(q.when(&item)))),
             WqOp::Step(ns) => {
                 // Validated non-negative by the parser; the clock saturates at its maximum.
-                if let Err(e) = self.clock.step(ns) {
-                    return Err(format!("step refused: {e}"));
-                }
+                self.clock.step(delay(ns));
                 None
             }
             WqOp::Get => Some(match q.try_get() {
