@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, Config, ResourceExt};
 use loadgen::serve::{ServeConfig, Server};
-use loadgen::workload::{Workload, WorkloadSpec};
+use workloads::{Workload, WorkloadSpec};
 use serve_common::{churn_done, server_state, start};
 use tokio::sync::mpsc;
 

@@ -250,7 +250,7 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let bytes = std::fs::read(&trace).unwrap();
-        let parsed = loadgen::watch_stream::parse_trace(&bytes);
+        let parsed = loadgen::commands::replay::parse_trace(&bytes);
         if parsed.events.iter().any(|e| e.resource_version == 1_900) {
             break;
         }
