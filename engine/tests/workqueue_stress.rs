@@ -56,12 +56,9 @@ impl Book {
     }
 
     fn produce(&self, q: &dyn WorkQueue, seed: u64, adds: usize) {
-        let mut state = seed;
+        let mut rng = fastrand::Rng::with_seed(seed);
         for _ in 0..adds {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let i = (state >> 33) as usize % KEYS;
+            let i = rng.usize(..KEYS);
             self.adds[i].fetch_add(1, Ordering::SeqCst);
             q.add(self.keys[i].clone());
         }

@@ -220,8 +220,25 @@ async fn both_clients_survive_a_server_restart_mid_watch() {
     };
 
     for down in [Duration::from_millis(300), Duration::from_millis(800)] {
-        // Let both clients get well into their watches first.
-        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        // Restart only once both clients are in a watch: kcache's informer has opened one
+        // more watch than before (the first, or one after the last restart) and kube-rs'
+        // watcher has received an event since.
+        let (watches, kube_rs_seen) = (
+            counted.watches.load(Ordering::Relaxed),
+            kube_rs_events.load(Ordering::Relaxed),
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while counted.watches.load(Ordering::Relaxed) <= watches
+            || kube_rs_events.load(Ordering::Relaxed) <= kube_rs_seen
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "both clients should be watching within 20 s (kcache watches {}, kube-rs events {})",
+                counted.watches.load(Ordering::Relaxed),
+                kube_rs_events.load(Ordering::Relaxed)
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         let published = server.store().resource_version();
         server.restart(down).await.expect("the server restarts");
         assert!(

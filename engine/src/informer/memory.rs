@@ -191,6 +191,8 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
 
     /// Ends every open watch (their streams end after what was already sent).
     pub fn close_watches(&self) {
+        // Under the control lock, as a watch registers (see `serve_watch`).
+        let _control = self.control();
         self.inner.server.close_watches();
     }
 
@@ -221,7 +223,9 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     /// watch that resumes from a version still in the window). Scripted failures counted by
     /// the other hooks wait for the server to be back.
     pub fn set_unavailable(&self, down: bool) {
-        self.control().faults.unavailable = down;
+        // One hold of the control lock for both, as a watch registers (see `serve_watch`).
+        let mut control = self.control();
+        control.faults.unavailable = down;
         if down {
             self.inner.server.close_watches();
         }
@@ -331,8 +335,12 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     }
 
     fn serve_watch(&self, options: WatchOptions) -> Result<WatchStream<T>, Error> {
+        // Held until the watch is registered with the server: a concurrent `set_unavailable`
+        // or `close_watches` (which take it too) then either comes first and refuses this
+        // call, or comes after and ends this watch; without it, a watch admitted just before
+        // the server went down could register after the close and never end.
+        let mut control = self.control();
         let expired = {
-            let mut control = self.control();
             control.watch_calls += 1;
             if control.faults.unavailable {
                 return Err(injected_connection_refused("watch"));
@@ -369,11 +377,12 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
             );
             return refused(message);
         }
-        match self
+        let started = self
             .inner
             .server
-            .watch(start, options.allow_bookmarks, |_| true)
-        {
+            .watch(start, options.allow_bookmarks, |_| true);
+        drop(control);
+        match started {
             Err(too_old) => refused(too_old.to_string()),
             Ok(start) => Ok(Box::pin(MemoryWatch {
                 initial: start.initial.into_iter(),

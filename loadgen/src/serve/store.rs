@@ -18,6 +18,7 @@ use bytes::Bytes;
 use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
 use super::objects::{event_line, EventType, Status, POD_HEAD};
+use crate::sync::lock;
 
 /// Now, in nanoseconds since the Unix epoch: the clock the server and its clients' processes
 /// share, so a lag can run from one process to another.
@@ -25,10 +26,6 @@ pub fn unix_nanos() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A pod as the server holds it, with the watch line of the event that made it.
