@@ -83,7 +83,7 @@ impl HandlerOptions {
 }
 
 /// A registration's buffer hit its bound: reported once per episode (until the buffer has
-/// drained completely), through the builder's
+/// caught up: drained, with no consumer waiting), through the builder's
 /// [`lag_handler`](super::SharedInformerBuilder::lag_handler).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lag {

@@ -88,7 +88,8 @@ struct State<N> {
     receiver_waiting: bool,
     /// Senders waiting for room.
     senders_waiting: usize,
-    /// The buffer hit its bound and has not drained since: one lag episode.
+    /// The buffer hit its bound and has not caught up since (drained with no sender
+    /// waiting): one lag episode.
     lagging: bool,
 }
 
@@ -172,7 +173,8 @@ impl<N> Handoff<N> {
 
     /// Hands `items` over in order, waiting for room whenever the bound would be exceeded:
     /// one batch if it fits. `on_full(pending)` runs (without the lock) when a send finds the
-    /// buffer full at the start of a lag episode; an episode ends when the buffer drains.
+    /// buffer full at the start of a lag episode; an episode ends when the buffer has drained
+    /// with no sender waiting.
     /// On close or removal the rest of `items` is dropped and the call returns
     /// [`HandoffClosed`].
     pub fn send(
@@ -324,8 +326,9 @@ impl<N> Handoff<N> {
     pub fn delivered(&self, n: usize) {
         let mut state = lock(&self.state);
         state.pending = state.pending.saturating_sub(n);
-        if state.pending == 0 {
-            // Caught up: the next time the buffer fills is a new episode.
+        if state.pending == 0 && state.senders_waiting == 0 {
+            // Caught up, with nobody waiting to hand more over: the next time the buffer
+            // fills is a new episode.
             state.lagging = false;
         }
         self.counters
