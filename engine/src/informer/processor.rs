@@ -186,12 +186,15 @@ impl<T> Listener<T> {
                         .fetch_add(initial, Ordering::Relaxed);
                 }
                 let sent = buffer.send(batch, |pending| {
-                    lag(&Lag {
+                    let lag_report = Lag {
                         id: self.shared.id,
                         name: self.shared.name.clone(),
                         pending,
                         bound: buffer.bound(),
-                    });
+                    };
+                    // User code on a consumer in the middle of a hand-over: a panic here
+                    // would leave the turn unserved and stall every other consumer.
+                    let _ = catch_unwind(AssertUnwindSafe(|| lag(&lag_report)));
                 });
                 if sent.is_err() && initial > 0 {
                     // Removed or closed: nobody will deliver the rest.
