@@ -66,7 +66,8 @@
 //! # });
 //! ```
 //!
-//! Each handler gets its notifications on a thread of its own, in order per key; the store's
+//! Each handler gets its notifications on a thread of its own through a bounded buffer (or
+//! inline on the consumers, or as an async task), in order per key; the store's
 //! readers never wait on a global lock. The contract: `docs/informer.md`.
 //!
 //! ## The parts by hand

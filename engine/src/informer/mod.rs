@@ -19,10 +19,14 @@
 //! - `KubeListerWatcher` (feature `kube`): the same over kube-rs' `Api<K>`, against a real
 //!   API server.
 //! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
-//!   buffer, delivery thread, `has_synced` and resync period; [`StoreReader`] reads the store.
+//!   bounded buffer and delivery thread (or inline on the consumers, or an
+//!   [`AsyncEventHandler`]'s task), `has_synced` and resync period ([`HandlerOptions`]);
+//!   [`StoreReader`] reads the store.
 
 pub mod apiserver;
 mod backoff;
+mod handler;
+mod handoff;
 #[cfg(feature = "kube")]
 mod kube;
 mod lister_watcher;
@@ -32,6 +36,7 @@ mod reader;
 mod reflector;
 mod shared_informer;
 mod stop;
+mod turns;
 
 #[cfg(feature = "kube")]
 pub use self::kube::{
@@ -39,6 +44,11 @@ pub use self::kube::{
     MAX_WATCH_TIMEOUT_SECS,
 };
 pub use backoff::{Backoff, BackoffTimer};
+pub use handler::{AsyncEventHandler, HandlerOptions, Lag, LagHandler, DEFAULT_HANDLER_BUFFER};
+/// The consumer-to-handler hand-off, public only for the loom model (`tests/loom_fanout.rs`).
+#[cfg(kcache_loom)]
+#[doc(hidden)]
+pub use handoff::{Handoff, HandoffClosed, TryRecv};
 pub use lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,

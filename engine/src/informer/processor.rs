@@ -3,32 +3,49 @@
 //!
 //! # Design
 //!
-//! Each registration owns an unbounded channel and one delivery thread that calls its handler,
-//! so a slow handler delays only itself: the consumers that distribute never wait for a handler,
-//! and a handler's backlog grows in its own buffer. Notifications of one key are sent by one
-//! consumer at a time (the queue hands a key to one consumer until it is done), so each
-//! registration receives them in order.
+//! A consumer applies a batch of keys to the store and collects, per registration, the
+//! notifications of the whole batch ([`Distributor`]); when the batch is done it hands each
+//! registration its part in **one send** (see `turns` for why the sends follow the order in
+//! which batches were taken). Registrations are of three kinds:
 //!
-//! Handlers are synchronous ([`EventHandler`] takes `&mut self`) and may block or burn CPU, so
-//! they run on threads of their own rather than on an async runtime's workers.
+//! - **Thread** (the default, client-go's isolation): a bounded buffer of batches
+//!   (`handoff`) and a delivery thread that calls the handler. A slow handler delays only
+//!   itself until its buffer is full; then the consumer that would exceed the bound waits for
+//!   it (**back-pressure**), the queue fills, and the queue's own bound holds up the reflector.
+//!   Memory stays bounded; client-go's buffer is unbounded.
+//! - **Inline**: the handler runs on the consumer thread as the batch is handed over, behind a
+//!   mutex (several consumers) — no thread, no buffer, for cheap handlers.
+//! - **Async**: the same bounded buffer, drained by a tokio task on the informer's runtime that
+//!   awaits the handler's futures. Consumers are threads, so their blocking sends never block a
+//!   runtime worker; the task awaits.
 //!
-//! The listener list is behind a read-write lock. Consumers hold it shared while they apply a
-//! batch of keys to the store and distribute its notifications; adding a registration after the
-//! start holds it exclusively while it sends the synthetic `on_add`s of the store's content, so
-//! the new handler sees every key exactly once: in the snapshot, or in a later notification,
-//! never both and never neither (client-go's `blockDeltas`).
+//! Notifications of one key are taken by one consumer at a time and handed over in ticket
+//! order, so each registration receives a key's notifications in order.
+//!
+//! The listener list is behind a read-write lock. Consumers hold it shared from the first key
+//! of a batch until the batch is handed over; adding a registration after the start holds it
+//! exclusively while it sends the synthetic `on_add`s of the store's content, so the new handler
+//! sees every key exactly once: in the snapshot, or in a later notification, never both and
+//! never neither (client-go's `blockDeltas`). Removal first closes the registration's buffer
+//! (waking a consumer blocked on it, whose batch for it is dropped), then takes the lock.
 
+use std::collections::VecDeque;
 use std::fmt;
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::handler::{AsyncEventHandler, Lag, LagHandler};
+use super::handoff::{Handoff, HandoffCounters};
 use super::lister_watcher::Versioned;
+use super::turns::Turns;
 use crate::consumer::EventHandler;
 use crate::delta::DeltaObject;
 
@@ -44,26 +61,70 @@ const POLL: Duration = Duration::from_millis(5);
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
 
 /// One notification for one handler.
-enum Notification<T> {
+pub(crate) enum Notification<T> {
     Add { obj: Arc<T>, initial: bool },
     Update { old: Arc<T>, new: Arc<T> },
     Delete(DeltaObject<T>),
 }
 
-/// What a registration and its delivery thread share.
-#[derive(Debug, Default)]
+impl<T> Notification<T> {
+    fn is_initial(&self) -> bool {
+        matches!(self, Notification::Add { initial: true, .. })
+    }
+
+    /// Calls `handler`, catching a panic; true if it panicked.
+    fn call(&self, handler: &mut (impl EventHandler<T> + ?Sized)) -> bool {
+        catch_unwind(AssertUnwindSafe(|| match self {
+            Notification::Add { obj, initial } => handler.on_add(obj, *initial),
+            Notification::Update { old, new } => handler.on_update(old, new),
+            Notification::Delete(obj) => handler.on_delete(obj),
+        }))
+        .is_err()
+    }
+}
+
+type Buffer<T> = Handoff<Notification<T>>;
+
+/// What a registration, its delivery, and its [`Registration`] handle share.
+#[derive(Debug)]
 struct Shared {
+    id: u64,
+    name: String,
     /// Initial-list notifications sent but not yet delivered (client-go's `synctrack`).
     initial_pending: AtomicUsize,
-    /// Notifications sent but not yet delivered.
-    queued: AtomicUsize,
+    /// The buffer's figures; `None` for inline delivery, which has no buffer.
+    buffer: Option<Arc<HandoffCounters>>,
+    /// The buffer's bound (0 for inline delivery).
+    bound: usize,
     delivered: AtomicU64,
-    /// Handler calls that panicked (the delivery thread goes on).
+    /// Handler calls that panicked (the delivery goes on).
     panics: AtomicU64,
-    /// Removed: the delivery thread drops what is left and stops.
+    /// Removed: the delivery drops what is left and stops.
     removed: AtomicBool,
-    /// The delivery thread has stopped.
+    /// The delivery has stopped.
     finished: AtomicBool,
+}
+
+impl Shared {
+    /// Counts a delivered part of a batch: `n` calls, `initial` of them initial-list adds.
+    fn count_delivered(&self, n: usize, initial: usize) {
+        self.delivered.fetch_add(n as u64, Ordering::Release);
+        // Release: whoever sees the count drop also sees what the handler did.
+        if initial > 0 {
+            self.initial_pending.fetch_sub(initial, Ordering::Release);
+        }
+    }
+}
+
+/// Marks the delivery stopped when dropped: when the thread or task ends, whatever way, or
+/// when a task that never ran is dropped.
+struct Finish(Arc<Shared>);
+
+impl Drop for Finish {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire in `Registration::is_stopped`.
+        self.0.finished.store(true, Ordering::Release);
+    }
 }
 
 /// The resync schedule of one registration.
@@ -76,46 +137,115 @@ struct Resync {
     next: Instant,
 }
 
+/// Where a registration's notifications go.
+enum Sink<T> {
+    /// A buffer, drained by a delivery thread or task.
+    Buffered(Arc<Buffer<T>>),
+    /// The handler itself, called on the consumer thread.
+    Inline(Mutex<Box<dyn EventHandler<T> + Send>>),
+}
+
+/// An async registration's delivery, as a task's future.
+type DeliveryTask = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What runs a buffered registration's deliveries.
+enum Worker {
+    Thread(JoinHandle<()>),
+    Task(tokio::task::JoinHandle<()>),
+    /// An async registration added before the start: spawned on the informer's runtime then.
+    Unspawned(DeliveryTask),
+}
+
 /// A registration as the processor holds it.
 struct Listener<T> {
-    id: u64,
-    tx: mpsc::Sender<Notification<T>>,
+    sink: Sink<T>,
     shared: Arc<Shared>,
     resync: Mutex<Resync>,
     /// Due in the resync under way: `Sync` updates go only to such listeners.
     syncing: AtomicBool,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    worker: Mutex<Option<Worker>>,
 }
 
 impl<T> Listener<T> {
-    fn send(&self, notification: Notification<T>) {
-        let initial = matches!(notification, Notification::Add { initial: true, .. });
-        if initial {
-            self.shared.initial_pending.fetch_add(1, Ordering::Relaxed);
+    fn id(&self) -> u64 {
+        self.shared.id
+    }
+
+    /// Hands one batch's notifications over (waiting for room under back-pressure), or calls
+    /// the inline handler with them.
+    fn hand_over(&self, batch: Vec<Notification<T>>, initial: usize, lag: &LagHandler) {
+        if batch.is_empty() {
+            return;
         }
-        self.shared.queued.fetch_add(1, Ordering::Relaxed);
-        if self.tx.send(notification).is_err() {
-            // The delivery thread is gone (removed): nobody will deliver it.
-            if initial {
-                self.shared.initial_pending.fetch_sub(1, Ordering::Relaxed);
+        match &self.sink {
+            Sink::Buffered(buffer) => {
+                if initial > 0 {
+                    // Before the send: the delivery decrements after it received the batch.
+                    self.shared
+                        .initial_pending
+                        .fetch_add(initial, Ordering::Relaxed);
+                }
+                let sent = buffer.send(batch, |pending| {
+                    let lag_report = Lag {
+                        id: self.shared.id,
+                        name: self.shared.name.clone(),
+                        pending,
+                        bound: buffer.bound(),
+                    };
+                    // User code on a consumer in the middle of a hand-over: a panic here
+                    // would leave the turn unserved and stall every other consumer.
+                    let _ = catch_unwind(AssertUnwindSafe(|| lag(&lag_report)));
+                });
+                if sent.is_err() && initial > 0 {
+                    // Removed or closed: nobody will deliver the rest.
+                    self.shared
+                        .initial_pending
+                        .fetch_sub(initial, Ordering::Relaxed);
+                }
             }
-            self.shared.queued.fetch_sub(1, Ordering::Relaxed);
+            Sink::Inline(handler) => {
+                // Acquire pairs with the Release in `Processor::remove`.
+                if self.shared.removed.load(Ordering::Acquire) {
+                    return;
+                }
+                let mut handler = handler.lock().unwrap_or_else(|e| e.into_inner());
+                deliver_inline(&mut **handler, &batch, &self.shared);
+            }
         }
     }
+}
+
+fn deliver_inline<T>(
+    handler: &mut dyn EventHandler<T>,
+    batch: &[Notification<T>],
+    shared: &Shared,
+) {
+    for notification in batch {
+        if notification.call(&mut *handler) {
+            shared.panics.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    // Inline deliveries never counted as pending: nothing to take back from `initial_pending`.
+    shared
+        .delivered
+        .fetch_add(batch.len() as u64, Ordering::Release);
 }
 
 /// A handler's registration with a shared informer (client-go's
 /// `ResourceEventHandlerRegistration`): its own sync state, backlog, and removal.
 pub struct Registration {
-    id: u64,
     shared: Arc<Shared>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    /// The processor's batches taken but not yet handed over that carry initial-list
+    /// notifications (see `has_synced`).
+    unflushed_initial: Arc<AtomicUsize>,
 }
 
 impl fmt::Debug for Registration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Registration")
-            .field("id", &self.id)
+            .field("id", &self.shared.id)
+            .field("name", &self.shared.name)
             .field("has_synced", &self.has_synced())
             .field("shared", &self.shared)
             .finish()
@@ -126,10 +256,14 @@ impl Registration {
     /// The informer has synced and this handler has been given every notification of the
     /// initial list (or, if added after the start, of the store's content then).
     pub fn has_synced(&self) -> bool {
-        // Upstream first: once it is true, every initial notification was sent (a key counts
-        // as processed only after its notifications went out), so `initial_pending` counts
-        // them all. Acquire pairs with the delivery thread's Release decrement.
-        (self.upstream_synced)() && self.shared.initial_pending.load(Ordering::Acquire) == 0
+        // Upstream first: once it is true, every initial key was applied, and its
+        // notifications either were handed over (and counted in `initial_pending`) or sit in
+        // a batch counted in `unflushed_initial` until they are. Acquire pairs with the
+        // Release decrement in `Distributor::drop` (made after the handover counted them) and
+        // with the delivery's Release decrement of `initial_pending`.
+        (self.upstream_synced)()
+            && self.unflushed_initial.load(Ordering::Acquire) == 0
+            && self.shared.initial_pending.load(Ordering::Acquire) == 0
     }
 
     /// Completes once [`has_synced`](Self::has_synced) is true.
@@ -139,12 +273,46 @@ impl Registration {
         }
     }
 
-    /// Notifications waiting for this handler.
-    pub fn pending(&self) -> usize {
-        self.shared.queued.load(Ordering::Acquire)
+    /// The registration's id, unique in the process.
+    pub fn id(&self) -> u64 {
+        self.shared.id
     }
 
-    /// Handler calls made so far.
+    /// Its name ([`HandlerOptions::name`](super::HandlerOptions::name), or `handler-{id}`).
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// Notifications waiting for this handler (0 for inline delivery).
+    pub fn pending(&self) -> usize {
+        self.shared.buffer.as_ref().map_or(0, |b| b.pending())
+    }
+
+    /// The most notifications that may wait for this handler; 0 for inline delivery, which
+    /// has no buffer.
+    pub fn bound(&self) -> usize {
+        self.shared.bound
+    }
+
+    /// The highest [`pending`](Self::pending) count so far.
+    pub fn peak_pending(&self) -> usize {
+        self.shared.buffer.as_ref().map_or(0, |b| b.peak())
+    }
+
+    /// How many times a consumer had to wait for this handler to make room.
+    pub fn waits(&self) -> u64 {
+        self.shared.buffer.as_ref().map_or(0, |b| b.waits())
+    }
+
+    /// How long consumers waited for this handler to make room, in total.
+    pub fn waited(&self) -> Duration {
+        self.shared
+            .buffer
+            .as_ref()
+            .map_or(Duration::ZERO, |b| b.waited())
+    }
+
+    /// Handler calls made so far (counted once per delivered batch).
     pub fn delivered(&self) -> u64 {
         self.shared.delivered.load(Ordering::Acquire)
     }
@@ -154,53 +322,222 @@ impl Registration {
         self.shared.panics.load(Ordering::Relaxed)
     }
 
-    /// Whether the delivery thread has stopped (after removal or the informer's shutdown).
+    /// Whether the delivery has stopped (after removal or the informer's shutdown).
     pub fn is_stopped(&self) -> bool {
         self.shared.finished.load(Ordering::Acquire)
     }
 
-    /// Completes once the delivery thread has stopped.
+    /// Completes once the delivery has stopped.
     pub async fn stopped(&self) {
         while !self.is_stopped() {
             tokio::time::sleep(POLL).await;
         }
     }
+}
 
-    pub(crate) fn id(&self) -> u64 {
-        self.id
+/// How a new registration's handler is run; made by the `SharedInformer::add_*` methods.
+pub(crate) enum NewHandler<T> {
+    /// Runs on a delivery thread of its own.
+    Thread(Box<dyn FnOnce(Delivery<T>) + Send>),
+    /// Runs on the consumer threads.
+    Inline(Box<dyn EventHandler<T> + Send>),
+    /// Runs as a task; the closure makes the task's future.
+    Task(Box<dyn FnOnce(Delivery<T>) -> DeliveryTask + Send>),
+}
+
+impl<T: Send + Sync + 'static> NewHandler<T> {
+    /// A handler on a delivery thread of its own.
+    pub(crate) fn thread<H: EventHandler<T> + Send + 'static>(handler: H) -> Self {
+        Self::Thread(Box::new(move |delivery| delivery.run_thread(handler)))
     }
+
+    /// A handler called on the consumer threads.
+    pub(crate) fn inline<H: EventHandler<T> + Send + 'static>(handler: H) -> Self {
+        Self::Inline(Box::new(handler))
+    }
+
+    /// An async handler on a task.
+    pub(crate) fn task<H: AsyncEventHandler<T> + Send + 'static>(handler: H) -> Self {
+        Self::Task(Box::new(move |delivery| {
+            Box::pin(delivery.run_task(handler))
+        }))
+    }
+}
+
+/// A delivery thread's or task's end of a registration.
+pub(crate) struct Delivery<T> {
+    buffer: Arc<Buffer<T>>,
+    shared: Arc<Shared>,
+    finish: Finish,
+}
+
+impl<T> Delivery<T> {
+    /// A delivery thread: calls the handler for each notification, in order, until the buffer
+    /// ends or the registration is removed. A panicking call is counted and skipped.
+    fn run_thread<H: EventHandler<T>>(self, mut handler: H) {
+        let Delivery {
+            buffer,
+            shared,
+            finish,
+        } = self;
+        while let Some(batches) = buffer.recv() {
+            if !deliver_batches(batches, &buffer, &shared, |n| n.call(&mut handler)) {
+                break;
+            }
+        }
+        drop(finish);
+    }
+
+    /// The same as a task, awaiting each call.
+    async fn run_task<H: AsyncEventHandler<T>>(self, mut handler: H)
+    where
+        T: Send + Sync,
+    {
+        let Delivery {
+            buffer,
+            shared,
+            finish,
+        } = self;
+        while let Some(batches) = buffer.recv_async().await {
+            for batch in batches {
+                let (n, mut initial) = (batch.len(), 0);
+                for notification in batch {
+                    // Acquire pairs with the Release in `Processor::remove`.
+                    if shared.removed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    initial += usize::from(notification.is_initial());
+                    let call = match notification {
+                        Notification::Add { obj, initial } => {
+                            catch_panic(handler.on_add(obj, initial)).await
+                        }
+                        Notification::Update { old, new } => {
+                            catch_panic(handler.on_update(old, new)).await
+                        }
+                        Notification::Delete(obj) => catch_panic(handler.on_delete(obj)).await,
+                    };
+                    if call.is_err() {
+                        shared.panics.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+                shared.count_delivered(n, initial);
+                buffer.delivered(n);
+            }
+        }
+        drop(finish);
+    }
+}
+
+/// Delivers taken batches with `call` (true: it panicked); false once removed.
+fn deliver_batches<T>(
+    batches: VecDeque<Vec<Notification<T>>>,
+    buffer: &Buffer<T>,
+    shared: &Shared,
+    mut call: impl FnMut(&Notification<T>) -> bool,
+) -> bool {
+    for batch in batches {
+        let mut initial = 0;
+        for notification in &batch {
+            // Acquire pairs with the Release in `Processor::remove`.
+            if shared.removed.load(Ordering::Acquire) {
+                return false;
+            }
+            initial += usize::from(notification.is_initial());
+            if call(notification) {
+                shared.panics.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        shared.count_delivered(batch.len(), initial);
+        // The objects are released before the room is, so the bound bounds them too.
+        let n = batch.len();
+        drop(batch);
+        buffer.delivered(n);
+    }
+    true
+}
+
+/// Awaits `future`, catching a panic in a poll of it.
+async fn catch_panic<F: Future<Output = ()>>(future: F) -> Result<(), ()> {
+    let mut future = std::pin::pin!(future);
+    std::future::poll_fn(
+        |cx| match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(cx))) {
+            Ok(Poll::Ready(())) => Poll::Ready(Ok(())),
+            Ok(Poll::Pending) => Poll::Pending,
+            Err(_) => Poll::Ready(Err(())),
+        },
+    )
+    .await
+}
+
+/// The runtime async registrations are spawned on, once the informer has one.
+#[derive(Default)]
+struct Runtime {
+    handle: Option<tokio::runtime::Handle>,
 }
 
 /// The handler registrations of one informer.
 pub(crate) struct Processor<T> {
     listeners: RwLock<Vec<Arc<Listener<T>>>>,
+    /// The same registrations, for `remove` and `close` to reach a buffer without waiting for
+    /// `listeners` (which a consumer blocked on that buffer holds).
+    members: Mutex<Vec<Arc<Listener<T>>>>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
+    turns: Turns,
+    /// Batches taken but not yet handed over that carry initial-list notifications.
+    unflushed_initial: Arc<AtomicUsize>,
+    default_bound: usize,
+    lag: LagHandler,
+    runtime: Mutex<Runtime>,
 }
 
-/// The listeners, held shared while a consumer distributes a batch.
+/// The listeners, held shared while a consumer applies a batch; collects the batch's
+/// notifications per listener and hands them over when dropped.
 pub(crate) struct Distributor<'a, T> {
+    processor: &'a Processor<T>,
     listeners: RwLockReadGuard<'a, Vec<Arc<Listener<T>>>>,
+    ticket: u64,
+    /// Per listener (same positions), this batch's notifications.
+    batches: Vec<Vec<Notification<T>>>,
+    /// Initial-list adds in this batch (each goes to every listener).
+    initial: usize,
+}
+
+impl<T> Distributor<'_, T> {
+    fn push_all(&mut self, mut notification: impl FnMut() -> Notification<T>) {
+        for batch in &mut self.batches {
+            batch.push(notification());
+        }
+    }
 }
 
 impl<T: Versioned> EventHandler<T> for Distributor<'_, T> {
     fn on_add(&mut self, obj: &Arc<T>, is_in_initial_list: bool) {
-        for listener in self.listeners.iter() {
-            listener.send(Notification::Add {
-                obj: Arc::clone(obj),
-                initial: is_in_initial_list,
-            });
+        if is_in_initial_list {
+            if self.initial == 0 {
+                // Before the queue counts the key processed (it does when the batch ends), so
+                // `has_synced` cannot turn true while these notifications are in our hands.
+                // Relaxed: the queue's own Release/Acquire on its count carries it.
+                self.processor
+                    .unflushed_initial
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+            self.initial += 1;
         }
+        self.push_all(|| Notification::Add {
+            obj: Arc::clone(obj),
+            initial: is_in_initial_list,
+        });
     }
 
     fn on_update(&mut self, old: &Arc<T>, new: &Arc<T>) {
         // Same version: nothing changed, this is a resync (or a relist of an unchanged
         // object), and it goes only to the handlers whose resync is due.
         let is_sync = old.resource_version() == new.resource_version();
-        for listener in self.listeners.iter() {
+        for (listener, batch) in self.listeners.iter().zip(&mut self.batches) {
             // Relaxed: `should_resync` set the flag before it asked the queue to resync, and
             // the queue's locks order that before this pop of the resulting `Sync` delta.
             if !is_sync || listener.syncing.load(Ordering::Relaxed) {
-                listener.send(Notification::Update {
+                batch.push(Notification::Update {
                     old: Arc::clone(old),
                     new: Arc::clone(new),
                 });
@@ -209,9 +546,27 @@ impl<T: Versioned> EventHandler<T> for Distributor<'_, T> {
     }
 
     fn on_delete(&mut self, obj: &DeltaObject<T>) {
-        for listener in self.listeners.iter() {
-            listener.send(Notification::Delete(obj.clone()));
+        self.push_all(|| Notification::Delete(obj.clone()));
+    }
+}
+
+impl<T> Drop for Distributor<'_, T> {
+    /// Hands the batch over, in ticket order; also when a consumer unwinds from a panic (the
+    /// notifications of the keys applied before it are real, and later tickets wait for this
+    /// one).
+    fn drop(&mut self) {
+        self.processor.turns.wait(self.ticket);
+        for (listener, batch) in self.listeners.iter().zip(self.batches.drain(..)) {
+            listener.hand_over(batch, self.initial, &self.processor.lag);
         }
+        if self.initial > 0 {
+            // Release pairs with the Acquire in `Registration::has_synced`: the
+            // `initial_pending` increments above are visible to whoever sees this.
+            self.processor
+                .unflushed_initial
+                .fetch_sub(1, Ordering::Release);
+        }
+        self.processor.turns.advance();
     }
 }
 
@@ -224,90 +579,243 @@ pub(crate) fn effective_resync_period(requested: Duration, check: Duration) -> D
     }
 }
 
+/// What a registration asks of the processor, besides its handler.
+#[derive(Debug)]
+pub(crate) struct ListenerOptions {
+    pub(crate) name: Option<String>,
+    pub(crate) bound: Option<usize>,
+    pub(crate) requested: Duration,
+    pub(crate) period: Duration,
+}
+
 impl<T: Send + Sync + 'static> Processor<T> {
-    pub(crate) fn new(upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>) -> Self {
+    pub(crate) fn new(
+        upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
+        default_bound: usize,
+        lag: LagHandler,
+    ) -> Self {
         Self {
             listeners: RwLock::new(Vec::new()),
+            members: Mutex::new(Vec::new()),
             upstream_synced,
+            turns: Turns::default(),
+            unflushed_initial: Arc::default(),
+            default_bound: default_bound.max(1),
+            lag,
+            runtime: Mutex::default(),
         }
     }
 
-    /// Holds the listener list shared; notifications go through the returned handler.
+    /// Holds the listener list shared and takes a turn; notifications go through the returned
+    /// handler, and are handed over when it is dropped. Call it once the batch has its keys.
     pub(crate) fn distributor(&self) -> Distributor<'_, T> {
+        // The lock before the ticket: a ticket holder must never wait for the lock (a writer
+        // waiting for it would wait for the ticket holders ahead, which wait for this one).
+        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let ticket = self.turns.take();
+        let batches = listeners.iter().map(|_| Vec::new()).collect();
         Distributor {
-            listeners: self.listeners.read().unwrap_or_else(|e| e.into_inner()),
+            processor: self,
+            listeners,
+            ticket,
+            batches,
+            initial: 0,
         }
     }
 
-    /// Registers `handler` with its own delivery thread. Under the exclusive lock, `initial()`
-    /// gives the objects it first gets a synthetic `on_add(obj, true)` for.
-    pub(crate) fn add<H>(
+    /// Registers a handler. Under the exclusive lock, `initial()` gives the objects it first
+    /// gets a synthetic `on_add(obj, true)` for.
+    pub(crate) fn add(
         &self,
-        handler: H,
-        requested: Duration,
-        period: Duration,
+        handler: NewHandler<T>,
+        options: ListenerOptions,
         initial: impl FnOnce() -> Vec<Arc<T>>,
-    ) -> std::io::Result<Registration>
-    where
-        H: EventHandler<T> + Send + 'static,
-    {
+    ) -> std::io::Result<Registration> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::channel();
-        let thread = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("kcache-handler-{id}"))
-                .spawn(move || deliver(rx, handler, &shared))?
+        let name = options.name.unwrap_or_else(|| format!("handler-{id}"));
+        let bound = options.bound.unwrap_or(self.default_bound).max(1);
+        // Held until the registration is listed, so `start_tasks` spawns it or we do.
+        let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        let buffer = match &handler {
+            NewHandler::Thread(_) => Some(Arc::new(Buffer::for_thread(bound))),
+            NewHandler::Task(_) => Some(Arc::new(Buffer::for_task(bound))),
+            NewHandler::Inline(_) => None,
+        };
+        let shared = Arc::new(Shared {
+            id,
+            name,
+            initial_pending: AtomicUsize::new(0),
+            buffer: buffer.as_ref().map(|b| Arc::clone(b.counters())),
+            bound: if buffer.is_some() { bound } else { 0 },
+            delivered: AtomicU64::new(0),
+            panics: AtomicU64::new(0),
+            removed: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+        });
+        let delivery = |buffer: &Arc<Buffer<T>>| Delivery {
+            buffer: Arc::clone(buffer),
+            shared: Arc::clone(&shared),
+            finish: Finish(Arc::clone(&shared)),
+        };
+        let (sink, worker) = match (handler, buffer) {
+            (NewHandler::Thread(run), Some(buffer)) => {
+                let delivery = delivery(&buffer);
+                let thread = std::thread::Builder::new()
+                    .name(format!("kcache-handler-{id}"))
+                    .spawn(move || run(delivery))?;
+                (Sink::Buffered(buffer), Some(Worker::Thread(thread)))
+            }
+            (NewHandler::Task(make), Some(buffer)) => {
+                let future = make(delivery(&buffer));
+                let worker = match &runtime.handle {
+                    Some(handle) => Worker::Task(handle.spawn(future)),
+                    None => Worker::Unspawned(future),
+                };
+                (Sink::Buffered(buffer), Some(worker))
+            }
+            (NewHandler::Inline(handler), _) => (Sink::Inline(Mutex::new(handler)), None),
+            (NewHandler::Thread(_) | NewHandler::Task(_), None) => {
+                unreachable!("buffered handlers got a buffer above")
+            }
         };
         let listener = Arc::new(Listener {
-            id,
-            tx,
+            sink,
             shared: Arc::clone(&shared),
             resync: Mutex::new(Resync {
-                requested,
-                period,
-                next: Instant::now() + period,
+                requested: options.requested,
+                period: options.period,
+                next: Instant::now() + options.period,
             }),
             syncing: AtomicBool::new(false),
-            thread: Mutex::new(Some(thread)),
+            worker: Mutex::new(worker),
         });
         let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
-        for obj in initial() {
-            listener.send(Notification::Add { obj, initial: true });
+        let snapshot: Vec<_> = initial()
+            .into_iter()
+            .map(|obj| Notification::Add { obj, initial: true })
+            .collect();
+        match &listener.sink {
+            Sink::Buffered(buffer) => {
+                shared
+                    .initial_pending
+                    .fetch_add(snapshot.len(), Ordering::Relaxed);
+                // Over the bound if need be: waiting here, with every consumer held off by
+                // the exclusive lock, would only stall the informer.
+                let _ = buffer.send_over_bound(snapshot);
+            }
+            Sink::Inline(handler) => {
+                let mut handler = handler.lock().unwrap_or_else(|e| e.into_inner());
+                deliver_inline(&mut **handler, &snapshot, &shared);
+            }
         }
-        listeners.push(listener);
+        listeners.push(Arc::clone(&listener));
+        self.members
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(listener);
         drop(listeners);
+        drop(runtime);
         Ok(Registration {
-            id,
             shared,
             upstream_synced: Arc::clone(&self.upstream_synced),
+            unflushed_initial: Arc::clone(&self.unflushed_initial),
         })
+    }
+
+    /// The informer has started on `handle`: async registrations run there from now on.
+    pub(crate) fn start_tasks(&self, handle: &tokio::runtime::Handle) {
+        let mut runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        runtime.handle = Some(handle.clone());
+        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        for listener in members.iter() {
+            let mut worker = listener.worker.lock().unwrap_or_else(|e| e.into_inner());
+            *worker = match worker.take() {
+                Some(Worker::Unspawned(future)) => Some(Worker::Task(handle.spawn(future))),
+                other => other,
+            };
+        }
     }
 }
 
+/// What is left to wait for after [`Processor::close`]: delivery threads and tasks that end
+/// once they have delivered their buffers.
+#[derive(Default)]
+pub(crate) struct Stopping {
+    pub(crate) threads: Vec<JoinHandle<()>>,
+    pub(crate) tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
 impl<T> Processor<T> {
-    /// Removes a registration: its delivery thread drops what it has not delivered yet and
-    /// stops. Returns false if it was not registered (removed already, or another informer's).
+    /// Removes a registration: its delivery drops what it has not delivered yet and stops.
+    /// Returns false if it was not registered (removed already, or another informer's).
     pub(crate) fn remove(&self, id: u64) -> bool {
-        let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
-        let Some(at) = listeners.iter().position(|l| l.id == id) else {
-            return false;
+        let listener = {
+            let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+            let Some(at) = members.iter().position(|l| l.id() == id) else {
+                return false;
+            };
+            members.remove(at)
         };
-        let listener = listeners.remove(at);
-        // Release pairs with the Acquire in `deliver`: it stops before the next call.
+        // Release pairs with the Acquire loads in the deliveries: they stop before the next
+        // call.
         listener.shared.removed.store(true, Ordering::Release);
+        // Before the lock: a consumer blocked on this full buffer holds the lock shared, and
+        // this wakes it (its batch for this registration is dropped).
+        if let Sink::Buffered(buffer) = &listener.sink {
+            buffer.remove();
+        }
+        let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        listeners.retain(|l| l.id() != id);
+        drop(listeners);
+        if let Sink::Inline(_) = &listener.sink {
+            listener.shared.finished.store(true, Ordering::Release);
+        }
+        // A task that never ran is dropped here (which marks it stopped); a thread or task
+        // ends by itself, detached.
+        drop(
+            listener
+                .worker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take(),
+        );
         true
     }
 
-    /// Unregisters everything; each delivery thread delivers what it holds, then stops.
-    /// Returns the threads to join.
-    pub(crate) fn close(&self) -> Vec<JoinHandle<()>> {
-        let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
-        listeners
-            .drain(..)
-            .filter_map(|l| l.thread.lock().unwrap_or_else(|e| e.into_inner()).take())
-            .collect()
+    /// Unregisters everything; each delivery delivers what its buffer holds, then stops.
+    /// Returns the threads and tasks to wait for.
+    pub(crate) fn close(&self) -> Stopping {
+        let members = std::mem::take(&mut *self.members.lock().unwrap_or_else(|e| e.into_inner()));
+        // Before the lock, as in `remove`: a consumer still blocked on a full buffer (the
+        // informer dropped without a shutdown) gives up rather than holding us.
+        for listener in &members {
+            if let Sink::Buffered(buffer) = &listener.sink {
+                buffer.close();
+            }
+        }
+        self.listeners
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        let mut stopping = Stopping::default();
+        for listener in members {
+            if let Sink::Inline(_) = &listener.sink {
+                listener.shared.finished.store(true, Ordering::Release);
+            }
+            match listener
+                .worker
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take()
+            {
+                Some(Worker::Thread(thread)) => stopping.threads.push(thread),
+                Some(Worker::Task(task)) => stopping.tasks.push(task),
+                // Never started, so never sent anything: dropping it marks it stopped.
+                Some(Worker::Unspawned(future)) => drop(future),
+                None => {}
+            }
+        }
+        stopping
     }
 
     /// How many registrations there are.
@@ -350,38 +858,7 @@ impl<T> fmt::Debug for Processor<T> {
         let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
         f.debug_struct("Processor")
             .field("listeners", &listeners.len())
+            .field("default_bound", &self.default_bound)
             .finish_non_exhaustive()
     }
-}
-
-/// A registration's delivery thread: calls the handler for each notification, in order, until
-/// the channel ends or the registration is removed. A panicking call is counted and skipped.
-fn deliver<T, H: EventHandler<T>>(
-    rx: mpsc::Receiver<Notification<T>>,
-    mut handler: H,
-    shared: &Shared,
-) {
-    for notification in rx {
-        // Acquire pairs with the Release in `Processor::remove`.
-        if shared.removed.load(Ordering::Acquire) {
-            break;
-        }
-        let initial = matches!(notification, Notification::Add { initial: true, .. });
-        let call = catch_unwind(AssertUnwindSafe(|| match &notification {
-            Notification::Add { obj, initial } => handler.on_add(obj, *initial),
-            Notification::Update { old, new } => handler.on_update(old, new),
-            Notification::Delete(obj) => handler.on_delete(obj),
-        }));
-        if call.is_err() {
-            shared.panics.fetch_add(1, Ordering::Relaxed);
-        }
-        shared.delivered.fetch_add(1, Ordering::Release);
-        // Release: whoever sees the count drop also sees what the handler did.
-        if initial {
-            shared.initial_pending.fetch_sub(1, Ordering::Release);
-        }
-        shared.queued.fetch_sub(1, Ordering::Release);
-    }
-    // Release pairs with the Acquire in `Registration::is_stopped`.
-    shared.finished.store(true, Ordering::Release);
 }

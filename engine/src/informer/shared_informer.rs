@@ -12,8 +12,12 @@
 //!   several consumers run at once and each key stays with one of them until it is done, so a
 //!   key's notifications keep their order. If one panics (user code: an index function), the
 //!   informer stops itself and [`SharedInformer::failure`] says why.
-//! - Each **registration** has a delivery thread (see the processor module): handlers are
-//!   synchronous and may be slow, and a slow one must delay nobody else.
+//! - Each **registration** has, by default, a bounded buffer and a delivery thread (see the
+//!   processor module): handlers are synchronous and may be slow, and a slow one delays nobody
+//!   else until its buffer is full; then the consumers wait for it (back-pressure) rather than
+//!   let memory grow. A handler that declares itself cheap can run **inline** on the consumers
+//!   ([`HandlerOptions::inline`]); an [`AsyncEventHandler`] runs as a task on the informer's
+//!   runtime.
 
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -24,8 +28,14 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::backoff::Backoff;
+use super::handler::{
+    stderr_lag_handler, AsyncEventHandler, HandlerOptions, LagHandler, DEFAULT_HANDLER_BUFFER,
+};
 use super::lister_watcher::{ListerWatcher, Versioned};
-use super::processor::{effective_resync_period, Processor, Registration, MINIMUM_RESYNC_PERIOD};
+use super::processor::{
+    effective_resync_period, ListenerOptions, NewHandler, Processor, Registration,
+    MINIMUM_RESYNC_PERIOD,
+};
 use super::reader::StoreReader;
 use super::reflector::{
     Reflector, ReflectorHandle, ReflectorOptions, WatchErrorHandler, DEFAULT_MIN_WATCH_TIMEOUT,
@@ -72,6 +82,8 @@ pub struct SharedInformerBuilder<T, L> {
     resync_period: Duration,
     transform: Option<TransformFn<T>>,
     reflector: ReflectorOptions,
+    handler_buffer: usize,
+    lag_handler: LagHandler,
 }
 
 impl<T, L> fmt::Debug for SharedInformerBuilder<T, L> {
@@ -84,6 +96,7 @@ impl<T, L> fmt::Debug for SharedInformerBuilder<T, L> {
             .field("resync_period", &self.resync_period)
             .field("transform", &self.transform.is_some())
             .field("reflector", &self.reflector)
+            .field("handler_buffer", &self.handler_buffer)
             .finish_non_exhaustive()
     }
 }
@@ -135,6 +148,22 @@ where
     /// Where the reflector's errors go (client-go's `SetWatchErrorHandler`).
     pub fn watch_error_handler(mut self, handler: WatchErrorHandler) -> Self {
         self.reflector.error_handler = Some(handler);
+        self
+    }
+
+    /// How many notifications may wait for each registration by default (at least 1; default
+    /// [`DEFAULT_HANDLER_BUFFER`], which says why). A consumer that would exceed a
+    /// registration's bound waits until its handler has made room: a slow handler slows the
+    /// informer rather than growing memory. [`HandlerOptions::buffer`] sets one registration's.
+    pub fn handler_buffer(mut self, notifications: usize) -> Self {
+        self.handler_buffer = notifications.max(1);
+        self
+    }
+
+    /// Called when a registration's buffer hits its bound, once per episode (until it has
+    /// drained). Default: one line on stderr naming the registration and its pending count.
+    pub fn lag_handler(mut self, handler: LagHandler) -> Self {
+        self.lag_handler = handler;
         self
     }
 
@@ -206,7 +235,11 @@ where
             lister_watcher: Mutex::new(Some(self.lister_watcher)),
             queue,
             store,
-            processor: Arc::new(Processor::new(synced)),
+            processor: Arc::new(Processor::new(
+                synced,
+                self.handler_buffer,
+                self.lag_handler,
+            )),
             reflector_options: self.reflector,
             consumers: self.consumers,
             batch: self.batch,
@@ -307,6 +340,8 @@ where
                 min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
                 ..ReflectorOptions::default()
             },
+            handler_buffer: DEFAULT_HANDLER_BUFFER,
+            lag_handler: stderr_lag_handler(),
         }
     }
 }
@@ -323,13 +358,13 @@ where
     }
 
     /// Registers a handler with the informer's default resync period (client-go's
-    /// `AddEventHandler`). Added after the start, it first gets an `on_add(obj, true)` for
-    /// every object in the store.
+    /// `AddEventHandler`), on a delivery thread of its own with a bounded buffer. Added after
+    /// the start, it first gets an `on_add(obj, true)` for every object in the store.
     pub fn add_event_handler<H>(&self, handler: H) -> Result<Registration, InformerError>
     where
         H: EventHandler<T> + Send + 'static,
     {
-        self.add_event_handler_with_resync(handler, self.default_resync)
+        self.add_event_handler_with(handler, HandlerOptions::new())
     }
 
     /// Registers a handler with its own resync period (client-go's
@@ -344,11 +379,69 @@ where
     where
         H: EventHandler<T> + Send + 'static,
     {
+        self.add_event_handler_with(handler, HandlerOptions::new().resync_period(resync_period))
+    }
+
+    /// Registers a cheap handler that runs on the consumer threads, right after each batch is
+    /// applied, with no thread and no buffer of its own (see [`HandlerOptions::inline`]).
+    pub fn add_event_handler_inline<H>(&self, handler: H) -> Result<Registration, InformerError>
+    where
+        H: EventHandler<T> + Send + 'static,
+    {
+        self.add_event_handler_with(handler, HandlerOptions::new().inline())
+    }
+
+    /// Registers a handler as `options` say: inline or on a thread of its own, its name,
+    /// buffer bound and resync period.
+    pub fn add_event_handler_with<H>(
+        &self,
+        handler: H,
+        options: HandlerOptions,
+    ) -> Result<Registration, InformerError>
+    where
+        H: EventHandler<T> + Send + 'static,
+    {
+        let handler = if options.inline {
+            NewHandler::inline(handler)
+        } else {
+            NewHandler::thread(handler)
+        };
+        self.register(handler, options)
+    }
+
+    /// Registers an async handler: one tokio task on the informer's runtime (spawned at the
+    /// start, or at once if the informer runs) awaits its calls, fed by a bounded buffer like
+    /// a thread's. Otherwise as [`add_event_handler`](Self::add_event_handler).
+    pub fn add_async_event_handler<H>(&self, handler: H) -> Result<Registration, InformerError>
+    where
+        H: AsyncEventHandler<T> + Send + 'static,
+    {
+        self.add_async_event_handler_with(handler, HandlerOptions::new())
+    }
+
+    /// [`add_async_event_handler`](Self::add_async_event_handler) with options
+    /// ([`HandlerOptions::inline`] does not apply and is ignored).
+    pub fn add_async_event_handler_with<H>(
+        &self,
+        handler: H,
+        options: HandlerOptions,
+    ) -> Result<Registration, InformerError>
+    where
+        H: AsyncEventHandler<T> + Send + 'static,
+    {
+        self.register(NewHandler::task(handler), options)
+    }
+
+    fn register(
+        &self,
+        handler: NewHandler<T>,
+        options: HandlerOptions,
+    ) -> Result<Registration, InformerError> {
         let mut lifecycle = self.lifecycle();
         if lifecycle.stopped {
             return Err(InformerError::Stopped);
         }
-        let mut requested = resync_period;
+        let mut requested = options.resync_period.unwrap_or(self.default_resync);
         if !requested.is_zero() {
             requested = requested.max(MINIMUM_RESYNC_PERIOD);
             if requested < lifecycle.resync_check_period {
@@ -363,7 +456,13 @@ where
         let period = effective_resync_period(requested, lifecycle.resync_check_period);
         let store = &self.store;
         let started = lifecycle.started;
-        let registration = self.processor.add(handler, requested, period, || {
+        let listener = ListenerOptions {
+            name: options.name,
+            bound: options.buffer,
+            requested,
+            period,
+        };
+        let registration = self.processor.add(handler, listener, || {
             if started {
                 store.list()
             } else {
@@ -455,6 +554,7 @@ where
                 }
             }
         }
+        self.processor.start_tasks(runtime);
         let mut options = self.reflector_options.clone();
         options.resync_period = lifecycle.resync_check_period;
         let processor = Arc::clone(&self.processor);
@@ -525,7 +625,7 @@ where
 
     /// Stops the informer and waits until everything has ended: the reflector stops, the
     /// consumers process what is queued, each handler is delivered what it was sent, and every
-    /// thread ends. The informer takes no handlers after this.
+    /// thread and task ends. The informer takes no handlers after this.
     pub async fn shutdown(&self) {
         let (task, consumers) = {
             let mut lifecycle = self.lifecycle();
@@ -547,11 +647,17 @@ where
                 let _ = thread.join();
             }
             // Only now: every notification the consumers made is in a buffer.
-            for thread in processor.close() {
+            let stopping = processor.close();
+            for thread in stopping.threads {
                 let _ = thread.join();
             }
+            stopping.tasks
         });
-        let _ = joined.await;
+        if let Ok(tasks) = joined.await {
+            for task in tasks {
+                let _ = task.await;
+            }
+        }
     }
 }
 
