@@ -13,9 +13,9 @@ use kube::api::{Api, ListParams, WatchEvent, WatchParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, Config, ResourceExt};
 use loadgen::serve::{ServeConfig, Server};
-use workloads::{Workload, WorkloadSpec};
 use serve_common::{churn_done, server_state, start};
 use tokio::sync::mpsc;
+use workloads::{Workload, WorkloadSpec};
 
 fn client(url: &str) -> Client {
     Client::try_from(Config::new(url.parse().expect("a valid url"))).expect("a client")

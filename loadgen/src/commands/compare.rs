@@ -23,8 +23,10 @@ use crate::capacity_search::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
 use crate::chart::{capacity_svg, latency_svg, throughput_svg};
-use crate::controller_loop::{self, ControllerConfig};
+use crate::controller_informer;
+use crate::controller_loop::ControllerConfig;
 use crate::engines::{parse_consumers, EngineConfig, EngineKind};
+use crate::harness_floor::FloorChoice;
 use crate::machine::{command_line, Machine};
 use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
 use crate::result::RunResult;
@@ -244,7 +246,16 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
                 seed: spec.seed,
                 ..ControllerConfig::default()
             };
-            controller_loop::run_spec(&spec, &EngineKind::ALL, &cfg, &ctl, args.in_process, ui)?
+            // The default W6: a whole controller on the shared informer.
+            controller_informer::run_spec(
+                &spec,
+                &EngineKind::ALL,
+                &cfg,
+                &ctl,
+                FloorChoice::None,
+                args.in_process,
+                ui,
+            )?
         } else {
             run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?
         };
@@ -273,7 +284,7 @@ struct Figure {
     show: fn(f64) -> String,
 }
 
-const FIGURES: [Figure; 16] = [
+const FIGURES: [Figure; 17] = [
     Figure {
         name: "keys",
         value: |r| Some(r.keys as f64),
@@ -330,6 +341,11 @@ const FIGURES: [Figure; 16] = [
         show: |v| mib(v as u64),
     },
     Figure {
+        name: "CPU µs/event",
+        value: |r| r.cpu_us_per_event,
+        show: |v| format!("{v:.2}"),
+    },
+    Figure {
         name: "reads/s",
         value: |r| r.reads_per_s,
         show: si,
@@ -375,7 +391,9 @@ pub fn side_by_side(results: &[RunResult]) -> Vec<Vec<String>> {
                 .find(|r| r.workload == w && r.engine == engine.name())
         };
         let (reference, sharded) = (get(EngineKind::Reference), get(EngineKind::Sharded));
-        let title = w
+        // `w6/informer` is W6 through the shared informer: still the controller loop.
+        let base = w.split_once('/').map_or(w, |(base, _)| base);
+        let title = base
             .parse::<Workload>()
             .map_or_else(|_| w.to_string(), |wl| format!("{w} {}", wl.title()));
         for figure in &FIGURES {
@@ -677,7 +695,8 @@ mod tests {
         assert!(md.contains("| workload | figure | reference | sharded | sharded/reference |"));
         assert!(md.contains("loadgen compare --quick"));
         assert!(md.contains("| w4 read heavy | reads/s |"));
-        assert!(md.contains("| w6 controller loop | reconciles/s |"));
+        assert!(md.contains("| w6/informer controller loop | reconciles/s |"));
+        assert!(md.contains("| w6/informer controller loop | CPU µs/event |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
         assert_eq!(json["capacity"].as_array().map(Vec::len), Some(4));
         assert!(md.contains("## Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
