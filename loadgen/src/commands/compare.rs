@@ -1,4 +1,5 @@
-//! `loadgen compare`: W1–W6 through both engines, side by side, with the ratio
+//! `loadgen compare`: W1–W6 through both engines (W6 as a whole controller on the shared
+//! informer, its default form: `w6/informer`), side by side, with the ratio
 //! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
 //! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
 //! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
@@ -113,8 +114,10 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
 }
 
 /// W6's churn events in a full comparison: a fifth of its own size, so both pipelines together
-/// add about 12 s to a comparison on the 2-core machine (measured on a loaded machine: the
-/// reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events in each child).
+/// add about 12 s to a comparison on the 2-core machine (measured on the bare-queue form, on a
+/// loaded machine: the reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events
+/// in each child; the informer form, now compare's, adds the server and the reflector and has
+/// not been timed at this size).
 pub const W6_EVENTS: usize = 1_000_000;
 
 /// `latest.json`: the machine, the command, the same `results` as `run --json`, and the
@@ -458,7 +461,11 @@ pub fn markdown(report: &CompareReport) -> String {
          (they measure capacity), so latency there is mostly time queued behind the backlog; \
          `w1@200k/s` offers W1's events at a fixed 200,000 ops/s that both engines absorb, so \
          its latency is each engine's own hand-off. Peak +RSS is the resident memory the \
-         engine added over the pre-generated events.\n",
+         engine added over the pre-generated events; CPU µs/event is the user + system CPU \
+         of the whole run's process per event. `w6/informer` is W6 as a whole controller: \
+         the events through an in-memory API server, the reflector and a shared informer \
+         into a workqueue and 4 workers (`loadgen run --workload w6 --through queue` gives \
+         its bare-queue form).\n",
         crate::latency::SAMPLE_EVERY
     );
     let rows = side_by_side(&report.results);
