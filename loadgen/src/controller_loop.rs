@@ -40,6 +40,7 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, EventHandler, Indexer, Key,
 };
 
+use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::{elapsed_ns, produce, queue_options, Consumer, EngineError, SHARDED_BATCH};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
@@ -247,7 +248,7 @@ fn describe(code: u64) -> String {
 
 /// What each key's reconciles share.
 #[derive(Default)]
-struct KeySlot {
+pub(crate) struct KeySlot {
     /// The state code of the last event the handler was notified of; stored after the indexer
     /// holds that state.
     applied: AtomicU64,
@@ -259,8 +260,11 @@ struct KeySlot {
     attempts: AtomicU32,
 }
 
-/// The harness's shared record of a run.
-struct Track {
+/// The harness's shared record of a run (both W6 forms share it: [`controller_informer`]
+/// fills it from the shared informer's handler).
+///
+/// [`controller_informer`]: crate::controller_informer
+pub(crate) struct Track {
     keys: Vec<KeySlot>,
     overlaps: AtomicU64,
     done_errors: AtomicU64,
@@ -272,7 +276,7 @@ struct Track {
 }
 
 impl Track {
-    fn new(keys: usize) -> Self {
+    pub(crate) fn new(keys: usize) -> Self {
         Self {
             keys: (0..keys).map(|_| KeySlot::default()).collect(),
             overlaps: AtomicU64::new(0),
@@ -284,6 +288,38 @@ impl Track {
 
     fn slot(&self, id: u32) -> Option<&KeySlot> {
         self.keys.get(id as usize)
+    }
+
+    /// The handler was told of `pod`'s state (`deleted`): call after the indexer holds it and
+    /// before adding the key to the workqueue.
+    pub(crate) fn notified(&self, pod: &Pod, deleted: bool) {
+        if let Some(slot) = self.slot(pod.id) {
+            // Release pairs with the worker's Acquire load: a reconcile that reads this state
+            // code also sees the indexer write that preceded this handler call.
+            slot.applied
+                .store(state_code(pod.version, deleted), Ordering::Release);
+        }
+    }
+
+    /// What the run leaves for W6's verdict, once the workqueue is shut down.
+    pub(crate) fn record<Q: WorkQueue>(
+        &self,
+        queue: &Controller<Q>,
+        gen: &Generated,
+    ) -> ControllerRecord {
+        ControllerRecord {
+            last_event: last_events(&gen.ops, gen.universe.keys.len()),
+            reconciled: self
+                .keys
+                .iter()
+                .map(|k| k.reconciled.load(Ordering::Relaxed))
+                .collect(),
+            overlaps: self.overlaps.load(Ordering::Relaxed),
+            done_errors: self.done_errors.load(Ordering::Relaxed),
+            queued_at_end: queue.len(),
+            processing_at_end: queue.processing_len(),
+            waiting_at_end: queue.delaying().waiting_len(),
+        }
     }
 }
 
@@ -301,12 +337,7 @@ struct Notify<'a, Q: WorkQueue> {
 
 impl<Q: WorkQueue> Notify<'_, Q> {
     fn notify(&self, pod: &Pod, deleted: bool) {
-        if let Some(slot) = self.track.slot(pod.id) {
-            // Release pairs with the worker's Acquire load: a reconcile that reads this state
-            // code also sees the indexer write that preceded this handler call.
-            slot.applied
-                .store(state_code(pod.version, deleted), Ordering::Release);
-        }
+        self.track.notified(pod, deleted);
         self.queue.add(pod.key.clone());
     }
 }
@@ -334,20 +365,20 @@ impl<Q: WorkQueue> EventHandler<Pod> for Notify<'_, Q> {
 }
 
 /// One worker's tallies.
-struct WorkerStats {
-    reconciles: u64,
-    failures: u64,
-    latency: Histogram<u64>,
+pub(crate) struct WorkerStats {
+    pub(crate) reconciles: u64,
+    pub(crate) failures: u64,
+    pub(crate) latency: Histogram<u64>,
 }
 
 /// The workqueue of one pipeline: the delaying and rate-limiting layers over `Q`.
-type Controller<Q> = RateLimitingQueue<Q, ExponentialFailureRateLimiter<Key>>;
+pub(crate) type Controller<Q> = RateLimitingQueue<Q, ExponentialFailureRateLimiter<Key>>;
 
-/// One worker: `get`, reconcile from `store`, `forget` or `add_rate_limited`, `done`, until
-/// the workqueue shuts down.
-fn work<Q: WorkQueue, S: Indexer<Pod> + ?Sized>(
+/// One worker: `get`, reconcile from what `read` returns for the key (the indexer's object),
+/// `forget` or `add_rate_limited`, `done`, until the workqueue shuts down.
+pub(crate) fn work<Q: WorkQueue, R: Fn(&Key) -> Option<Arc<Pod>> + ?Sized>(
     queue: &Controller<Q>,
-    store: &S,
+    read: &R,
     track: &Track,
     cost: Duration,
     seed: u64,
@@ -372,7 +403,7 @@ fn work<Q: WorkQueue, S: Indexer<Pod> + ?Sized>(
         // Acquire pairs with the handler's Release store: the indexer holds at least this
         // state, so what the read below returns is this state or a newer one.
         let applied = slot.map_or(0, |s| s.applied.load(Ordering::Acquire));
-        let seen = match store.get_by_key(&key) {
+        let seen = match read(&key) {
             Some(pod) => {
                 // The sampled object's enqueue stamp, consumed by the first reconcile to read
                 // it: event-to-reconcile latency.
@@ -445,7 +476,11 @@ fn burn(cost: Duration) {
 ///
 /// Returns early if `stopped` says a worker has stopped (it panicked: its key would stay
 /// processing forever); joining it then surfaces the panic.
-fn wait_idle<Q: WorkQueue>(queue: &Controller<Q>, track: &Track, stopped: impl Fn() -> bool) {
+pub(crate) fn wait_idle<Q: WorkQueue>(
+    queue: &Controller<Q>,
+    track: &Track,
+    stopped: impl Fn() -> bool,
+) {
     loop {
         let before = track.finished.load(Ordering::SeqCst);
         let idle = track.finishing.load(Ordering::SeqCst) == 0
@@ -506,7 +541,10 @@ where
         let track = &track;
         let workers: Vec<_> = (0..ctl.workers)
             .map(|_| {
-                scope.spawn(move || work(queue, store, track, ctl.reconcile_cost, seed, start))
+                scope.spawn(move || {
+                    let read = |key: &Key| store.get_by_key(key);
+                    work(queue, &read, track, ctl.reconcile_cost, seed, start)
+                })
             })
             .collect();
         let consumer_handles: Vec<_> = (0..consumers)
@@ -558,19 +596,7 @@ where
         failures += w.failures;
         latency.add(&w.latency).unwrap_or_default();
     }
-    let record = ControllerRecord {
-        last_event: last_events(&gen.ops, gen.universe.keys.len()),
-        reconciled: track
-            .keys
-            .iter()
-            .map(|k| k.reconciled.load(Ordering::Relaxed))
-            .collect(),
-        overlaps: track.overlaps.load(Ordering::Relaxed),
-        done_errors: track.done_errors.load(Ordering::Relaxed),
-        queued_at_end: queue.len(),
-        processing_at_end: queue.processing_len(),
-        waiting_at_end: queue.delaying().waiting_len(),
-    };
+    let record = track.record(queue, gen);
     Outcome {
         counters,
         wall,
@@ -625,6 +651,7 @@ pub fn measure(
     }
     gen.reset_delivery();
     let probe = RssProbe::start();
+    let cpu = CpuProbe::start();
     let (store, outcome): (Arc<dyn Indexer<Pod>>, Outcome) = match engine {
         EngineKind::Reference => {
             let store = Arc::new(kcache::reference::IndexedStore::new(
@@ -663,6 +690,7 @@ pub fn measure(
         }
     };
     let peak = probe.finish();
+    let cpu_spent = cpu.finish();
     let verdict = check(&gen.model, &*store, &outcome.counters);
     let mut failures = verdict.failures().to_vec();
     failures.extend(check_controller(&outcome.record));
@@ -670,6 +698,7 @@ pub fn measure(
     let events = gen.event_count();
     let c = &outcome.counters;
     let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
+    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let verdict = crate::verdict::Verdict::from_failures(failures);
     Ok(RunResult {
         engine: engine.name().to_string(),
@@ -683,6 +712,8 @@ pub fn measure(
         latency_us: LatencyUs::of(&outcome.latency),
         peak_rss_bytes,
         peak_rss_source,
+        cpu_s,
+        cpu_us_per_event,
         threads: match engine {
             EngineKind::Reference => 1,
             EngineKind::Sharded => cfg.consumers.max(1),
@@ -709,7 +740,8 @@ pub fn measure(
     })
 }
 
-/// The `run` command line that makes a child process run W6's `engine` pipeline alone.
+/// The `run` command line of a W6 child process for `engine`, without saying which W6 form
+/// (see [`queue_child_args`] and the informer's own).
 pub fn child_args(
     spec: &WorkloadSpec,
     engine: EngineKind,
@@ -723,6 +755,19 @@ pub fn child_args(
         "--reconcile-us".to_string(),
         ctl.reconcile_cost.as_micros().to_string(),
     ]);
+    args
+}
+
+/// The command line of a child that runs W6's bare-queue `engine` pipeline alone (W6's
+/// default is through the informer, so the child is told `--through queue`).
+pub fn queue_child_args(
+    spec: &WorkloadSpec,
+    engine: EngineKind,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+) -> Vec<String> {
+    let mut args = child_args(spec, engine, cfg, ctl);
+    args.extend(["--through".to_string(), "queue".to_string()]);
     args
 }
 
@@ -745,7 +790,7 @@ pub fn run_spec(
     crate::isolate::run_each(
         engines,
         in_process,
-        |engine| child_args(spec, engine, cfg, &ctl),
+        |engine| queue_child_args(spec, engine, cfg, &ctl),
         |engines| {
             let gen = generate_with_progress(spec, ui)?;
             let name = spec.workload.name();

@@ -16,7 +16,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 
-use crate::engines::EngineKind;
 use crate::result::RunResult;
 
 /// A child run could not be started or did not report.
@@ -132,11 +131,15 @@ fn run_child_with(args: &[String], quiet: bool) -> Result<Vec<RunResult>, Isolat
 /// when there is only one engine or `in_process` is set; otherwise each engine in a child
 /// process of its own, started with `child_args(engine)` (a command line that runs that one
 /// engine with `--in-process`, so the child does not spawn children of its own).
-pub fn run_each<E: From<IsolateError>>(
-    engines: &[EngineKind],
+///
+/// An "engine" is usually an [`EngineKind`](crate::engines::EngineKind); a run through the
+/// in-memory server also runs the harness floor as one
+/// ([`Subject`](crate::harness_floor::Subject)).
+pub fn run_each<T: Copy, E: From<IsolateError>>(
+    engines: &[T],
     in_process: bool,
-    child_args: impl Fn(EngineKind) -> Vec<String>,
-    here: impl FnOnce(&[EngineKind]) -> Result<Vec<RunResult>, E>,
+    child_args: impl Fn(T) -> Vec<String>,
+    here: impl FnOnce(&[T]) -> Result<Vec<RunResult>, E>,
 ) -> Result<Vec<RunResult>, E> {
     if engines.len() <= 1 || in_process {
         return here(engines);

@@ -9,12 +9,12 @@
 //! | floor | modules | what they do |
 //! |---|---|---|
 //! | 0 | the workloads crate (outside loadgen) | generates the synthetic workloads W1–W6 (docs/workloads.md) and their model |
-//! | 1 | [`latency`], [`timeline`], [`rss`], [`machine`], [`thp`] | enqueue-to-pop latency sampling; latency over time (per-interval p50/p99/max, to locate stalls); peak resident memory; what machine a run was on and the command line that made it; restarting with mimalloc's transparent-huge-page advice off (its faults stall runs) |
+//! | 1 | [`latency`], [`timeline`], [`rss`], [`cpu`], [`machine`], [`thp`] | enqueue-to-pop latency sampling; latency over time (per-interval p50/p99/max, to locate stalls); peak resident memory; the CPU a run spent; what machine a run was on and the command line that made it; restarting with mimalloc's transparent-huge-page advice off (its faults stall runs) |
 //! | 1 | [`engines`], [`args`], [`progress`], [`ui`], [`units`], [`sync`] | engine names and one run's knobs; value parsers several commands share; progress reporting and bars and notes on stderr; numbers as tables show them; a lock that survives a panicked holder |
 //! | 1 | [`result`] | one engine's measured result: the row every report shows and the JSON a child process hands back |
-//! | 2 | [`driver`], [`pacing`], [`readers`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers |
+//! | 2 | [`driver`], [`pacing`], [`readers`], [`server_feed`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers; the in-memory API server and the producer that writes a workload into it |
 //! | 2 | [`verdict`], [`informer_verdict`] | judges a finished run against the workload's model; judges each handler of a run through the informer |
-//! | 2 | [`controller_loop`], [`through_informer`] | W6: DeltaFIFO, indexer, workqueue and workers as one controller; the same events through the whole informer pipeline |
+//! | 2 | [`controller_loop`], [`controller_informer`], [`through_informer`], [`harness_floor`] | W6 on the bare queue: DeltaFIFO, indexer, workqueue and workers as one controller; W6 through the shared informer (the default W6); the same events through the whole informer pipeline; the harness floor, a client that drains the same server into nothing |
 //! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
 //! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart |
@@ -32,11 +32,14 @@ pub mod capacity_report;
 pub mod capacity_search;
 pub mod chart;
 pub mod commands;
+pub mod controller_informer;
 pub mod controller_loop;
+pub mod cpu;
 pub mod driver;
 #[cfg(feature = "wire")]
 pub mod e2e;
 pub mod engines;
+pub mod harness_floor;
 pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;
@@ -52,6 +55,7 @@ pub mod scale_report;
 pub mod scale_sweep;
 #[cfg(feature = "wire")]
 pub mod serve;
+pub mod server_feed;
 pub mod sync;
 pub mod thp;
 pub mod through_informer;

@@ -138,8 +138,22 @@ fn lag(r: &RunResult) -> String {
 /// ```
 pub fn table(results: &[RunResult]) -> String {
     let mut rows = vec![[
-        "engine", "workload", "events", "wall s", "events/s", "pops", "Δ/pop", "p50 µs", "p99 µs",
-        "p999 µs", "+RSS MiB", "reads/s", "recon/s", "lag ms", "verdict",
+        "engine",
+        "workload",
+        "events",
+        "wall s",
+        "events/s",
+        "pops",
+        "Δ/pop",
+        "p50 µs",
+        "p99 µs",
+        "p999 µs",
+        "+RSS MiB",
+        "CPU µs/ev",
+        "reads/s",
+        "recon/s",
+        "lag ms",
+        "verdict",
     ]
     .map(String::from)
     .to_vec()];
@@ -156,6 +170,7 @@ pub fn table(results: &[RunResult]) -> String {
             opt(r.latency_us.p99, |v| format!("{v:.1}")),
             opt(r.latency_us.p999, |v| format!("{v:.1}")),
             r.peak_rss_bytes.map_or_else(|| "-".to_string(), mib),
+            opt(r.cpu_us_per_event, |v| format!("{v:.2}")),
             opt(r.reads_per_s, si),
             opt(r.controller.map(|c| c.reconciles_per_s), si),
             lag(r),

@@ -48,6 +48,14 @@ pub struct RunResult {
     pub peak_rss_bytes: Option<u64>,
     /// How `peak_rss_bytes` was measured: `hwm` (VmHWM after reset) or `rss_end`.
     pub peak_rss_source: Option<String>,
+    /// User + system CPU of the whole process over the run, in seconds ([`cpu`](crate::cpu));
+    /// `null` without `/proc`.
+    #[serde(default)]
+    pub cpu_s: Option<f64>,
+    /// `cpu_s` per event, in microseconds: what one event cost the machine, whatever the
+    /// number of threads that shared it.
+    #[serde(default)]
+    pub cpu_us_per_event: Option<f64>,
     /// W4: reads per second by all readers together (`get` and `by_index` each count one).
     pub reads_per_s: Option<f64>,
     /// Consumer threads (readers for W4).

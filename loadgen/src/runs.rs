@@ -5,6 +5,7 @@
 
 use workloads::{generate, Generated, WorkloadSpec};
 
+use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::{execute, EngineError};
 use crate::engines::{EngineConfig, EngineKind, Mode};
 use crate::pacing::kept_schedule;
@@ -152,8 +153,10 @@ pub fn measure(
     progress: &dyn Progress,
 ) -> Result<RunResult, EngineError> {
     let probe = RssProbe::start();
+    let cpu = CpuProbe::start();
     let done = execute(engine, gen, mode, cfg, progress)?;
     let peak = probe.finish();
+    let cpu_spent = cpu.finish();
     let verdict = check_with(
         &gen.model,
         &*done.store,
@@ -168,6 +171,7 @@ pub fn measure(
     };
     let c: &Counters = &done.counters;
     let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
+    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     Ok(RunResult {
         engine: engine.name().to_string(),
         workload: workload.to_string(),
@@ -181,6 +185,8 @@ pub fn measure(
         latency_us: LatencyUs::of(&done.latency),
         peak_rss_bytes,
         peak_rss_source,
+        cpu_s,
+        cpu_us_per_event,
         reads_per_s: (mode == Mode::Direct).then(|| done.reads as f64 / wall_s),
         threads: done.threads,
         shards: (engine == EngineKind::Sharded && mode == Mode::Queue).then_some(cfg.shards),

@@ -34,26 +34,28 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use kcache::informer::{
-    Backoff, MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned,
-};
-use kcache::KeyFn;
-use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, IndexValues, Indexer, Indexers};
-use smallvec::smallvec;
+use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, SharedInformerBuilder};
+use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 
+use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::SHARDED_BATCH;
 use crate::engines::{EngineConfig, EngineKind};
+use crate::harness_floor::{
+    child_args as floor_child_args, row as floor_row, subjects, FloorChoice, Subject,
+};
 use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
-use crate::latency::{new_histogram, SAMPLE_EVERY};
-use crate::pacing::{pace, PACE_EVERY};
+use crate::latency::new_histogram;
 use crate::progress::Progress;
 use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
 use crate::rss::RssProbe;
 use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
+use crate::server_feed::{
+    produce, serve_initial, served_indexers, served_key_fn, server_views, ServedPod,
+};
 use crate::ui::Ui;
 use crate::units::si;
 use crate::verdict::Verdict;
-use workloads::{Generated, Op, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
+use workloads::{Generated, Pod, Workload, WorkloadSpec, NODE_INDEX};
 
 /// Handlers unless told otherwise.
 pub const DEFAULT_HANDLERS: usize = 3;
@@ -63,14 +65,6 @@ pub const DEFAULT_SLOW_HANDLER_US: u64 = 1;
 
 /// A handler that hears nothing for this long, while its view is not final, has stalled.
 const STALL: Duration = Duration::from_secs(60);
-
-/// How long the producer waits for the reflector to relist after an outage.
-const RELIST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Events the in-memory server keeps for watches that resume. Large enough that the watch a
-/// reflector opens after a relist resumes even while the producer writes at full speed, so
-/// the only relists are the workload's (a small window turns each into a chain of 410s).
-const SERVER_WINDOW: usize = 200_000;
 
 /// How a run's events reach the engine (`--through`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
@@ -116,70 +110,21 @@ pub fn parse_handlers(s: &str) -> Result<usize, String> {
     }
 }
 
-/// What the in-memory server stores: a workload pod and the resource version the server gave
-/// its write. Cloning copies the version string and shares the pod.
-#[derive(Debug, Clone)]
-pub struct ServedPod {
-    /// The workload's object.
-    pub pod: Arc<Pod>,
-    /// The server's resource version of the write that made this state.
-    pub rv: String,
-}
-
-impl ServedPod {
-    /// A pod not yet written (the server stamps the version).
-    pub fn new(pod: Arc<Pod>) -> Self {
-        Self {
-            pod,
-            rv: String::new(),
-        }
-    }
-}
-
-impl Versioned for ServedPod {
-    fn resource_version(&self) -> &str {
-        &self.rv
-    }
-}
-
-impl SetResourceVersion for ServedPod {
-    fn set_resource_version(&mut self, resource_version: &str) {
-        self.rv.clear();
-        self.rv.push_str(resource_version);
-    }
-}
-
-/// The key function of the served pods: the pod's precomputed key.
-pub fn served_key_fn() -> KeyFn<ServedPod> {
-    Arc::new(|p: &ServedPod| Ok(p.pod.key.clone()))
-}
-
-/// The `namespace` and `node` indexes of the served pods (the bare path's, one level down).
-pub fn served_indexers() -> Indexers<ServedPod> {
-    let by_namespace: IndexFunc<ServedPod> =
-        Arc::new(|p: &ServedPod| -> IndexValues { smallvec![p.pod.namespace.clone()] });
-    let by_node: IndexFunc<ServedPod> =
-        Arc::new(|p: &ServedPod| -> IndexValues { p.pod.node.iter().cloned().collect() });
-    vec![
-        (NAMESPACE_INDEX.to_string(), by_namespace),
-        (NODE_INDEX.to_string(), by_node),
-    ]
-}
-
 /// A handler's progress, shared with the driver while it runs.
 #[derive(Debug, Default)]
-struct Progressing {
+pub(crate) struct Progressing {
     /// Keys whose view is not yet the final one.
-    mismatches: AtomicUsize,
-    notifications: AtomicU64,
+    pub(crate) mismatches: AtomicUsize,
+    pub(crate) notifications: AtomicU64,
     /// When `mismatches` last fell to zero.
-    caught_up: Mutex<Option<Instant>>,
+    pub(crate) caught_up: Mutex<Option<Instant>>,
     /// The record, handed over when the delivery thread drops the handler.
-    record: Mutex<Option<(HandlerRecord, Option<Histogram<u64>>)>>,
+    pub(crate) record: Mutex<Option<(HandlerRecord, Option<Histogram<u64>>)>>,
 }
 
 /// A registered handler: records and checks what it hears, spins if it is the slow one.
-struct Recorder {
+/// W6's handler wraps one ([`controller_informer`](crate::controller_informer)).
+pub(crate) struct Recorder {
     record: HandlerRecord,
     plan: Arc<Plan>,
     shared: Arc<Progressing>,
@@ -190,7 +135,7 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn new(plan: Arc<Plan>, cost: Duration, latency_from: Option<Instant>) -> Self {
+    pub(crate) fn new(plan: Arc<Plan>, cost: Duration, latency_from: Option<Instant>) -> Self {
         let keys = plan.final_views.len();
         let mismatches = plan
             .final_views
@@ -209,6 +154,11 @@ impl Recorder {
         }
     }
 
+    /// Its progress, which the driver polls and which holds its record once it is dropped.
+    pub(crate) fn shared(&self) -> Arc<Progressing> {
+        Arc::clone(&self.shared)
+    }
+
     fn matches_final(&self, id: usize) -> bool {
         same_state(self.record.views[id], self.plan.final_views[id])
     }
@@ -224,11 +174,12 @@ impl Recorder {
             } else {
                 self.mismatches += 1;
             }
-            // Relaxed: the driver only polls for progress; the verdict reads the record after
-            // the thread has been joined.
+            // Release pairs with the driver's Acquire load: what a wrapping handler did before
+            // this call (W6's workqueue `add`) is visible once the driver sees the view final.
+            // The verdict reads the record after the thread has been joined.
             self.shared
                 .mismatches
-                .store(self.mismatches, Ordering::Relaxed);
+                .store(self.mismatches, Ordering::Release);
             if self.mismatches == 0 {
                 *self
                     .shared
@@ -346,6 +297,26 @@ fn loadgen_backoff() -> Backoff {
     }
 }
 
+/// The builder of a run's informer on `server`: the served pods' indexes, the run's shards,
+/// consumers and batch, the short backoff, and a watch error handler that counts into
+/// `errors`.
+pub(crate) fn informer_builder(
+    server: &MemoryListerWatcher<ServedPod>,
+    cfg: &EngineConfig,
+    errors: &Arc<AtomicU64>,
+) -> SharedInformerBuilder<ServedPod, MemoryListerWatcher<ServedPod>> {
+    let errors = Arc::clone(errors);
+    SharedInformer::builder(server.clone(), served_key_fn())
+        .indexers(served_indexers())
+        .shards(cfg.shards)
+        .consumers(cfg.consumers)
+        .batch(SHARDED_BATCH)
+        .backoff(loadgen_backoff())
+        .watch_error_handler(Arc::new(move |_| {
+            errors.fetch_add(1, Ordering::Relaxed);
+        }))
+}
+
 /// Runs `gen` through the informer pipeline on `engine`.
 pub fn execute(
     engine: EngineKind,
@@ -359,23 +330,9 @@ pub fn execute(
     }
     gen.reset_delivery();
     let plan = Arc::new(Plan::of(gen));
-    let server = MemoryListerWatcher::with_window(served_key_fn(), SERVER_WINDOW);
-    for op in &gen.ops[..plan.initial_ops] {
-        write(&server, op).map_err(RunError::Informer)?;
-    }
+    let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
-    let builder = {
-        let errors = Arc::clone(&errors);
-        SharedInformer::builder(server.clone(), served_key_fn())
-            .indexers(served_indexers())
-            .shards(cfg.shards)
-            .consumers(cfg.consumers)
-            .batch(SHARDED_BATCH)
-            .backoff(loadgen_backoff())
-            .watch_error_handler(Arc::new(move |_| {
-                errors.fetch_add(1, Ordering::Relaxed);
-            }))
-    };
+    let builder = informer_builder(&server, cfg, &errors);
     let mut done = match engine {
         EngineKind::Reference => drive(
             builder.build_reference(),
@@ -390,110 +347,6 @@ pub fn execute(
     };
     done.reflector_errors = errors.load(Ordering::Relaxed);
     Ok(done)
-}
-
-/// Writes one op into the server; an error names an op the server could not mirror.
-fn write(server: &MemoryListerWatcher<ServedPod>, op: &Op) -> Result<(), String> {
-    match op {
-        Op::Add(p) | Op::Update(p) => server
-            .upsert(ServedPod::new(Arc::clone(p)))
-            .map(drop)
-            .map_err(|e| e.to_string()),
-        Op::Delete(p) => server
-            .delete(&p.key)
-            .map(drop)
-            .ok_or_else(|| format!("the server has no {} to delete", p.key)),
-        Op::Replace(relist) => {
-            for p in &relist.objects {
-                server
-                    .upsert(ServedPod::new(Arc::clone(p)))
-                    .map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        }
-        Op::Resync => Ok(()),
-    }
-}
-
-/// A relist of the workload, made real: the server goes down, deletes what the relist leaves
-/// out, scripts a 410 for the next watch and comes back; then the reflector's list is waited
-/// for.
-fn relist(
-    server: &MemoryListerWatcher<ServedPod>,
-    listed: &[Arc<Pod>],
-    keys: usize,
-) -> Result<(), String> {
-    let mut in_list = vec![false; keys];
-    for p in listed {
-        in_list[p.id as usize] = true;
-    }
-    server.set_unavailable(true);
-    server.expire_next_watches(1);
-    for obj in server.objects() {
-        if !in_list[obj.pod.id as usize] {
-            server.delete(&obj.pod.key);
-        }
-    }
-    if server.len() != listed.len() {
-        server.set_unavailable(false);
-        return Err(format!(
-            "the server holds {} objects, the workload's relist {}",
-            server.len(),
-            listed.len()
-        ));
-    }
-    let lists_before = server.list_calls();
-    server.set_unavailable(false);
-    let waited = Instant::now();
-    while server.list_calls() == lists_before {
-        if waited.elapsed() > RELIST_TIMEOUT {
-            return Err(format!(
-                "the reflector did not relist within {RELIST_TIMEOUT:?} of the scripted 410"
-            ));
-        }
-        thread::sleep(Duration::from_micros(100));
-    }
-    Ok(())
-}
-
-/// The producer: every op after the initial population into the server, paced if asked.
-/// Returns the resyncs it left out.
-fn produce(
-    server: &MemoryListerWatcher<ServedPod>,
-    gen: &Generated,
-    from: usize,
-    start: Instant,
-    rate: Option<u64>,
-    progress: &dyn Progress,
-) -> Result<u64, String> {
-    let mut skipped = 0;
-    let keys = gen.universe.keys.len();
-    for (n, op) in gen.ops.iter().enumerate().skip(from) {
-        let done = n - from;
-        if let Some(rate) = rate {
-            if done % PACE_EVERY == 0 {
-                pace(start, done, rate);
-            }
-        }
-        match op {
-            Op::Add(p) | Op::Update(p) | Op::Delete(p) => {
-                if n % SAMPLE_EVERY == 0 {
-                    // Relaxed: the server's channel and the queue order this before the
-                    // handler's read.
-                    let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
-                    p.enqueued_ns.store(now + 1, Ordering::Relaxed);
-                }
-                write(server, op)?;
-            }
-            Op::Replace(r) => relist(server, &r.objects, keys)?,
-            Op::Resync => skipped += 1,
-        }
-        if n % (1 << 14) == 0 {
-            progress.set(n as u64);
-        }
-    }
-    progress.set(gen.ops.len() as u64);
-    Ok(skipped)
 }
 
 /// Starts `informer` with its handlers, feeds the server, waits for every handler to reach the
@@ -625,7 +478,7 @@ where
 
 /// Polls until the producer is done and every handler's view is final, or a handler stalls,
 /// or the producer or the informer failed.
-async fn wait_until_final<Q, I>(
+pub(crate) async fn wait_until_final<Q, I>(
     handlers: &[Arc<Progressing>],
     produced: &AtomicBool,
     producer_failed: &AtomicBool,
@@ -656,7 +509,8 @@ async fn wait_until_final<Q, I>(
             if notifications != heard[h].0 {
                 heard[h] = (notifications, Instant::now());
             }
-            if shared.mismatches.load(Ordering::Relaxed) != 0 {
+            // Acquire: see the Recorder's Release store.
+            if shared.mismatches.load(Ordering::Acquire) != 0 {
                 all_final = false;
                 if heard[h].1.elapsed() > STALL {
                     failures.push(format!(
@@ -676,21 +530,9 @@ async fn wait_until_final<Q, I>(
     }
 }
 
-/// The server's state by pod id.
-fn server_views(server: &MemoryListerWatcher<ServedPod>, keys: usize) -> Vec<KeyView> {
-    let mut views = vec![KeyView::default(); keys];
-    for obj in server.objects() {
-        views[obj.pod.id as usize] = KeyView {
-            version: obj.pod.version,
-            alive: true,
-        };
-    }
-    views
-}
-
 /// The informer's store must hold exactly the server's objects, each at its version, with both
 /// indexes answering for them.
-fn check_store<I: Indexer<ServedPod>>(
+pub(crate) fn check_store<I: Indexer<ServedPod>>(
     store: &kcache::informer::StoreReader<ServedPod, I>,
     server_final: &[KeyView],
     failures: &mut Vec<String>,
@@ -737,8 +579,10 @@ pub fn measure(
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
     let probe = RssProbe::start();
+    let cpu = CpuProbe::start();
     let done = execute(engine, gen, cfg, icfg, progress)?;
     let peak = probe.finish();
+    let cpu_spent = cpu.finish();
     let mut failures = done.failures.clone();
     let mut handlers = Vec::with_capacity(done.handlers.len());
     for (h, (record, caught_up)) in done.handlers.iter().enumerate() {
@@ -763,6 +607,7 @@ pub fn measure(
     let wall_s = done.wall.as_secs_f64().max(1e-9);
     let events = gen.event_count();
     let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
+    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let summary = Verdict::from_failures(failures.clone()).summary();
     Ok(RunResult {
         engine: engine.name().to_string(),
@@ -776,6 +621,8 @@ pub fn measure(
         latency_us: LatencyUs::of(&done.latency),
         peak_rss_bytes,
         peak_rss_source,
+        cpu_s,
+        cpu_us_per_event,
         // The informer path paces the server's writes but does not judge the schedule: capacity
         // searches run on the bare queue path, so the paced-run figures stay empty.
         threads: cfg.consumers + icfg.handlers,
@@ -814,13 +661,14 @@ pub fn child_args(
     args
 }
 
-/// `loadgen run --through informer`: every chosen engine, each in a child process unless
-/// `--in-process`.
+/// `loadgen run --through informer`: every chosen engine and the harness floor (as `floor`
+/// asks), each in a child process unless `--in-process`.
 pub fn run(
     spec: &WorkloadSpec,
     engines: &[EngineKind],
     cfg: &EngineConfig,
     icfg: &InformerConfig,
+    floor: FloorChoice,
     in_process: bool,
     ui: Ui,
 ) -> Result<Vec<RunResult>, RunError> {
@@ -832,27 +680,37 @@ pub fn run(
     }
     if spec.workload == Workload::W6 {
         return Err(RunError::Invalid(
-            "w6 is its own pipeline (DeltaFIFO, indexer, workqueue, workers): run it without \
-             --through informer"
+            "w6 through the informer is its own pipeline (informer, workqueue, workers): \
+             run it with `loadgen run --workload w6`"
                 .into(),
         ));
     }
+    crate::runs::check_spec(spec)?;
     crate::isolate::run_each(
-        engines,
+        &subjects(engines, floor),
         in_process,
-        |engine| child_args(spec, engine, cfg, icfg),
-        |engines| {
+        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, icfg)),
+        |subjects| {
             let gen = generate_with_progress(spec, ui)?;
-            let mut results = Vec::with_capacity(engines.len());
-            for &engine in engines {
-                let label = format!("{} {engine} informer", spec.workload);
-                let phase = ui.phase(label, gen.ops.len() as u64);
-                let result = measure(engine, &gen, spec.workload, cfg, icfg, &phase)?;
-                phase.finish(&format!(
-                    "{} events/s, verdict {}",
-                    si(result.events_per_s),
-                    result.verdict
-                ));
+            let label = format!("{}/informer", spec.workload);
+            let mut results = Vec::with_capacity(subjects.len());
+            for &subject in subjects {
+                let result = match subject {
+                    Subject::Engine(engine) => {
+                        let phase = ui.phase(
+                            format!("{} {engine} informer", spec.workload),
+                            gen.ops.len() as u64,
+                        );
+                        let result = measure(engine, &gen, spec.workload, cfg, icfg, &phase)?;
+                        phase.finish(&format!(
+                            "{} events/s, verdict {}",
+                            si(result.events_per_s),
+                            result.verdict
+                        ));
+                        result
+                    }
+                    Subject::HarnessFloor => floor_row(&gen, &label, cfg.rate, ui)?,
+                };
                 results.push(result);
             }
             Ok(results)

@@ -1,5 +1,6 @@
-//! W6, the controller loop: a tiny run through the binary passes its verdict with both
-//! pipelines, and the verdict fails when a key's last event was never reconciled, when two
+//! W6 on the bare queue (`--through queue`, the engine-only form; `controller_informer.rs` tests
+//! the default form through the shared informer): a tiny run through the binary passes its
+//! verdict with both pipelines, and the verdict fails when a key's last event was never reconciled, when two
 //! workers held one key at once, or when the workqueue was not empty at the end (corrupted
 //! records, as `verdict.rs` corrupts stores and counters).
 
@@ -27,6 +28,8 @@ fn w6_through_the_binary_passes_with_both_pipelines() {
             "run",
             "--workload",
             "w6",
+            "--through",
+            "queue",
             "--engine",
             "all",
             "--keys",
@@ -79,6 +82,8 @@ fn args(engine: EngineChoice) -> RunArgs {
         "4",
         "--consumers",
         "2",
+        "--through",
+        "queue",
         "--in-process",
     ])
     .run;

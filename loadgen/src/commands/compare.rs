@@ -1,4 +1,5 @@
-//! `loadgen compare`: W1–W6 through both engines, side by side, with the ratio
+//! `loadgen compare`: W1–W6 through both engines (W6 as a whole controller on the shared
+//! informer, its default form: `w6/informer`), side by side, with the ratio
 //! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
 //! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
 //! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
@@ -23,8 +24,10 @@ use crate::capacity_search::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
 use crate::chart::{capacity_svg, latency_svg, throughput_svg};
-use crate::controller_loop::{self, ControllerConfig};
+use crate::controller_informer;
+use crate::controller_loop::ControllerConfig;
 use crate::engines::{parse_consumers, EngineConfig, EngineKind};
+use crate::harness_floor::FloorChoice;
 use crate::machine::{command_line, Machine};
 use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
 use crate::result::RunResult;
@@ -111,8 +114,10 @@ pub fn plan(quick: bool, seed: u64) -> Vec<WorkloadSpec> {
 }
 
 /// W6's churn events in a full comparison: a fifth of its own size, so both pipelines together
-/// add about 12 s to a comparison on the 2-core machine (measured on a loaded machine: the
-/// reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events in each child).
+/// add about 12 s to a comparison on the 2-core machine (measured on the bare-queue form, on a
+/// loaded machine: the reference 7.5–7.9 s, the sharded 2.4–5 s, plus generating the events
+/// in each child; the informer form, now compare's, adds the server and the reflector and has
+/// not been timed at this size).
 pub const W6_EVENTS: usize = 1_000_000;
 
 /// `latest.json`: the machine, the command, the same `results` as `run --json`, and the
@@ -244,7 +249,16 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
                 seed: spec.seed,
                 ..ControllerConfig::default()
             };
-            controller_loop::run_spec(&spec, &EngineKind::ALL, &cfg, &ctl, args.in_process, ui)?
+            // The default W6: a whole controller on the shared informer.
+            controller_informer::run_spec(
+                &spec,
+                &EngineKind::ALL,
+                &cfg,
+                &ctl,
+                FloorChoice::None,
+                args.in_process,
+                ui,
+            )?
         } else {
             run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?
         };
@@ -273,7 +287,7 @@ struct Figure {
     show: fn(f64) -> String,
 }
 
-const FIGURES: [Figure; 16] = [
+const FIGURES: [Figure; 17] = [
     Figure {
         name: "keys",
         value: |r| Some(r.keys as f64),
@@ -330,6 +344,11 @@ const FIGURES: [Figure; 16] = [
         show: |v| mib(v as u64),
     },
     Figure {
+        name: "CPU µs/event",
+        value: |r| r.cpu_us_per_event,
+        show: |v| format!("{v:.2}"),
+    },
+    Figure {
         name: "reads/s",
         value: |r| r.reads_per_s,
         show: si,
@@ -375,7 +394,9 @@ pub fn side_by_side(results: &[RunResult]) -> Vec<Vec<String>> {
                 .find(|r| r.workload == w && r.engine == engine.name())
         };
         let (reference, sharded) = (get(EngineKind::Reference), get(EngineKind::Sharded));
-        let title = w
+        // `w6/informer` is W6 through the shared informer: still the controller loop.
+        let base = w.split_once('/').map_or(w, |(base, _)| base);
+        let title = base
             .parse::<Workload>()
             .map_or_else(|_| w.to_string(), |wl| format!("{w} {}", wl.title()));
         for figure in &FIGURES {
@@ -440,7 +461,11 @@ pub fn markdown(report: &CompareReport) -> String {
          (they measure capacity), so latency there is mostly time queued behind the backlog; \
          `w1@200k/s` offers W1's events at a fixed 200,000 ops/s that both engines absorb, so \
          its latency is each engine's own hand-off. Peak +RSS is the resident memory the \
-         engine added over the pre-generated events.\n",
+         engine added over the pre-generated events; CPU µs/event is the user + system CPU \
+         of the whole run's process per event. `w6/informer` is W6 as a whole controller: \
+         the events through an in-memory API server, the reflector and a shared informer \
+         into a workqueue and 4 workers (`loadgen run --workload w6 --through queue` gives \
+         its bare-queue form).\n",
         crate::latency::SAMPLE_EVERY
     );
     let rows = side_by_side(&report.results);
@@ -677,7 +702,8 @@ mod tests {
         assert!(md.contains("| workload | figure | reference | sharded | sharded/reference |"));
         assert!(md.contains("loadgen compare --quick"));
         assert!(md.contains("| w4 read heavy | reads/s |"));
-        assert!(md.contains("| w6 controller loop | reconciles/s |"));
+        assert!(md.contains("| w6/informer controller loop | reconciles/s |"));
+        assert!(md.contains("| w6/informer controller loop | CPU µs/event |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
         assert_eq!(json["capacity"].as_array().map(Vec::len), Some(4));
         assert!(md.contains("## Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));

@@ -7,6 +7,7 @@ use std::time::Duration;
 use crate::args::parse_workload;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
+use crate::harness_floor::FloorChoice;
 use crate::report::{finish, handler_table, refuse, table, write_file, write_json, Report};
 use crate::result::RunResult;
 use crate::runs::{run_spec, RunError};
@@ -72,8 +73,15 @@ pub struct RunArgs {
     /// How the events reach the engine: `queue` (a producer calls the queue, consumers apply
     /// pops to the indexer: the engine bare) or `informer` (through an in-memory API server,
     /// the reflector and a shared informer with `--handlers` handlers; W4 has no such path).
-    #[arg(long, value_enum, default_value = "queue")]
-    pub through: Through,
+    /// Default: `informer` for w6 (a whole controller on the shared informer; `queue` runs its
+    /// engine-only form), `queue` otherwise.
+    #[arg(long, value_enum)]
+    pub through: Option<Through>,
+    /// Through the informer (w6 included): `row` adds the harness floor's row, a client that
+    /// lists and watches the same server and drains every event into nothing (the limit of
+    /// the server and the harness themselves); `none` leaves it out; `only` runs it alone.
+    #[arg(long, value_enum, default_value = "row")]
+    pub harness_floor: FloorChoice,
     /// `--through informer`: handler registrations; the last one is the slow one.
     #[arg(long, default_value_t = crate::through_informer::DEFAULT_HANDLERS, value_parser = crate::through_informer::parse_handlers)]
     pub handlers: usize,
@@ -103,6 +111,16 @@ impl RunArgs {
             spec = spec.events(events);
         }
         spec
+    }
+
+    /// How the events reach the engine: `--through`, or the workload's own default (W6:
+    /// through the informer; the others: the queue).
+    pub fn through(&self) -> Through {
+        self.through.unwrap_or(if self.workload == Workload::W6 {
+            Through::Informer
+        } else {
+            Through::Queue
+        })
     }
 
     /// W6's knobs these arguments ask for.
@@ -142,15 +160,35 @@ impl RunArgs {
 
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
-    if args.through == Through::Informer {
+    let through = args.through();
+    if args.workload == Workload::W6 && through == Through::Informer {
+        return crate::controller_informer::run_spec(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.config(),
+            &args.controller(),
+            args.harness_floor,
+            args.in_process,
+            ui,
+        );
+    }
+    if through == Through::Informer {
         return crate::through_informer::run(
             &args.spec(),
             &args.engine.engines(),
             &args.config(),
             &args.informer(),
+            args.harness_floor,
             args.in_process,
             ui,
         );
+    }
+    if args.harness_floor == FloorChoice::Only {
+        return Err(RunError::Invalid(
+            "--harness-floor only needs a run through the in-memory server: add \
+             --through informer"
+                .into(),
+        ));
     }
     if args.workload == Workload::W6 {
         return crate::controller_loop::run_spec(
@@ -347,7 +385,7 @@ mod tests {
         assert_eq!(icfg.handlers, 5);
         let args = crate::through_informer::child_args(&spec, EngineKind::Reference, &cfg, &icfg);
         let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.through, Through::Informer);
+        assert_eq!(child.through(), Through::Informer);
         assert_eq!(
             (child.spec(), child.config(), child.informer()),
             (spec, cfg, icfg)
@@ -358,9 +396,32 @@ mod tests {
     #[test]
     fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
         let args = parse(&["--workload", "w1"]);
-        assert_eq!(args.through, Through::Queue);
+        assert_eq!(args.through(), Through::Queue);
+        assert_eq!(parse(&["--workload", "w6"]).through(), Through::Informer);
+        assert_eq!(args.harness_floor, FloorChoice::Row);
         assert_eq!(args.informer(), InformerConfig::default());
         assert!(crate::through_informer::parse_handlers("65").is_err());
+    }
+
+    #[test]
+    fn a_w6_child_is_told_which_form_of_w6_it_runs() {
+        let parent = parse(&["--workload", "w6", "--keys", "300", "--workers", "3"]);
+        let (spec, cfg, ctl) = (parent.spec(), parent.config(), parent.controller());
+        let bare = crate::controller_loop::queue_child_args(&spec, EngineKind::Sharded, &cfg, &ctl);
+        let child = parse(&bare.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(child.through(), Through::Queue);
+        assert_eq!((child.spec(), child.controller()), (spec, ctl));
+        let informer =
+            crate::controller_informer::child_args(&spec, EngineKind::Sharded, &cfg, &ctl);
+        let child = parse(
+            &informer
+                .iter()
+                .skip(1)
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+        );
+        assert_eq!(child.through(), Through::Informer);
+        assert_eq!((child.spec(), child.controller()), (spec, ctl));
     }
 
     #[test]
@@ -376,10 +437,16 @@ mod tests {
             "100",
             "--events",
             "1000",
+            "--in-process",
         ]);
         let results = run(&args, Ui::Quiet).expect("tiny run");
-        assert_eq!(results.len(), 1);
-        assert!(results[0].is_ok(), "{:?}", results[0].failures);
+        assert_eq!(results.len(), 2, "the engine's row and the harness floor's");
+        assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
+        assert_eq!(results[1].engine, crate::harness_floor::FLOOR_NAME);
+        assert_eq!(
+            results[1].deltas, results[1].events,
+            "the floor hears every event"
+        );
         assert_eq!(results[0].handlers.len(), 3);
         assert!(results[0].handlers[2].slow);
         assert!(handler_table(&results).contains("2 (slow)"));

@@ -1,0 +1,475 @@
+//! W6 through the shared informer, the default W6 (docs/workloads.md): a whole controller as a
+//! user of kcache builds one. W1's events go into the in-memory API server
+//! ([`server_feed`](crate::server_feed), as `run --through informer`); a [`SharedInformer`]
+//! lists and watches it; its one registered handler adds each changed object's key to the
+//! workqueue; W6's workers ([`controller_loop::work`]) `get` keys, read the object from the
+//! informer's indexer (`informer.store()`), reconcile (5 µs of CPU, one in 100 failing and
+//! retried with `add_rate_limited`), and `forget`/`done`.
+//!
+//! - **reference**: `SharedInformer::builder(..).build_reference()` and a [`ReferenceQueue`];
+//! - **sharded**: `.build()` (`--shards`, `--consumers`) and a [`ShardedQueue`];
+//!
+//! both under the same delaying and rate-limiting layers and limiter as the bare-queue W6
+//! ([`controller_loop`], `--through queue`), which stays the engine-only figure.
+//!
+//! # How a run ends
+//!
+//! The producer writes every event into the server. The handler also keeps the informer path's
+//! record of what it heard ([`Recorder`]), and adds a key to the workqueue *before* recording
+//! the notification; once its view of every key is the server's final state and the reflector
+//! has read the server's last write, every `add` has happened. Then the run waits until the
+//! controller is idle ([`wait_idle`]) and shuts the workqueue down. The wall time runs from the
+//! informer's start (its initial list) to that idle moment.
+//!
+//! # Verdict
+//!
+//! W6's own ([`check_controller`]: every key's last event reconciled, no key held by two
+//! workers, the workqueue empty at the end), the handler's verdict of the informer path
+//! ([`judge`]: no notification missed or out of order, its final view the server's), and the
+//! informer path's checks of the server and the informer's store.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use kcache::informer::{MemoryListerWatcher, SharedInformer};
+use kcache::workqueue::{
+    DelayingQueue, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
+};
+use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
+
+use crate::controller_loop::{
+    check_controller, child_args as queue_child_args, retry_limiter, wait_idle, work, Controller,
+    ControllerConfig, ControllerRecord, Track, WorkerStats,
+};
+use crate::cpu::{cpu_figures, CpuProbe};
+use crate::engines::{EngineConfig, EngineKind};
+use crate::harness_floor::{child_args as floor_child_args, row as floor_row, subjects};
+use crate::harness_floor::{FloorChoice, Subject};
+use crate::informer_verdict::{judge, same_state, HandlerRecord, Plan};
+use crate::latency::new_histogram;
+use crate::progress::Progress;
+use crate::result::RunResult;
+use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, LatencyUs};
+use crate::rss::RssProbe;
+use crate::runs::{generate_with_progress, RunError};
+use crate::server_feed::{produce, serve_initial, server_views, ServedPod};
+use crate::through_informer::{check_store, informer_builder, wait_until_final, Recorder};
+use crate::ui::Ui;
+use crate::units::si;
+use crate::verdict::Verdict;
+use workloads::{Generated, Pod, WorkloadSpec};
+
+/// The `workload` of W6's rows through the informer.
+pub const LABEL: &str = "w6/informer";
+
+/// Which keys the handler leaves out of the workqueue: none in a real run. A test passes a
+/// broken handler's choice to see the verdict catch it.
+pub type Drops = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
+
+/// A real handler: it drops no key.
+pub fn drops_none() -> Drops {
+    Arc::new(|_| false)
+}
+
+/// The registered handler: the key into the workqueue, then the informer path's record.
+struct Enqueue<Q: WorkQueue + 'static> {
+    queue: Arc<Controller<Q>>,
+    track: Arc<Track>,
+    recorder: Recorder,
+    drops: Drops,
+}
+
+impl<Q: WorkQueue + 'static> Enqueue<Q> {
+    fn notify(&self, pod: &Pod, deleted: bool) {
+        if (self.drops)(pod) {
+            return;
+        }
+        self.track.notified(pod, deleted);
+        self.queue.add(pod.key.clone());
+    }
+}
+
+impl<Q: WorkQueue + 'static> EventHandler<ServedPod> for Enqueue<Q> {
+    fn on_add(&mut self, obj: &Arc<ServedPod>, is_in_initial_list: bool) {
+        self.notify(&obj.pod, false);
+        self.recorder.on_add(obj, is_in_initial_list);
+    }
+
+    fn on_update(&mut self, old: &Arc<ServedPod>, new: &Arc<ServedPod>) {
+        self.notify(&new.pod, false);
+        self.recorder.on_update(old, new);
+    }
+
+    fn on_delete(&mut self, obj: &DeltaObject<ServedPod>) {
+        match obj {
+            DeltaObject::Object(o) => self.notify(&o.pod, true),
+            DeltaObject::Tombstone(t) => match &t.last_known {
+                Some(o) => self.notify(&o.pod, true),
+                // A deletion noticed on a relist still needs its key reconciled.
+                None => self.queue.add(t.key.clone()),
+            },
+        }
+        self.recorder.on_delete(obj);
+    }
+}
+
+/// What a W6 run through the informer leaves behind.
+pub struct Finished {
+    /// From the informer's start until the controller was idle.
+    pub wall: Duration,
+    /// Event-to-reconcile latency (from the write into the server), in nanoseconds.
+    pub latency: Histogram<u64>,
+    /// Reconciles, failed ones included.
+    pub reconciles: u64,
+    /// Failed reconciles, re-added with `add_rate_limited`.
+    pub retries: u64,
+    /// W6's record for [`check_controller`].
+    pub record: ControllerRecord,
+    /// The handler's record and when its view became final.
+    pub handler: Option<(HandlerRecord, Option<Duration>)>,
+    /// Failures of the run as a whole (the server, the informer's store, a stall).
+    pub failures: Vec<String>,
+    /// What the reflector did.
+    pub informer: InformerStats,
+    /// The plan the run followed.
+    pub plan: Arc<Plan>,
+    /// The server's final state, by pod id.
+    pub server_final: Vec<crate::informer_verdict::KeyView>,
+}
+
+/// Runs W6 on `gen` through `engine`'s shared informer; `drops` says which keys the handler
+/// leaves out ([`drops_none`] for a real run).
+pub fn execute(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    progress: &dyn Progress,
+) -> Result<Finished, RunError> {
+    if u32::try_from(gen.universe.keys.len()).is_err() {
+        return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
+    }
+    gen.reset_delivery();
+    let plan = Arc::new(Plan::of(gen));
+    let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
+    let errors = Arc::new(AtomicU64::new(0));
+    let builder = informer_builder(&server, cfg, &errors);
+    let run = Run {
+        server: &server,
+        gen,
+        plan: &plan,
+        cfg,
+        ctl,
+        drops,
+        progress,
+    };
+    let mut done = match engine {
+        EngineKind::Reference => run.drive(builder.build_reference(), ReferenceQueue::new())?,
+        EngineKind::Sharded => run.drive(builder.build(), ShardedQueue::new(cfg.shards))?,
+    };
+    done.informer.reflector_errors = errors.load(Ordering::Relaxed);
+    Ok(done)
+}
+
+/// One run's inputs.
+struct Run<'a> {
+    server: &'a MemoryListerWatcher<ServedPod>,
+    gen: &'a Generated,
+    plan: &'a Arc<Plan>,
+    cfg: &'a EngineConfig,
+    ctl: &'a ControllerConfig,
+    drops: Drops,
+    progress: &'a dyn Progress,
+}
+
+impl Run<'_> {
+    /// Starts the informer and the workers, feeds the server, waits for the handler to hear
+    /// the final state and for the controller to be idle, and collects what everyone saw.
+    fn drive<Q, I, W>(
+        self,
+        informer: SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+        workqueue: W,
+    ) -> Result<Finished, RunError>
+    where
+        Q: DeltaQueue<ServedPod> + 'static,
+        I: Indexer<ServedPod> + 'static,
+        W: WorkQueue + 'static,
+    {
+        let Run {
+            server,
+            gen,
+            plan,
+            cfg,
+            ctl,
+            drops,
+            progress,
+        } = self;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
+        let queue = Arc::new(RateLimitingQueue::new(
+            DelayingQueue::new(workqueue),
+            retry_limiter(),
+        ));
+        let track = Arc::new(Track::new(gen.universe.keys.len()));
+        let recorder = Recorder::new(Arc::clone(plan), Duration::ZERO, None);
+        let progressing = [recorder.shared()];
+        informer
+            .add_event_handler(Enqueue {
+                queue: Arc::clone(&queue),
+                track: Arc::clone(&track),
+                recorder,
+                drops,
+            })
+            .map_err(|e| RunError::Informer(format!("cannot register the handler: {e}")))?;
+        let reader = informer.store();
+        let read = |key: &Key| reader.get_by_key(key).map(|s| Arc::clone(&s.pod));
+        let mut failures = Vec::new();
+        let produced = AtomicBool::new(false);
+        let producer_failed = AtomicBool::new(false);
+        let (seed, cost) = (ctl.seed, ctl.reconcile_cost);
+        let start = Instant::now();
+        let (wall, workers) = thread::scope(|scope| {
+            let (queue, track, read) = (&*queue, &*track, &read);
+            let workers: Vec<_> = (0..ctl.workers)
+                .map(|_| scope.spawn(move || work(queue, read, track, cost, seed, start)))
+                .collect();
+            let started = runtime.block_on(async {
+                informer.start()?;
+                informer.wait_for_sync().await;
+                Ok::<_, kcache::informer::InformerError>(())
+            });
+            let producer = started.is_ok().then(|| {
+                scope.spawn(|| {
+                    let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
+                    // Relaxed: read only to stop waiting; the error comes back through join.
+                    producer_failed.store(result.is_err(), Ordering::Relaxed);
+                    produced.store(true, Ordering::Release);
+                    result
+                })
+            });
+            if let Err(e) = &started {
+                failures.push(format!("the informer did not start: {e}"));
+            } else {
+                runtime.block_on(wait_until_final(
+                    &progressing,
+                    &produced,
+                    &producer_failed,
+                    server,
+                    &informer,
+                    &mut failures,
+                ));
+            }
+            // Every handler `add` has happened (see the module docs), or the run failed.
+            wait_idle(queue, track, || workers.iter().any(|w| w.is_finished()));
+            let wall = start.elapsed();
+            queue.shut_down();
+            let workers: Vec<WorkerStats> = workers
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+                })
+                .collect();
+            if let Some(producer) = producer {
+                let produced = producer
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+                if let Err(e) = produced {
+                    failures.push(format!("the server refused the workload: {e}"));
+                }
+            }
+            (wall, workers)
+        });
+        runtime.block_on(informer.shutdown());
+        if let Some(why) = informer.failure() {
+            failures.push(format!("the informer failed: {why}"));
+        }
+        let server_final = server_views(server, gen.universe.keys.len());
+        let differ = server_final
+            .iter()
+            .zip(&plan.final_views)
+            .filter(|(a, b)| !same_state(**a, **b))
+            .count();
+        if differ > 0 {
+            failures.push(format!(
+                "the server's final state differs from the workload's model on {differ} keys"
+            ));
+        }
+        check_store(&informer.store(), &server_final, &mut failures);
+        let [progressing] = progressing;
+        let handler = progressing
+            .record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .map(|(record, _)| {
+                let caught_up = progressing
+                    .caught_up
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .map(|at| at.saturating_duration_since(start));
+                (record, caught_up)
+            });
+        let mut latency = new_histogram();
+        let (mut reconciles, mut retries) = (0, 0);
+        for w in &workers {
+            reconciles += w.reconciles;
+            retries += w.failures;
+            latency.add(&w.latency).unwrap_or_default();
+        }
+        Ok(Finished {
+            wall,
+            latency,
+            reconciles,
+            retries,
+            record: track.record(&queue, gen),
+            handler,
+            failures,
+            informer: InformerStats {
+                lists: server.list_calls(),
+                watches: server.watch_calls(),
+                reflector_errors: 0,
+                expired_watches_pending: server.expired_watches_pending() as u64,
+                skipped_resyncs: 0,
+            },
+            plan: Arc::clone(plan),
+            server_final,
+        })
+    }
+}
+
+/// Runs W6 on `gen` through `engine`'s shared informer, measures it and judges it.
+pub fn measure(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    progress: &dyn Progress,
+) -> Result<RunResult, RunError> {
+    let probe = RssProbe::start();
+    let cpu = CpuProbe::start();
+    let done = execute(engine, gen, cfg, ctl, drops, progress)?;
+    let peak = probe.finish();
+    let cpu_spent = cpu.finish();
+    let mut failures = done.failures.clone();
+    failures.extend(check_controller(&done.record));
+    let handlers = match &done.handler {
+        Some((record, caught_up)) => {
+            let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
+            failures.extend(verdict.failures().iter().map(|f| format!("handler: {f}")));
+            vec![HandlerResult {
+                handler: 0,
+                slow: false,
+                notifications: record.notifications,
+                tombstones: record.tombstones,
+                caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+                verdict: verdict.summary(),
+                failures: verdict.failures().to_vec(),
+            }]
+        }
+        None => {
+            failures.push("the handler's record was never handed over".to_string());
+            Vec::new()
+        }
+    };
+    let wall_s = done.wall.as_secs_f64().max(1e-9);
+    let events = gen.event_count();
+    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
+    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
+    let verdict = Verdict::from_failures(failures);
+    Ok(RunResult {
+        engine: engine.name().to_string(),
+        workload: LABEL.to_string(),
+        keys: gen.universe.keys.len(),
+        events,
+        wall_s,
+        events_per_s: events as f64 / wall_s,
+        pops: 0,
+        deltas_per_pop: None,
+        latency_us: LatencyUs::of(&done.latency),
+        peak_rss_bytes,
+        peak_rss_source,
+        cpu_s,
+        cpu_us_per_event,
+        threads: cfg.consumers + ctl.workers,
+        shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
+        deltas: handlers.first().map_or(0, |h| h.notifications),
+        controller: Some(ControllerFigures {
+            workers: ctl.workers,
+            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
+            reconciles: done.reconciles,
+            reconciles_per_s: done.reconciles as f64 / wall_s,
+            reconciles_per_event: done.reconciles as f64 / events.max(1) as f64,
+            retries: done.retries,
+        }),
+        verdict: verdict.summary(),
+        failures: verdict.failures().to_vec(),
+        handlers,
+        informer: Some(done.informer),
+        ..Default::default()
+    })
+}
+
+/// The command line of a child that runs W6 through `engine`'s informer alone.
+pub fn child_args(
+    spec: &WorkloadSpec,
+    engine: EngineKind,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+) -> Vec<String> {
+    let mut args = queue_child_args(spec, engine, cfg, ctl);
+    args.extend(["--through".to_string(), "informer".to_string()]);
+    args
+}
+
+/// `loadgen run --workload w6` (through the informer, the default): every chosen engine and
+/// the harness floor (as `floor` asks), each in a child process unless `in_process`.
+pub fn run_spec(
+    spec: &WorkloadSpec,
+    engines: &[EngineKind],
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    floor: FloorChoice,
+    in_process: bool,
+    ui: Ui,
+) -> Result<Vec<RunResult>, RunError> {
+    crate::runs::check_spec(spec)?;
+    let ctl = ControllerConfig {
+        seed: spec.seed,
+        ..*ctl
+    };
+    crate::isolate::run_each(
+        &subjects(engines, floor),
+        in_process,
+        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, &ctl)),
+        |subjects| {
+            let gen = generate_with_progress(spec, ui)?;
+            let mut results = Vec::with_capacity(subjects.len());
+            for &subject in subjects {
+                let result = match subject {
+                    Subject::Engine(engine) => {
+                        let phase = ui.phase(format!("{LABEL} {engine}"), gen.ops.len() as u64);
+                        let result = measure(engine, &gen, cfg, &ctl, drops_none(), &phase)?;
+                        phase.finish(&format!(
+                            "{} events/s, {} reconciles/s, verdict {}",
+                            si(result.events_per_s),
+                            si(result.controller.map_or(0.0, |c| c.reconciles_per_s)),
+                            result.verdict
+                        ));
+                        result
+                    }
+                    Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, ui)?,
+                };
+                results.push(result);
+            }
+            Ok(results)
+        },
+    )
+}

@@ -1,0 +1,447 @@
+//! The harness floor: a client that lists and watches the in-memory server of a run through
+//! the informer and drains every event into nothing, so a reader sees how far each engine is
+//! from the limit of the server and the harness themselves (docs/workloads.md, "The harness
+//! floor").
+//!
+//! The floor's run is an engine run with the engine taken out: the same server
+//! ([`serve_initial`]), the same producer writing the same events at the same pace
+//! ([`produce`]), the same clock (from the client's first list until it has read the server's
+//! last write). Its client is the smallest reflector that follows the server: list, watch from
+//! the list's version, watch again after a watch ends, list again after a `410 Expired` (W3's
+//! scripted relists); no DeltaFIFO, no indexer, no handler, no workqueue. What it receives is
+//! counted and dropped.
+//!
+//! Like an engine, the floor runs in a child process of its own ([`Subject::HarnessFloor`],
+//! [`isolate`](crate::isolate)), so its CPU and memory figures are its own.
+
+use std::future::poll_fn;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kcache::informer::{
+    ListOptions, ListerWatcher, MemoryListerWatcher, Versioned, WatchEvent, WatchOptions,
+};
+
+use crate::cpu::{cpu_figures, CpuProbe};
+use crate::engines::EngineKind;
+use crate::informer_verdict::Plan;
+use crate::progress::Progress;
+use crate::result::{peak_rss, InformerStats, RunResult};
+use crate::rss::RssProbe;
+use crate::runs::RunError;
+use crate::server_feed::{produce, serve_initial, ServedPod};
+use crate::ui::Ui;
+use crate::units::si;
+use crate::verdict::Verdict;
+use workloads::Generated;
+
+/// The floor's name in the `engine` column of a report.
+pub const FLOOR_NAME: &str = "harness-floor";
+
+/// A client that hears nothing for this long, while it has not read the last write, has
+/// stalled (as a handler of the informer path).
+const STALL: Duration = Duration::from_secs(60);
+
+/// How long the client waits on an idle watch before it checks whether the run is over.
+const IDLE: Duration = Duration::from_millis(1);
+
+/// What to wait after a refused call (the server is down during W3's relists): the informer
+/// path's reflector starts its backoff at 1 ms too.
+const RETRY: Duration = Duration::from_millis(1);
+
+/// What a run through the in-memory server measures: an engine, or the harness floor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// An engine's shared informer (or W6's controller on it).
+    Engine(EngineKind),
+    /// The draining client of this module.
+    HarnessFloor,
+}
+
+/// Whether a run through the in-memory server adds the harness floor's row
+/// (`--harness-floor`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum FloorChoice {
+    /// The engines' rows, then the floor's.
+    #[default]
+    Row,
+    /// The engines' rows only.
+    None,
+    /// The floor's row only (what the floor's child process runs).
+    Only,
+}
+
+impl FloorChoice {
+    /// The spelling of the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloorChoice::Row => "row",
+            FloorChoice::None => "none",
+            FloorChoice::Only => "only",
+        }
+    }
+}
+
+/// What to run, in order: the engines, then the floor, as `floor` asks.
+///
+/// ```
+/// use loadgen::engines::EngineKind;
+/// use loadgen::harness_floor::{subjects, FloorChoice, Subject};
+/// let both = subjects(&EngineKind::ALL, FloorChoice::Row);
+/// assert_eq!(both.len(), 3);
+/// assert_eq!(both[2], Subject::HarnessFloor);
+/// assert_eq!(subjects(&EngineKind::ALL, FloorChoice::Only), [Subject::HarnessFloor]);
+/// ```
+pub fn subjects(engines: &[EngineKind], floor: FloorChoice) -> Vec<Subject> {
+    let engines = engines.iter().map(|&e| Subject::Engine(e));
+    match floor {
+        FloorChoice::Row => engines.chain([Subject::HarnessFloor]).collect(),
+        FloorChoice::None => engines.collect(),
+        FloorChoice::Only => vec![Subject::HarnessFloor],
+    }
+}
+
+/// The command line of the child process that runs `subject` alone, from `engine_args`, the
+/// command line of a child that runs one engine (any engine for the floor: the child ignores
+/// it).
+pub fn child_args(
+    subject: Subject,
+    engine_args: impl Fn(EngineKind) -> Vec<String>,
+) -> Vec<String> {
+    let (engine, floor) = match subject {
+        Subject::Engine(engine) => (engine, FloorChoice::None),
+        Subject::HarnessFloor => (EngineKind::Reference, FloorChoice::Only),
+    };
+    let mut args = engine_args(engine);
+    args.extend(["--harness-floor".to_string(), floor.name().to_string()]);
+    args
+}
+
+/// What the floor's client did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FloorFinished {
+    /// Objects received: every listed object and every watch event that carried one.
+    pub received: u64,
+    /// Objects the lists returned (the initial list's and every relist's).
+    pub listed: u64,
+    /// Whether the client read the server's last write before the run ended.
+    pub caught_up: bool,
+    /// From the client's first list until it read the server's last write.
+    pub wall: Duration,
+    /// List and watch calls the server served.
+    pub lists: u64,
+    /// Watch calls.
+    pub watches: u64,
+    /// Calls refused and watches that ended with an error (W3's outages and 410s).
+    pub errors: u64,
+    /// W3's resyncs, left out as on the informer path.
+    pub skipped_resyncs: u64,
+    /// Scripted 410s no watch had received when the run ended.
+    pub expired_watches_pending: u64,
+    /// Failures of the run (the producer, a stall).
+    pub failures: Vec<String>,
+}
+
+/// What the client keeps while it reads.
+struct Client<'a> {
+    server: &'a MemoryListerWatcher<ServedPod>,
+    produced: &'a AtomicBool,
+    /// The version of the last thing read.
+    rv: String,
+    /// The server's version once the producer is done: the client is done when `rv` reaches it.
+    last_write: Option<String>,
+    received: u64,
+    listed: u64,
+    errors: u64,
+    heard_at: Instant,
+    /// When the client read the last write.
+    done_at: Option<Instant>,
+}
+
+/// How a watch ended.
+enum WatchEnd {
+    /// The client read the last write.
+    Done,
+    /// The server said the version is too old: list again.
+    Expired,
+    /// The watch ended or was refused: watch again from the same version.
+    Again,
+    /// Nothing heard for [`STALL`].
+    Stalled,
+}
+
+impl Client<'_> {
+    /// Whether `rv` is the server's last write; reads that version once the producer is done.
+    fn caught_up(&mut self) -> bool {
+        if self.last_write.is_none() {
+            // Acquire pairs with the producer thread's Release: its last write is in the
+            // server, so the server's version now is the final one.
+            if !self.produced.load(Ordering::Acquire) {
+                return false;
+            }
+            self.last_write = Some(self.server.resource_version());
+        }
+        let done = self.last_write.as_deref() == Some(self.rv.as_str());
+        if done && self.done_at.is_none() {
+            self.done_at = Some(Instant::now());
+        }
+        done
+    }
+
+    /// Lists every page; `false` if the server refused.
+    async fn list(&mut self) -> bool {
+        let mut options = ListOptions::default();
+        loop {
+            match self.server.list(options.clone()).await {
+                Ok(page) => {
+                    let n = page.items.len() as u64;
+                    self.listed += n;
+                    self.received += n;
+                    self.heard_at = Instant::now();
+                    drop(page.items);
+                    if page.continue_token.is_none() {
+                        self.rv = page.resource_version;
+                        return true;
+                    }
+                    options.continue_token = page.continue_token;
+                }
+                Err(_) => {
+                    self.errors += 1;
+                    return false;
+                }
+            }
+        }
+    }
+
+    /// One watch from `rv`, drained until it ends.
+    async fn watch(&mut self) -> WatchEnd {
+        let options = WatchOptions {
+            resource_version: self.rv.clone(),
+            allow_bookmarks: true,
+            timeout: None,
+        };
+        let mut stream = match self.server.watch(options).await {
+            Ok(stream) => stream,
+            Err(_) => {
+                self.errors += 1;
+                return WatchEnd::Again;
+            }
+        };
+        loop {
+            let next = poll_fn(|cx| stream.as_mut().poll_next(cx));
+            let event = match tokio::time::timeout(IDLE, next).await {
+                Err(_idle) => {
+                    if self.caught_up() {
+                        return WatchEnd::Done;
+                    }
+                    if self.heard_at.elapsed() > STALL {
+                        return WatchEnd::Stalled;
+                    }
+                    continue;
+                }
+                Ok(None) => return WatchEnd::Again,
+                Ok(Some(Err(_))) => {
+                    self.errors += 1;
+                    return WatchEnd::Again;
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            match event {
+                WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
+                    self.received += 1;
+                    self.rv.clear();
+                    self.rv.push_str(obj.resource_version());
+                }
+                WatchEvent::Bookmark { resource_version } => self.rv = resource_version,
+                WatchEvent::Error(status) => {
+                    self.errors += 1;
+                    return if status.code == 410 {
+                        WatchEnd::Expired
+                    } else {
+                        WatchEnd::Again
+                    };
+                }
+            }
+            self.heard_at = Instant::now();
+            if self.caught_up() {
+                return WatchEnd::Done;
+            }
+        }
+    }
+
+    /// After the initial list: watches until the last write is read, lists again after a
+    /// 410, or gives up when the client stalls.
+    async fn follow(&mut self) -> Result<(), String> {
+        loop {
+            if self.caught_up() {
+                return Ok(());
+            }
+            match self.watch().await {
+                WatchEnd::Done => return Ok(()),
+                WatchEnd::Expired => {
+                    while !self.list().await {
+                        if self.heard_at.elapsed() > STALL {
+                            return Err(format!("the server refused every list for {STALL:?}"));
+                        }
+                        tokio::time::sleep(RETRY).await;
+                    }
+                }
+                WatchEnd::Again => tokio::time::sleep(RETRY).await,
+                WatchEnd::Stalled => {
+                    return Err(format!(
+                        "the client stalled: nothing heard for {STALL:?} before the last write"
+                    ))
+                }
+            }
+        }
+    }
+}
+
+/// Runs `gen`'s events through the server into the draining client.
+pub fn execute(
+    gen: &Generated,
+    rate: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<FloorFinished, RunError> {
+    gen.reset_delivery();
+    let plan = Plan::of(gen);
+    let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
+    let produced = AtomicBool::new(false);
+    let start = Instant::now();
+    let mut client = Client {
+        server: &server,
+        produced: &produced,
+        rv: String::new(),
+        last_write: None,
+        received: 0,
+        listed: 0,
+        errors: 0,
+        heard_at: start,
+        done_at: None,
+    };
+    let mut failures = Vec::new();
+    let skipped_resyncs = thread::scope(|scope| {
+        // The churn starts once the initial list is read, as on the informer path (which
+        // waits for the informer's sync).
+        let listed = runtime.block_on(client.list());
+        let producer = scope.spawn(|| {
+            let result = produce(&server, gen, plan.initial_ops, start, rate, progress);
+            // Release pairs with the client's Acquire: the last write is in the server.
+            produced.store(true, Ordering::Release);
+            result
+        });
+        if listed {
+            if let Err(e) = runtime.block_on(client.follow()) {
+                failures.push(e);
+            }
+        } else {
+            failures.push("the server refused the initial list".to_string());
+        }
+        match producer
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        {
+            Ok(skipped) => skipped,
+            Err(e) => {
+                failures.push(format!("the server refused the workload: {e}"));
+                0
+            }
+        }
+    });
+    let caught_up = client.done_at.is_some();
+    let wall = client
+        .done_at
+        .map_or_else(|| start.elapsed(), |at| at.saturating_duration_since(start));
+    Ok(FloorFinished {
+        received: client.received,
+        listed: client.listed,
+        caught_up,
+        wall,
+        lists: server.list_calls(),
+        watches: server.watch_calls(),
+        errors: client.errors,
+        skipped_resyncs,
+        expired_watches_pending: server.expired_watches_pending() as u64,
+        failures,
+    })
+}
+
+/// The floor's verdict: it read the server's last write, and where the workload has no relist
+/// (one list) it received exactly the workload's events (the initial list's objects and one
+/// watch event per later write).
+pub fn check(done: &FloorFinished, events: u64) -> Vec<String> {
+    let mut failures = done.failures.clone();
+    if !done.caught_up {
+        failures.push("the client never read the server's last write".to_string());
+    }
+    if done.lists == 1 && done.received != events {
+        failures.push(format!(
+            "the client received {} objects, the workload has {events} events",
+            done.received
+        ));
+    }
+    failures
+}
+
+/// Runs, measures and judges the floor on `gen`; the row reports `workload` as `label`.
+pub fn measure(
+    gen: &Generated,
+    label: &str,
+    rate: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<RunResult, RunError> {
+    let probe = RssProbe::start();
+    let cpu = CpuProbe::start();
+    let done = execute(gen, rate, progress)?;
+    let peak = probe.finish();
+    let cpu_spent = cpu.finish();
+    let events = gen.event_count();
+    let verdict = Verdict::from_failures(check(&done, events));
+    let wall_s = done.wall.as_secs_f64().max(1e-9);
+    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
+    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
+    Ok(RunResult {
+        engine: FLOOR_NAME.to_string(),
+        workload: label.to_string(),
+        keys: gen.universe.keys.len(),
+        events,
+        wall_s,
+        events_per_s: events as f64 / wall_s,
+        peak_rss_bytes,
+        peak_rss_source,
+        cpu_s,
+        cpu_us_per_event,
+        threads: 1,
+        deltas: done.received,
+        verdict: verdict.summary(),
+        failures: verdict.failures().to_vec(),
+        informer: Some(InformerStats {
+            lists: done.lists,
+            watches: done.watches,
+            reflector_errors: done.errors,
+            expired_watches_pending: done.expired_watches_pending,
+            skipped_resyncs: done.skipped_resyncs,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Runs the floor on `gen` with a progress phase of its own: the floor's row of a run.
+pub fn row(gen: &Generated, label: &str, rate: Option<u64>, ui: Ui) -> Result<RunResult, RunError> {
+    let phase = ui.phase(format!("{label} {FLOOR_NAME}"), gen.ops.len() as u64);
+    let result = measure(gen, label, rate, &phase)?;
+    phase.finish(&format!(
+        "{} events/s, {} µs CPU per event, verdict {}",
+        si(result.events_per_s),
+        result
+            .cpu_us_per_event
+            .map_or_else(|| "-".to_string(), |v| format!("{v:.2}")),
+        result.verdict
+    ));
+    Ok(result)
+}

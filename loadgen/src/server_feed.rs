@@ -1,0 +1,211 @@
+//! The in-memory API server a run through the informer reads, and the producer that writes a
+//! workload into it: what `run --through informer`, W6 through the shared informer and the
+//! harness floor ([`harness_floor`](crate::harness_floor)) share, so that all three see the
+//! same server, the same writes and the same pacing.
+//!
+//! The server is kcache's [`MemoryListerWatcher`] over [`ServedPod`]s. The workload's initial
+//! population is written before the clock starts ([`serve_initial`]); [`produce`] writes the
+//! rest, paced if asked, and makes W3's relists real ([`relist`]: an outage, the deletions no
+//! watch sees, a scripted 410, and a wait for the client's list).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use kcache::informer::{MemoryListerWatcher, SetResourceVersion, Versioned};
+use kcache::{IndexFunc, IndexValues, Indexers, KeyFn};
+use smallvec::smallvec;
+
+use crate::informer_verdict::KeyView;
+use crate::latency::SAMPLE_EVERY;
+use crate::pacing::{pace, PACE_EVERY};
+use crate::progress::Progress;
+use workloads::{Generated, Op, Pod, NAMESPACE_INDEX, NODE_INDEX};
+
+/// How long the producer waits for the reflector to relist after an outage.
+pub const RELIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Events the in-memory server keeps for watches that resume. Large enough that the watch a
+/// reflector opens after a relist resumes even while the producer writes at full speed, so
+/// the only relists are the workload's (a small window turns each into a chain of 410s).
+pub const SERVER_WINDOW: usize = 200_000;
+
+/// What the in-memory server stores: a workload pod and the resource version the server gave
+/// its write. Cloning copies the version string and shares the pod.
+#[derive(Debug, Clone)]
+pub struct ServedPod {
+    /// The workload's object.
+    pub pod: Arc<Pod>,
+    /// The server's resource version of the write that made this state.
+    pub rv: String,
+}
+
+impl ServedPod {
+    /// A pod not yet written (the server stamps the version).
+    pub fn new(pod: Arc<Pod>) -> Self {
+        Self {
+            pod,
+            rv: String::new(),
+        }
+    }
+}
+
+impl Versioned for ServedPod {
+    fn resource_version(&self) -> &str {
+        &self.rv
+    }
+}
+
+impl SetResourceVersion for ServedPod {
+    fn set_resource_version(&mut self, resource_version: &str) {
+        self.rv.clear();
+        self.rv.push_str(resource_version);
+    }
+}
+
+/// The key function of the served pods: the pod's precomputed key.
+pub fn served_key_fn() -> KeyFn<ServedPod> {
+    Arc::new(|p: &ServedPod| Ok(p.pod.key.clone()))
+}
+
+/// The `namespace` and `node` indexes of the served pods (the bare path's, one level down).
+pub fn served_indexers() -> Indexers<ServedPod> {
+    let by_namespace: IndexFunc<ServedPod> =
+        Arc::new(|p: &ServedPod| -> IndexValues { smallvec![p.pod.namespace.clone()] });
+    let by_node: IndexFunc<ServedPod> =
+        Arc::new(|p: &ServedPod| -> IndexValues { p.pod.node.iter().cloned().collect() });
+    vec![
+        (NAMESPACE_INDEX.to_string(), by_namespace),
+        (NODE_INDEX.to_string(), by_node),
+    ]
+}
+
+/// A server holding the first `initial_ops` ops of `gen` (the initial population the client
+/// lists), with [`SERVER_WINDOW`] events kept for resuming watches.
+pub fn serve_initial(
+    gen: &Generated,
+    initial_ops: usize,
+) -> Result<MemoryListerWatcher<ServedPod>, String> {
+    let server = MemoryListerWatcher::with_window(served_key_fn(), SERVER_WINDOW);
+    for op in &gen.ops[..initial_ops] {
+        write(&server, op)?;
+    }
+    Ok(server)
+}
+
+/// Writes one op into the server; an error names an op the server could not mirror.
+pub fn write(server: &MemoryListerWatcher<ServedPod>, op: &Op) -> Result<(), String> {
+    match op {
+        Op::Add(p) | Op::Update(p) => server
+            .upsert(ServedPod::new(Arc::clone(p)))
+            .map(drop)
+            .map_err(|e| e.to_string()),
+        Op::Delete(p) => server
+            .delete(&p.key)
+            .map(drop)
+            .ok_or_else(|| format!("the server has no {} to delete", p.key)),
+        Op::Replace(relist) => {
+            for p in &relist.objects {
+                server
+                    .upsert(ServedPod::new(Arc::clone(p)))
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        Op::Resync => Ok(()),
+    }
+}
+
+/// A relist of the workload, made real: the server goes down, deletes what the relist leaves
+/// out, scripts a 410 for the next watch and comes back; then the reflector's list is waited
+/// for.
+pub fn relist(
+    server: &MemoryListerWatcher<ServedPod>,
+    listed: &[Arc<Pod>],
+    keys: usize,
+) -> Result<(), String> {
+    let mut in_list = vec![false; keys];
+    for p in listed {
+        in_list[p.id as usize] = true;
+    }
+    server.set_unavailable(true);
+    server.expire_next_watches(1);
+    for obj in server.objects() {
+        if !in_list[obj.pod.id as usize] {
+            server.delete(&obj.pod.key);
+        }
+    }
+    if server.len() != listed.len() {
+        server.set_unavailable(false);
+        return Err(format!(
+            "the server holds {} objects, the workload's relist {}",
+            server.len(),
+            listed.len()
+        ));
+    }
+    let lists_before = server.list_calls();
+    server.set_unavailable(false);
+    let waited = Instant::now();
+    while server.list_calls() == lists_before {
+        if waited.elapsed() > RELIST_TIMEOUT {
+            return Err(format!(
+                "the reflector did not relist within {RELIST_TIMEOUT:?} of the scripted 410"
+            ));
+        }
+        thread::sleep(Duration::from_micros(100));
+    }
+    Ok(())
+}
+
+/// The producer: every op after the initial population into the server, paced if asked.
+/// Returns the resyncs it left out.
+pub fn produce(
+    server: &MemoryListerWatcher<ServedPod>,
+    gen: &Generated,
+    from: usize,
+    start: Instant,
+    rate: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<u64, String> {
+    let mut skipped = 0;
+    let keys = gen.universe.keys.len();
+    for (n, op) in gen.ops.iter().enumerate().skip(from) {
+        let done = n - from;
+        if let Some(rate) = rate {
+            if done % PACE_EVERY == 0 {
+                pace(start, done, rate);
+            }
+        }
+        match op {
+            Op::Add(p) | Op::Update(p) | Op::Delete(p) => {
+                if n % SAMPLE_EVERY == 0 {
+                    // Relaxed: the server's channel and the queue order this before the
+                    // handler's read.
+                    let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                    p.enqueued_ns.store(now + 1, Ordering::Relaxed);
+                }
+                write(server, op)?;
+            }
+            Op::Replace(r) => relist(server, &r.objects, keys)?,
+            Op::Resync => skipped += 1,
+        }
+        if n % (1 << 14) == 0 {
+            progress.set(n as u64);
+        }
+    }
+    progress.set(gen.ops.len() as u64);
+    Ok(skipped)
+}
+
+/// The server's state by pod id.
+pub fn server_views(server: &MemoryListerWatcher<ServedPod>, keys: usize) -> Vec<KeyView> {
+    let mut views = vec![KeyView::default(); keys];
+    for obj in server.objects() {
+        views[obj.pod.id as usize] = KeyView {
+            version: obj.pod.version,
+            alive: true,
+        };
+    }
+    views
+}

@@ -1,0 +1,165 @@
+//! W6 through the shared informer (the default W6) and the harness floor: a tiny run through
+//! the binary passes its verdict on both engines with the floor's row beside them, CPU per
+//! event is in the JSON of every row; a handler that drops a key fails the verdict; the floor
+//! counts every event, and follows W3's relists.
+
+#![forbid(unsafe_code)]
+
+mod common;
+
+use std::sync::Arc;
+
+use loadgen::controller_informer::{drops_none, measure, LABEL};
+use loadgen::controller_loop::ControllerConfig;
+use loadgen::engines::{EngineConfig, EngineKind};
+use loadgen::harness_floor::FLOOR_NAME;
+use loadgen::progress::NoProgress;
+use workloads::{generate, Workload, WorkloadSpec};
+
+#[test]
+fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
+    let dir = std::env::temp_dir().join(format!("loadgen-w6-informer-{}", std::process::id()));
+    let json = dir.join("w6.json");
+    let output = common::run_loadgen(
+        &[
+            "run",
+            "--workload",
+            "w6",
+            "--keys",
+            "500",
+            "--events",
+            "5000",
+            "--shards",
+            "4",
+            "--json",
+            json.to_str().expect("utf-8 temp path"),
+        ],
+        b"",
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("CPU µs/ev"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
+            .expect("JSON");
+    let rows = report["results"].as_array().expect("results");
+    let engines: Vec<&str> = rows.iter().filter_map(|r| r["engine"].as_str()).collect();
+    assert_eq!(engines, ["reference", "sharded", FLOOR_NAME]);
+    for row in rows {
+        assert_eq!(row["workload"], LABEL);
+        assert_eq!(row["verdict"], "ok", "{row}");
+        let cpu = row["cpu_us_per_event"]
+            .as_f64()
+            .expect("CPU per event in the JSON");
+        assert!(cpu >= 0.0, "{row}");
+    }
+    for row in &rows[..2] {
+        let c = &row["controller"];
+        assert_eq!(c["workers"], 4);
+        assert_eq!(c["reconcile_us"], 5);
+        let reconciles = c["reconciles"].as_u64().expect("reconciles");
+        assert!(
+            reconciles >= 500,
+            "every key is reconciled at least once: {row}"
+        );
+        assert_eq!(row["handlers"][0]["verdict"], "ok", "{row}");
+        // At least 5 µs of reconcile per key and a run of thousands of events: more than the
+        // 10 ms tick of the process's CPU counters.
+        let cpu = row["cpu_us_per_event"].as_f64().expect("CPU per event");
+        assert!(cpu > 0.0, "{row}");
+    }
+    let floor = &rows[2];
+    assert_eq!(
+        floor["deltas"], floor["events"],
+        "the floor receives every event: {floor}"
+    );
+    assert!(floor["controller"].is_null());
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn small_w6() -> workloads::Generated {
+    generate(&WorkloadSpec::new(Workload::W6).keys(300).events(3_000))
+}
+
+fn config() -> EngineConfig {
+    EngineConfig {
+        shards: 4,
+        consumers: 2,
+        ..EngineConfig::for_workload(Workload::W6)
+    }
+}
+
+#[test]
+fn every_engine_reconciles_every_keys_last_event_in_process() {
+    let gen = small_w6();
+    for engine in EngineKind::ALL {
+        let ctl = ControllerConfig::default();
+        let row = measure(engine, &gen, &config(), &ctl, drops_none(), &NoProgress)
+            .expect("the run completes");
+        assert!(row.is_ok(), "{engine}: {:?}", row.failures);
+        let c = row.controller.expect("W6 reports its controller figures");
+        assert!(c.reconciles >= 300, "{engine}: {c:?}");
+        assert_eq!(row.handlers.len(), 1);
+        assert!(row.cpu_us_per_event.is_some());
+    }
+}
+
+#[test]
+fn a_handler_that_drops_a_key_fails_the_verdict() {
+    let gen = small_w6();
+    let dropped = 7;
+    assert!(
+        gen.ops
+            .iter()
+            .any(|op| matches!(op, workloads::Op::Add(p) if p.id == dropped)),
+        "the dropped key has events"
+    );
+    for engine in EngineKind::ALL {
+        let drops = Arc::new(move |p: &workloads::Pod| p.id == dropped);
+        let row = measure(
+            engine,
+            &gen,
+            &config(),
+            &ControllerConfig::default(),
+            drops,
+            &NoProgress,
+        )
+        .expect("the run completes");
+        assert!(
+            !row.is_ok(),
+            "{engine}: a dropped key must fail the verdict"
+        );
+        assert!(
+            row.failures
+                .iter()
+                .any(|f| f.starts_with(&format!("key {dropped}: last event"))),
+            "{engine}: {:?}",
+            row.failures
+        );
+        // The informer delivered every notification: only the controller lost the key.
+        assert_eq!(row.handlers[0].verdict, "ok", "{engine}");
+    }
+}
+
+#[test]
+fn the_harness_floor_counts_every_event_and_follows_relists() {
+    let w1 = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(3_000));
+    let row = loadgen::harness_floor::measure(&w1, "w1/informer", None, &NoProgress)
+        .expect("the floor runs");
+    assert!(row.is_ok(), "{:?}", row.failures);
+    assert_eq!(row.engine, FLOOR_NAME);
+    assert_eq!(
+        row.deltas, row.events,
+        "every listed object and watch event"
+    );
+    assert!(row.events_per_s > 0.0 && row.cpu_us_per_event.is_some());
+    let w3 = generate(&WorkloadSpec::new(Workload::W3).keys(300).events(3_000));
+    let row = loadgen::harness_floor::measure(&w3, "w3/informer", None, &NoProgress)
+        .expect("the floor runs");
+    assert!(row.is_ok(), "{:?}", row.failures);
+    let stats = row
+        .informer
+        .expect("the floor reports its lists and watches");
+    assert!(stats.lists > 1, "W3's relists are lists again: {stats:?}");
+}
