@@ -141,7 +141,8 @@ struct Inner<T> {
     server: ApiServer<Key, Arc<T>>,
     /// The snapshots of paged lists (one view: everything).
     pager: Pager<Arc<T>, ()>,
-    /// The scripted failures and the call counts.
+    /// The scripted failures and the call counts. Taken before the server's own locks, never
+    /// after (a watch holds it while it starts: see `serve_watch`).
     control: Mutex<Control>,
 }
 
@@ -298,8 +299,11 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     /// watch that resumes from a version still in the window). Scripted failures counted by
     /// the other hooks wait for the server to be back.
     pub fn set_unavailable(&self, down: bool) {
-        self.control().faults.unavailable = down;
+        let mut control = self.control();
+        control.faults.unavailable = down;
         if down {
+            // Under the control lock, which a watch holds from its checks to its start (see
+            // `serve_watch`): no watch can slip between the two.
             self.inner.server.close_watches();
         }
     }
@@ -408,23 +412,26 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     }
 
     fn serve_watch(&self, options: WatchOptions) -> Result<WatchStream<T>, Error> {
-        let expired = {
-            let mut control = self.control();
-            control.watch_calls += 1;
-            if control.faults.unavailable {
-                return Err(injected_connection_refused("watch"));
-            }
-            if control.faults.fail_watches > 0 {
-                control.faults.fail_watches -= 1;
-                return Err(injected_connection_refused("watch"));
-            }
-            parse_resource_version(&options.resource_version)?;
-            let expired = control.faults.expire_watches > 0;
-            if expired {
-                control.faults.expire_watches -= 1;
-            }
-            expired
-        };
+        // Held until the watch has started (to the end): a scripted outage
+        // (`set_unavailable`, which closes the open watches under this lock) or 410 then
+        // comes either before this watch's checks, which see it, or after its start, and
+        // `close_watches` ends it. Released between the two, a watch could pass the checks
+        // before an outage and start after its `close_watches`: open, and blind to the
+        // outage and to the 410 scripted for it.
+        let mut control = self.control();
+        control.watch_calls += 1;
+        if control.faults.unavailable {
+            return Err(injected_connection_refused("watch"));
+        }
+        if control.faults.fail_watches > 0 {
+            control.faults.fail_watches -= 1;
+            return Err(injected_connection_refused("watch"));
+        }
+        parse_resource_version(&options.resource_version)?;
+        let expired = control.faults.expire_watches > 0;
+        if expired {
+            control.faults.expire_watches -= 1;
+        }
         let deadline = options.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         let start = match parse_resource_version(&options.resource_version)? {
             None => Start::Initial,
@@ -446,11 +453,12 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
             );
             return refused(message);
         }
-        match self
+        let started = self
             .inner
             .server
-            .watch(start, options.allow_bookmarks, |_| true)
-        {
+            .watch(start, options.allow_bookmarks, |_| true);
+        drop(control);
+        match started {
             Err(too_old) => refused(too_old.to_string()),
             Ok(start) => Ok(Box::pin(MemoryWatch {
                 initial: start.initial.into_iter(),
