@@ -290,7 +290,8 @@ pub use key::{
     KeyMap, KeySet, ObjectMeta,
 };
 pub use queue::{
-    Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop, WaitForRoom,
+    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformError,
+    TransformFn, TryPop, WaitForRoom,
 };
 pub use store::{
     IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, PrefetchStep, Store,

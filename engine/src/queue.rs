@@ -41,6 +41,81 @@ pub enum QueueError {
     EmptyDeltas,
 }
 
+/// One watch event for [`DeltaQueue::apply_events`]: what `add`, `update` or `delete` would be
+/// given.
+pub enum QueueEvent<T> {
+    /// [`DeltaQueue::add`].
+    Added(Arc<T>),
+    /// [`DeltaQueue::update`].
+    Updated(Arc<T>),
+    /// [`DeltaQueue::delete`].
+    Deleted(Arc<T>),
+}
+
+impl<T> QueueEvent<T> {
+    /// The event's object.
+    pub fn object(&self) -> &Arc<T> {
+        match self {
+            QueueEvent::Added(obj) | QueueEvent::Updated(obj) | QueueEvent::Deleted(obj) => obj,
+        }
+    }
+}
+
+impl<T> Clone for QueueEvent<T> {
+    fn clone(&self) -> Self {
+        match self {
+            QueueEvent::Added(obj) => QueueEvent::Added(Arc::clone(obj)),
+            QueueEvent::Updated(obj) => QueueEvent::Updated(Arc::clone(obj)),
+            QueueEvent::Deleted(obj) => QueueEvent::Deleted(Arc::clone(obj)),
+        }
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for QueueEvent<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueEvent::Added(obj) => f.debug_tuple("Added").field(obj).finish(),
+            QueueEvent::Updated(obj) => f.debug_tuple("Updated").field(obj).finish(),
+            QueueEvent::Deleted(obj) => f.debug_tuple("Deleted").field(obj).finish(),
+        }
+    }
+}
+
+/// The events of a batch that the queue refused ([`DeltaQueue::apply_events`]): each one's
+/// position in the batch and the error its own `add`/`update`/`delete` would have returned.
+/// Every other event of the batch was applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchError {
+    /// `(position in the batch, error)`, in batch order; never empty.
+    pub refused: Vec<(usize, QueueError)>,
+}
+
+impl fmt::Display for BatchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.refused.first() {
+            Some((at, first)) => write!(
+                f,
+                "{} event(s) of the batch refused, the first (at {at}): {first}",
+                self.refused.len()
+            ),
+            None => write!(f, "no event of the batch refused"),
+        }
+    }
+}
+
+impl std::error::Error for BatchError {}
+
+impl BatchError {
+    /// `Ok` when nothing was refused; `refused` must be in batch order.
+    pub fn check(refused: Vec<(usize, QueueError)>) -> Result<(), BatchError> {
+        if refused.is_empty() {
+            Ok(())
+        } else {
+            Err(BatchError { refused })
+        }
+    }
+}
+
 /// The queue is closed and empty: nothing more will come out of it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[error("DeltaFIFO: manipulating with closed queue")]
@@ -277,6 +352,61 @@ pub trait DeltaQueue<T>: Send + Sync {
     /// (not the store's key), and a key error is returned (changing nothing). Without known
     /// objects, nothing.
     fn resync(&self) -> Result<(), QueueError>;
+
+    /// Applies a batch of watch events, each as its own `add`, `update` or `delete` would, in
+    /// order: the result equals calling those one by one (same deltas per key, same dedup and
+    /// compaction, same delete-ignore rule, same `populated`), except for how the batch waits
+    /// for room and wakes consumers. What the engines save is the per-event overhead: the
+    /// sharded engine takes each shard's lock once per batch (events grouped by shard, each
+    /// key's order kept) and schedules each shard once; the reference takes its lock once and
+    /// broadcasts once.
+    ///
+    /// **Errors**: an event the queue refuses (its key function or transformer fails) changes
+    /// nothing and is reported in [`BatchError::refused`] with its position; every other event,
+    /// before or after it, is applied. A closed queue refuses nothing (producing after close
+    /// is allowed, docs/semantics.md).
+    ///
+    /// **Backlog bound** ([`QueueOptions::max_queued_deltas`]): the batch waits (blocks the
+    /// thread) while the queue is full, as a single `add` does, then queues all its events
+    /// without waiting again; so a lone producer takes the count at most `events.len() - 1`
+    /// past the bound. Async producers await [`wait_for_room`](Self::wait_for_room) first.
+    /// The default method calls `add`/`update`/`delete` in a loop (which wait per event).
+    ///
+    /// **Panics** in user code (key function, transformer, known objects) propagate; events
+    /// already applied stay applied, each event being all or nothing.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::{sharded::DeltaFifo, DeltaQueue, DeltaType, Key, KeyError, QueueEvent, QueueOptions};
+    /// let key_fn = Arc::new(|s: &String| match s.split('=').next() {
+    ///     Some("") | None => Err(KeyError::new("no key")),
+    ///     Some(key) => Ok(Key::new(key)),
+    /// });
+    /// let q = DeltaFifo::new(QueueOptions::new(key_fn), 4);
+    /// let event = |s: &str| Arc::new(s.to_string());
+    /// let refused = q.apply_events(vec![
+    ///     QueueEvent::Added(event("a=1")),
+    ///     QueueEvent::Added(event("=oops")),
+    ///     QueueEvent::Updated(event("a=2")),
+    /// ]);
+    /// assert_eq!(refused.unwrap_err().refused[0].0, 1);
+    /// let kinds = q.pop(|d, _| d.iter().map(|d| d.kind).collect::<Vec<_>>()).unwrap();
+    /// assert_eq!(kinds, [DeltaType::Added, DeltaType::Updated]);
+    /// ```
+    fn apply_events(&self, events: Vec<QueueEvent<T>>) -> Result<(), BatchError> {
+        let mut refused = Vec::new();
+        for (at, event) in events.into_iter().enumerate() {
+            let applied = match event {
+                QueueEvent::Added(obj) => self.add(obj),
+                QueueEvent::Updated(obj) => self.update(obj),
+                QueueEvent::Deleted(obj) => self.delete(obj),
+            };
+            if let Err(err) = applied {
+                refused.push((at, err));
+            }
+        }
+        BatchError::check(refused)
+    }
 
     /// Puts a popped list back unless its key has been queued again meanwhile.
     fn add_if_not_present(&self, deltas: Deltas<T>) -> Result<(), QueueError>;

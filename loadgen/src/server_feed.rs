@@ -13,13 +13,13 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kcache::informer::{MemoryListerWatcher, SetResourceVersion, Versioned};
+use kcache::informer::{MemoryListerWatcher, SetResourceVersion, Versioned, Writes};
 use kcache::{IndexFunc, IndexValues, Indexers, KeyFn};
 use smallvec::smallvec;
 
 use crate::informer_verdict::KeyView;
 use crate::latency::SAMPLE_EVERY;
-use crate::pacing::{pace, PACE_EVERY};
+use crate::pacing::{due_time, pace, PACE_EVERY};
 use crate::progress::Progress;
 use workloads::{Generated, Op, Pod, NAMESPACE_INDEX, NODE_INDEX};
 
@@ -88,33 +88,48 @@ pub fn serve_initial(
     initial_ops: usize,
 ) -> Result<MemoryListerWatcher<ServedPod>, String> {
     let server = MemoryListerWatcher::with_window(served_key_fn(), SERVER_WINDOW);
-    for op in &gen.ops[..initial_ops] {
-        write(&server, op)?;
+    for ops in gen.ops[..initial_ops].chunks(WRITE_BATCH) {
+        server.write_batch(|w| ops.iter().try_for_each(|op| write(w, op)))?;
     }
     Ok(server)
 }
 
-/// Writes one op into the server; an error names an op the server could not mirror.
-pub fn write(server: &MemoryListerWatcher<ServedPod>, op: &Op) -> Result<(), String> {
+/// The most ops the producer writes into the server in one batch: as many as the reflector
+/// queues in one batch, so one write batch reaches the queue as one `apply_events` call.
+pub const WRITE_BATCH: usize = 256;
+
+/// Writes one op into a batch of the server's writes; an error names an op the server could
+/// not mirror.
+pub fn write(w: &mut Writes<'_, '_, ServedPod>, op: &Op) -> Result<(), String> {
     match op {
-        Op::Add(p) | Op::Update(p) => server
+        Op::Add(p) | Op::Update(p) => w
             .upsert(ServedPod::new(Arc::clone(p)))
             .map(drop)
             .map_err(|e| e.to_string()),
-        Op::Delete(p) => server
+        Op::Delete(p) => w
             .delete(&p.key)
             .map(drop)
             .ok_or_else(|| format!("the server has no {} to delete", p.key)),
         Op::Replace(relist) => {
             for p in &relist.objects {
-                server
-                    .upsert(ServedPod::new(Arc::clone(p)))
+                w.upsert(ServedPod::new(Arc::clone(p)))
                     .map_err(|e| e.to_string())?;
             }
             Ok(())
         }
         Op::Resync => Ok(()),
     }
+}
+
+/// Writes the ops of `batch` into the server as one batch (one log segment, one wake-up per
+/// watch), and empties it.
+fn flush(server: &MemoryListerWatcher<ServedPod>, batch: &mut Vec<&Op>) -> Result<(), String> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let written = server.write_batch(|w| batch.iter().try_for_each(|op| write(w, op)));
+    batch.clear();
+    written
 }
 
 /// A relist of the workload, made real: the server goes down, deletes what the relist leaves
@@ -131,11 +146,12 @@ pub fn relist(
     }
     server.set_unavailable(true);
     server.expire_next_watches(1);
-    for obj in server.objects() {
-        if !in_list[obj.pod.id as usize] {
-            server.delete(&obj.pod.key);
+    let gone = server.objects();
+    server.write_batch(|w| {
+        for obj in gone.iter().filter(|obj| !in_list[obj.pod.id as usize]) {
+            w.delete(&obj.pod.key);
         }
-    }
+    });
     if server.len() != listed.len() {
         server.set_unavailable(false);
         return Err(format!(
@@ -160,6 +176,12 @@ pub fn relist(
 
 /// The producer: every op after the initial population into the server, paced if asked.
 /// Returns the resyncs it left out.
+///
+/// Writes go in batches ([`MemoryListerWatcher::write_batch`], up to [`WRITE_BATCH`] ops, in
+/// workload order): a batch is one segment of the server's log and one wake-up of the watch,
+/// as an API server's watch cache hands a busy watcher what piled up. A batch is written when
+/// it is full, before a relist, and, when paced, before each wait for an op not yet due, so
+/// pacing decides the batch size: at a low rate every op goes out on its own, on time.
 pub fn produce(
     server: &MemoryListerWatcher<ServedPod>,
     gen: &Generated,
@@ -170,30 +192,41 @@ pub fn produce(
 ) -> Result<u64, String> {
     let mut skipped = 0;
     let keys = gen.universe.keys.len();
+    let mut batch = Vec::with_capacity(WRITE_BATCH);
     for (n, op) in gen.ops.iter().enumerate().skip(from) {
         let done = n - from;
         if let Some(rate) = rate {
-            if done % PACE_EVERY == 0 {
+            if done % PACE_EVERY == 0 && due_time(done, rate) > start.elapsed() {
+                // Op `done` is not due yet: what is due goes out before the wait.
+                flush(server, &mut batch)?;
                 pace(start, done, rate);
             }
         }
         match op {
             Op::Add(p) | Op::Update(p) | Op::Delete(p) => {
                 if n % SAMPLE_EVERY == 0 {
-                    // Relaxed: the server's channel and the queue order this before the
-                    // handler's read.
+                    // Stamped when the op is due, not when its batch is written: the wait in
+                    // the batch is part of the latency. Relaxed: the server's channel and the
+                    // queue order this before the handler's read.
                     let now = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
                     p.enqueued_ns.store(now + 1, Ordering::Relaxed);
                 }
-                write(server, op)?;
+                batch.push(op);
+                if batch.len() == WRITE_BATCH {
+                    flush(server, &mut batch)?;
+                }
             }
-            Op::Replace(r) => relist(server, &r.objects, keys)?,
+            Op::Replace(r) => {
+                flush(server, &mut batch)?;
+                relist(server, &r.objects, keys)?;
+            }
             Op::Resync => skipped += 1,
         }
         if n % (1 << 14) == 0 {
             progress.set(n as u64);
         }
     }
+    flush(server, &mut batch)?;
     progress.set(gen.ops.len() as u64);
     Ok(skipped)
 }

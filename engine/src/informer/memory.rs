@@ -26,7 +26,7 @@ use std::time::Duration;
 use futures_core::Stream;
 use tokio::time::Sleep;
 
-use super::apiserver::{ApiServer, ContinueError, Cursor, Item, Kind, Pager, Start};
+use super::apiserver::{ApiServer, ContinueError, Cursor, Item, Kind, Pager, Start, Writer};
 use super::lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,
@@ -45,6 +45,57 @@ pub const DEFAULT_WINDOW: usize = 1000;
 
 /// How many unfinished paged lists the server remembers; an older `continue` token is expired.
 const MAX_SNAPSHOTS: usize = 16;
+
+/// The writes of one batch ([`MemoryListerWatcher::write_batch`]).
+pub struct Writes<'a, 'w, T> {
+    writer: &'a mut Writer<'w, Key, Arc<T>>,
+    key_fn: &'a KeyFn<T>,
+    /// The next resource version as text, formatted into one buffer for the whole batch.
+    version: String,
+}
+
+impl<T> fmt::Debug for Writes<'_, '_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Writes")
+            .field("writer", &self.writer)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: SetResourceVersion + Clone> Writes<'_, '_, T> {
+    /// The next write's resource version, as the objects carry it.
+    fn next_version(&mut self) -> &str {
+        use std::fmt::Write as _;
+        self.version.clear();
+        // Writing to a String cannot fail.
+        let _ = write!(self.version, "{}", self.writer.resource_version() + 1);
+        &self.version
+    }
+
+    /// [`MemoryListerWatcher::upsert`] within the batch; a refused object (its key function
+    /// failed) changes nothing.
+    pub fn upsert(&mut self, mut obj: T) -> Result<Arc<T>, KeyError> {
+        let key = (self.key_fn)(&obj)?;
+        obj.set_resource_version(self.next_version());
+        let obj = Arc::new(obj);
+        let kind = match self.writer.get(&key) {
+            None => Kind::Added,
+            Some(_) => Kind::Modified,
+        };
+        self.writer.push(key, kind, Arc::clone(&obj));
+        Ok(obj)
+    }
+
+    /// [`MemoryListerWatcher::delete`] within the batch.
+    pub fn delete(&mut self, key: &Key) -> Option<Arc<T>> {
+        let mut last = (**self.writer.get(key)?).clone();
+        last.set_resource_version(self.next_version());
+        let last = Arc::new(last);
+        self.writer
+            .push(key.clone(), Kind::Deleted, Arc::clone(&last));
+        Some(last)
+    }
+}
 
 /// An in-memory [`ListerWatcher`]; clones share one server.
 ///
@@ -90,7 +141,8 @@ struct Inner<T> {
     server: ApiServer<Key, Arc<T>>,
     /// The snapshots of paged lists (one view: everything).
     pager: Pager<Arc<T>, ()>,
-    /// The scripted failures and the call counts.
+    /// The scripted failures and the call counts. Taken before the server's own locks, never
+    /// after (a watch holds it while it starts: see `serve_watch`).
     control: Mutex<Control>,
 }
 
@@ -157,30 +209,56 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
 
     /// Creates or replaces an object: stamps it with the next resource version and sends
     /// `Added` (new key) or `Modified` to every watcher. Returns the stored object.
-    pub fn upsert(&self, mut obj: T) -> Result<Arc<T>, KeyError> {
-        let key = (self.inner.key_fn)(&obj)?;
-        Ok(self.inner.server.write(|w| {
-            obj.set_resource_version(&(w.resource_version() + 1).to_string());
-            let obj = Arc::new(obj);
-            let kind = match w.get(&key) {
-                None => Kind::Added,
-                Some(_) => Kind::Modified,
-            };
-            w.push(key, kind, Arc::clone(&obj));
-            obj
-        }))
+    ///
+    /// One write is a batch of one: a producer with many writes at hand makes them with
+    /// [`write_batch`](Self::write_batch).
+    pub fn upsert(&self, obj: T) -> Result<Arc<T>, KeyError> {
+        self.write_batch(|w| w.upsert(obj))
     }
 
     /// Deletes `key`: the `Deleted` event carries its last state stamped with the deletion's
     /// resource version, as the API server sends it. Returns that, or `None` if there was no
     /// such object (then nothing happens).
     pub fn delete(&self, key: &Key) -> Option<Arc<T>> {
-        self.inner.server.write(|w| {
-            let mut last = (**w.get(key)?).clone();
-            last.set_resource_version(&(w.resource_version() + 1).to_string());
-            let last = Arc::new(last);
-            w.push(key.clone(), Kind::Deleted, Arc::clone(&last));
-            Some(last)
+        self.write_batch(|w| w.delete(key))
+    }
+
+    /// Makes every write of `f` as one batch: each gets its own resource version and event,
+    /// as with [`upsert`](Self::upsert) and [`delete`](Self::delete) one by one, but the batch
+    /// takes the server's locks once, is appended to the event log as one segment, and wakes
+    /// each watch once. A watch that starts meanwhile sees all of the batch or none of it.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+    /// use std::sync::Arc;
+    /// use kcache::informer::{ListerWatcher, ListOptions, MemoryListerWatcher, SetResourceVersion, Versioned};
+    /// use kcache::Key;
+    ///
+    /// #[derive(Clone, Debug)]
+    /// struct Pod { name: String, rv: String }
+    /// impl Versioned for Pod { fn resource_version(&self) -> &str { &self.rv } }
+    /// impl SetResourceVersion for Pod { fn set_resource_version(&mut self, rv: &str) { self.rv = rv.into() } }
+    /// let pod = |name: &str| Pod { name: name.into(), rv: String::new() };
+    ///
+    /// let server = MemoryListerWatcher::new(Arc::new(|p: &Pod| Ok(Key::new(&p.name))));
+    /// server.write_batch(|w| {
+    ///     for name in ["a", "b", "c"] {
+    ///         w.upsert(pod(name)).unwrap();
+    ///     }
+    ///     w.delete(&Key::new("b"));
+    /// });
+    /// let page = server.list(ListOptions::default()).await.unwrap();
+    /// assert_eq!(page.resource_version, "4");
+    /// assert_eq!(page.items.iter().map(|p| p.rv.as_str()).collect::<Vec<_>>(), ["1", "3"]);
+    /// # });
+    /// ```
+    pub fn write_batch<R>(&self, f: impl FnOnce(&mut Writes<'_, '_, T>) -> R) -> R {
+        self.inner.server.write(|writer| {
+            f(&mut Writes {
+                writer,
+                key_fn: &self.inner.key_fn,
+                version: String::new(),
+            })
         })
     }
 
@@ -223,10 +301,11 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     /// watch that resumes from a version still in the window). Scripted failures counted by
     /// the other hooks wait for the server to be back.
     pub fn set_unavailable(&self, down: bool) {
-        // One hold of the control lock for both, as a watch registers (see `serve_watch`).
         let mut control = self.control();
         control.faults.unavailable = down;
         if down {
+            // Under the control lock, which a watch holds from its checks to its start (see
+            // `serve_watch`): no watch can slip between the two.
             self.inner.server.close_watches();
         }
     }
@@ -335,27 +414,26 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     }
 
     fn serve_watch(&self, options: WatchOptions) -> Result<WatchStream<T>, Error> {
-        // Held until the watch is registered with the server: a concurrent `set_unavailable`
-        // or `close_watches` (which take it too) then either comes first and refuses this
-        // call, or comes after and ends this watch; without it, a watch admitted just before
-        // the server went down could register after the close and never end.
+        // Held until the watch has started (to the end): a scripted outage
+        // (`set_unavailable`, which closes the open watches under this lock) or 410 then
+        // comes either before this watch's checks, which see it, or after its start, and
+        // `close_watches` ends it. Released between the two, a watch could pass the checks
+        // before an outage and start after its `close_watches`: open, and blind to the
+        // outage and to the 410 scripted for it.
         let mut control = self.control();
-        let expired = {
-            control.watch_calls += 1;
-            if control.faults.unavailable {
-                return Err(injected_connection_refused("watch"));
-            }
-            if control.faults.fail_watches > 0 {
-                control.faults.fail_watches -= 1;
-                return Err(injected_connection_refused("watch"));
-            }
-            parse_resource_version(&options.resource_version)?;
-            let expired = control.faults.expire_watches > 0;
-            if expired {
-                control.faults.expire_watches -= 1;
-            }
-            expired
-        };
+        control.watch_calls += 1;
+        if control.faults.unavailable {
+            return Err(injected_connection_refused("watch"));
+        }
+        if control.faults.fail_watches > 0 {
+            control.faults.fail_watches -= 1;
+            return Err(injected_connection_refused("watch"));
+        }
+        parse_resource_version(&options.resource_version)?;
+        let expired = control.faults.expire_watches > 0;
+        if expired {
+            control.faults.expire_watches -= 1;
+        }
         let deadline = options.timeout.map(|t| Box::pin(tokio::time::sleep(t)));
         let start = match parse_resource_version(&options.resource_version)? {
             None => Start::Initial,

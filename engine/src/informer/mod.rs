@@ -53,7 +53,7 @@ pub use lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,
 };
-pub use memory::{MemoryListerWatcher, SetResourceVersion, DEFAULT_WINDOW};
+pub use memory::{MemoryListerWatcher, SetResourceVersion, Writes, DEFAULT_WINDOW};
 pub use processor::{Registration, MINIMUM_RESYNC_PERIOD};
 pub use reader::StoreReader;
 pub use reflector::{

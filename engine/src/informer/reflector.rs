@@ -11,8 +11,9 @@
 //!    too new, list again from `""` (the newest state). `replace` the queue with every item and
 //!    the list's resource version, and remember that version.
 //! 2. **Watch** from the remembered version, with bookmarks. Apply each event to the queue
-//!    (`Added` → `add`, `Modified` → `update`, `Deleted` → `delete`) and remember its version;
-//!    a bookmark only moves the version. A watch that ends (its timeout, a broken connection)
+//!    (`Added` → add, `Modified` → update, `Deleted` → delete), the events already received
+//!    in one [`DeltaQueue::apply_events`] batch, and remember the newest version; a bookmark
+//!    only moves the version. A watch that ends (its timeout, a broken connection)
 //!    is re-opened from the remembered version, without a list. A watch that cannot be opened
 //!    because the connection was refused, or that the server ends with 429, is re-opened after
 //!    a backoff delay, also without a list.
@@ -22,6 +23,14 @@
 //!
 //! Meanwhile a resync timer calls the queue's `resync` every `resync_period` when
 //! `should_resync` agrees.
+//!
+//! # Never blocking the runtime
+//!
+//! The reflector runs on tokio's worker threads, so nothing it calls blocks: before each batch
+//! it awaits the queue's [`wait_for_room`](DeltaQueue::wait_for_room) (a bounded queue's
+//! blocking `add` would hold the worker until a consumer pops), and the relist's `replace`,
+//! one atomic operation that cannot yield halfway and costs time in proportion to the list,
+//! runs on the blocking pool (`spawn_blocking`). See docs/informer.md.
 //!
 //! # Differences from client-go
 //!
@@ -46,7 +55,7 @@ use super::lister_watcher::{
     Error, ListOptions, ListerWatcher, Versioned, WatchEvent, WatchOptions, WatchStream,
 };
 use super::stop::StopSignal;
-use crate::queue::DeltaQueue;
+use crate::queue::{DeltaQueue, QueueEvent};
 
 /// Receives every error the reflector meets (client-go's `WatchErrorHandler`).
 pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -201,7 +210,7 @@ impl<T, L, Q> Reflector<T, L, Q>
 where
     T: Versioned + Send + Sync + 'static,
     L: ListerWatcher<T>,
-    Q: DeltaQueue<T>,
+    Q: DeltaQueue<T> + 'static,
 {
     /// A reflector that fills `queue` from `lister_watcher`.
     pub fn new(lister_watcher: L, queue: Arc<Q>, options: ReflectorOptions) -> Self {
@@ -256,8 +265,18 @@ where
             _ = stop.stopped() => return Ok(()),
             listed = self.list() => listed,
         };
-        listed?;
-        self.watch_until_round_ends(stop, backoff).await
+        let (items, rv) = listed?;
+        // The round's resync period starts now, not once `replace` is back from its thread:
+        // whoever sees the relist applied (`has_synced`) may count on the period having
+        // started, as when `replace` ran on this task. (The timer is only looked at from the
+        // watch, so it cannot fire during the relist.)
+        let resync = ResyncTimer::start(self.options.resync_period);
+        // Not raced against `stop`: once it started, the relist is applied in full, so a
+        // shutdown that waits for this task finds the queue with or without it, never half.
+        if !self.replace(items, &rv).await? {
+            return Ok(());
+        }
+        self.watch_until_round_ends(stop, backoff, resync).await
     }
 
     fn report(&self, err: &Error) {
@@ -278,9 +297,9 @@ where
         }
     }
 
-    /// Lists every page and replaces the queue's content with the result.
-    async fn list(&self) -> Result<(), Error> {
-        let (items, rv) = match self.list_pages(self.relist_resource_version()).await {
+    /// Lists every page: the items and the list's resource version.
+    async fn list(&self) -> Result<(Vec<Arc<T>>, String), Error> {
+        let listed = match self.list_pages(self.relist_resource_version()).await {
             Err(err) if err.is_expired() || err.is_too_large_resource_version() => {
                 self.report(&err);
                 self.progress.unavailable.store(true, Ordering::Relaxed);
@@ -289,9 +308,31 @@ where
             listed => listed?,
         };
         self.progress.unavailable.store(false, Ordering::Relaxed);
-        self.queue.replace(items, &rv)?;
-        self.progress.set_last_sync(&rv);
-        Ok(())
+        Ok(listed)
+    }
+
+    /// Replaces the queue's content with a list, off the runtime's worker threads, and
+    /// remembers its version. `Ok(false)` if the runtime is shutting down and it never ran.
+    ///
+    /// Why a blocking-pool thread: `replace` is one atomic queue operation (it locks every
+    /// shard and judges tombstones against the whole list), so it cannot be split into
+    /// pieces that yield in between; and it is CPU work in proportion to the list (tens of
+    /// milliseconds for 100,000 objects), which on a worker thread would stall every other
+    /// task of the runtime (on a current-thread runtime, all of them) for that long. A relist
+    /// is rare, so the hand-off to another thread costs nothing that matters.
+    async fn replace(&self, items: Vec<Arc<T>>, rv: &str) -> Result<bool, Error> {
+        let queue = Arc::clone(&self.queue);
+        let version = rv.to_string();
+        let replaced = tokio::task::spawn_blocking(move || queue.replace(items, &version)).await;
+        match replaced {
+            Ok(result) => result?,
+            // A panic in user code (the key function, the transformer, the known objects)
+            // propagates as it did when `replace` ran on this task.
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            Err(_) => return Ok(false),
+        }
+        self.progress.set_last_sync(rv);
+        Ok(true)
     }
 
     async fn list_pages(&self, resource_version: String) -> Result<(Vec<Arc<T>>, String), Error> {
@@ -320,8 +361,8 @@ where
         &self,
         stop: &StopSignal,
         backoff: &mut BackoffTimer,
+        mut resync: ResyncTimer,
     ) -> Result<(), Error> {
-        let mut resync = ResyncTimer::start(self.options.resync_period);
         loop {
             if stop.is_stopped() {
                 return Ok(());
@@ -394,7 +435,9 @@ where
         Ok(())
     }
 
-    /// Applies one watch's events to the queue until it ends (client-go's `handleWatch`).
+    /// Applies one watch's events to the queue until it ends (client-go's `handleWatch`), in
+    /// batches: the events the stream already holds go to the queue in one
+    /// [`apply_events`](DeltaQueue::apply_events) call (see [`DECODE_AHEAD`]).
     async fn handle_watch(
         &self,
         mut stream: WatchStream<T>,
@@ -407,86 +450,151 @@ where
         let mut besides_added = false;
         let mut ahead = VecDeque::new();
         loop {
-            let next = match ahead.pop_front() {
-                Some(next) => next,
-                None => {
-                    let next = tokio::select! {
-                        biased;
-                        _ = stop.stopped() => return WatchEnd::Stopped,
-                        _ = resync.due() => {
-                            if let Err(err) = self.resync(resync) {
-                                return WatchEnd::Failed(err);
-                            }
-                            continue;
-                        }
-                        next = poll_fn(|cx| stream.as_mut().poll_next(cx)) => next,
-                    };
-                    if matches!(next, Some(Ok(_))) {
-                        decode_ahead(&mut stream, &mut ahead);
+            let next = tokio::select! {
+                biased;
+                _ = stop.stopped() => return WatchEnd::Stopped,
+                _ = resync.due() => {
+                    if let Err(err) = self.resync(resync) {
+                        return WatchEnd::Failed(err);
                     }
-                    next
+                    continue;
                 }
+                next = poll_fn(|cx| stream.as_mut().poll_next(cx)) => next,
             };
-            let event = match next {
-                None => break,
-                Some(Ok(event)) => event,
-                Some(Err(err)) => {
-                    // A broken connection ends the watch like a close: re-open from the last
-                    // version (unless it was very short, below).
-                    self.report(&err);
-                    break;
-                }
-            };
-            let (applied, rv) = match event {
-                WatchEvent::Added(obj) => {
-                    let rv = obj.resource_version().to_string();
-                    (self.queue.add(obj), rv)
-                }
-                WatchEvent::Modified(obj) => {
-                    besides_added = true;
-                    let rv = obj.resource_version().to_string();
-                    (self.queue.update(obj), rv)
-                }
-                WatchEvent::Deleted(obj) => {
-                    besides_added = true;
-                    let rv = obj.resource_version().to_string();
-                    (self.queue.delete(obj), rv)
-                }
-                WatchEvent::Bookmark { resource_version } => {
-                    besides_added = true;
-                    (Ok(()), resource_version)
-                }
-                WatchEvent::Error(status) => return WatchEnd::Failed(Error::Api(status)),
-            };
-            if let Err(err) = applied {
-                // One object the queue refuses (its key function failed) does not stop the
-                // others; client-go logs it and goes on.
-                self.report(&Error::Queue(err));
+            let more = matches!(next, Some(Ok(_)));
+            ahead.push_back(next);
+            if more {
+                decode_ahead(&mut stream, &mut ahead);
             }
-            if propagate_from_start || besides_added {
-                self.progress.set_last_sync(&rv);
+            // The object events and bookmarks form the batch; what ends the watch (an error
+            // event, a broken connection, the end) can only be last, and is handled after the
+            // batch is applied.
+            let mut batch = Vec::with_capacity(ahead.len());
+            let mut newest: Option<NewestVersion<T>> = None;
+            let mut tail = None;
+            while let Some(item) = ahead.pop_front() {
+                let event = match item {
+                    Some(Ok(WatchEvent::Error(status))) => {
+                        tail = Some(WatchEnd::Failed(Error::Api(status)));
+                        break;
+                    }
+                    Some(Ok(event)) => event,
+                    Some(Err(err)) => {
+                        // A broken connection ends the watch like a close: re-open from the
+                        // last version (unless it was very short, below).
+                        self.report(&err);
+                        tail = Some(WatchEnd::Closed);
+                        break;
+                    }
+                    None => {
+                        tail = Some(WatchEnd::Closed);
+                        break;
+                    }
+                };
+                events += 1;
+                let (queued, obj) = match event {
+                    WatchEvent::Added(obj) => (QueueEvent::Added(Arc::clone(&obj)), obj),
+                    WatchEvent::Modified(obj) => {
+                        besides_added = true;
+                        (QueueEvent::Updated(Arc::clone(&obj)), obj)
+                    }
+                    WatchEvent::Deleted(obj) => {
+                        besides_added = true;
+                        (QueueEvent::Deleted(Arc::clone(&obj)), obj)
+                    }
+                    WatchEvent::Bookmark { resource_version } => {
+                        besides_added = true;
+                        newest = Some(NewestVersion::Bookmark(resource_version));
+                        continue;
+                    }
+                    WatchEvent::Error(_) => unreachable!("matched above"),
+                };
+                batch.push(queued);
+                if propagate_from_start || besides_added {
+                    newest = Some(NewestVersion::Object(obj));
+                }
             }
-            events += 1;
+            if !batch.is_empty() {
+                if !self.wait_for_room(stop).await {
+                    return WatchEnd::Stopped;
+                }
+                if let Err(refused) = self.queue.apply_events(batch) {
+                    // An object the queue refuses (its key function failed) does not stop the
+                    // others; client-go logs it and goes on.
+                    for (_, err) in refused.refused {
+                        self.report(&Error::Queue(err));
+                    }
+                }
+            }
+            // Once per batch, after its events are queued: the version a watch resumes from
+            // never runs ahead of the queue.
+            if let Some(newest) = &newest {
+                self.progress.set_last_sync(newest.as_str());
+            }
+            match tail {
+                None => {}
+                Some(WatchEnd::Closed) => break,
+                Some(end) => return end,
+            }
         }
         if events == 0 && start.elapsed() < Duration::from_secs(1) {
             return WatchEnd::Failed(Error::VeryShortWatch);
         }
         WatchEnd::Closed
     }
+
+    /// With a backlog bound, waits until the queue has room without blocking the runtime's
+    /// thread (a blocking `add` on a full queue would stall every task of a current-thread
+    /// runtime, the consumers' hand-offs included). The reflector is the queue's only producer
+    /// of watch events, so the batch then queues without waiting. False if the stop signal
+    /// came first; the batch is then dropped, as the events after it are.
+    async fn wait_for_room(&self, stop: &StopSignal) -> bool {
+        if self.queue.has_room() {
+            return true;
+        }
+        tokio::select! {
+            biased;
+            _ = stop.stopped() => false,
+            _ = self.queue.wait_for_room() => true,
+        }
+    }
 }
 
-/// At most this many events are decoded ahead of the one being applied.
-const DECODE_AHEAD: usize = 16;
+/// The newest resource version a batch moves the reflector to, kept without copying it per
+/// event: the object that carries it, or a bookmark's.
+enum NewestVersion<T> {
+    Object(Arc<T>),
+    Bookmark(String),
+}
 
-/// Takes the events `stream` already holds (up to [`DECODE_AHEAD`]) without waiting for more.
+impl<T: Versioned> NewestVersion<T> {
+    fn as_str(&self) -> &str {
+        match self {
+            NewestVersion::Object(obj) => obj.resource_version(),
+            NewestVersion::Bookmark(rv) => rv,
+        }
+    }
+}
+
+/// The most events one batch holds: the first event and what is decoded ahead of it.
+///
+/// 256: the in-memory server's producer (`loadgen`) writes batches of up to 256 events, which a
+/// watch then holds at once; a batch that size takes each shard lock of a 16-shard queue about
+/// 16 times instead of 256, and the stop signal and the resync timer are still looked at
+/// every few hundred events.
+const DECODE_AHEAD: usize = 256;
+
+/// Adds to `ahead` the events `stream` already holds (until `ahead` holds [`DECODE_AHEAD`])
+/// without waiting for more.
 ///
 /// Why: decoding an event costs several times what queueing it does, so a queue consumer that
 /// is handed events one at a time as they are decoded finishes each before the next arrives,
 /// goes back to sleep, and is woken again: a context switch per event, the informer's largest
 /// CPU cost over the wire (one per event against kube-rs' one per five). Decoding what already
-/// arrived first and then queueing it back to back wakes the consumer once per batch. The
-/// queue sees the same operations in the same order; the first event of a batch waits for the
-/// others' decoding (a few microseconds each, at most `DECODE_AHEAD` of them).
+/// arrived first and then queueing it in one batch ([`DeltaQueue::apply_events`]) takes each
+/// shard lock once and wakes the consumers once per batch. The queue sees the same operations
+/// in the same order; the first event of a batch waits for the others' decoding (a few
+/// microseconds each, and only for events that already arrived).
 fn decode_ahead<T>(
     stream: &mut WatchStream<T>,
     ahead: &mut VecDeque<Option<Result<WatchEvent<T>, Error>>>,

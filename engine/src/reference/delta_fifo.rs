@@ -11,7 +11,8 @@ use crate::delta::{push_grows, Delta, DeltaObject, DeltaType, Deltas, Tombstone}
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::latch::Latch;
 use crate::queue::{
-    Closed, DeltaQueue, QueueError, QueueOptions, TransformError, TransformFn, TryPop,
+    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformError,
+    TransformFn, TryPop,
 };
 use crate::store::KnownObjects;
 use crate::sync::{lock, Condvar, Mutex, MutexGuard};
@@ -187,6 +188,15 @@ impl<T> DeltaFifo<T> {
     /// The second half of client-go's `queueActionInternalLocked`, once key and transform are
     /// known to have succeeded: append with dedup, queue a new key at the back, wake everyone.
     fn enqueue_locked(&self, st: &mut State<T>, key: Key, delta: Delta<T>) {
+        self.push_locked(st, key, delta);
+        // client-go broadcasts on every enqueue, even when the key was already queued and no
+        // popper can make progress because of it. That cost is part of what is being measured.
+        self.cond.notify_all();
+    }
+
+    /// [`enqueue_locked`](Self::enqueue_locked) without the broadcast: `apply_events` pushes a
+    /// whole batch, then broadcasts once.
+    fn push_locked(&self, st: &mut State<T>, key: Key, delta: Delta<T>) {
         let grew = match st.items.get_mut(&key) {
             Some(deltas) => deltas.push_delta(delta, self.compact),
             None => {
@@ -198,9 +208,6 @@ impl<T> DeltaFifo<T> {
             }
         };
         st.queued_deltas += usize::from(grew);
-        // client-go broadcasts on every enqueue, even when the key was already queued and no
-        // popper can make progress because of it. That cost is part of what is being measured.
-        self.cond.notify_all();
     }
 
     /// client-go's `checkSynced_locked`: fires the latch the first time the queue is synced.
@@ -336,6 +343,49 @@ impl<T> DeltaFifo<T> {
         Ok(())
     }
 
+    /// One event of `apply_events`, under the lock, exactly as `add_or_update` or
+    /// `delete_payload` would apply it, but without waiting for room or broadcasting. Returns
+    /// whether it queued a delta.
+    fn apply_event_locked(
+        &self,
+        st: &mut State<T>,
+        event: QueueEvent<T>,
+    ) -> Result<bool, QueueError> {
+        let (kind, obj) = match event {
+            QueueEvent::Added(obj) => (DeltaType::Added, obj),
+            QueueEvent::Updated(obj) => (DeltaType::Updated, obj),
+            QueueEvent::Deleted(obj) => (DeltaType::Deleted, obj),
+        };
+        let payload = DeltaObject::Object(obj);
+        let key = self.key_of(&payload)?;
+        if kind == DeltaType::Deleted {
+            let queued = st.items.contains_key(&key);
+            let known = match &self.known_objects {
+                None => false,
+                Some(known) => known.get_by_key(&key).is_some(),
+            };
+            if !known && !queued {
+                st.populated = true;
+                self.check_synced_locked(st);
+                return Ok(false);
+            }
+        }
+        let payload = self.transform(kind, payload)?;
+        st.populated = true;
+        self.push_locked(
+            st,
+            key,
+            Delta {
+                kind,
+                object: payload,
+            },
+        );
+        // Per event, as `add` does: a panic in a later event's user code must not leave the
+        // latch unfired.
+        self.check_synced_locked(st);
+        Ok(true)
+    }
+
     /// Pushes the tombstone `replace` makes for `key`; tombstones skip the delete-ignore rule
     /// and the transformer, exactly as client-go's `queueActionLocked(Deleted, ...)` does.
     fn enqueue_tombstone_locked(&self, st: &mut State<T>, key: Key, last_known: Option<Arc<T>>) {
@@ -362,6 +412,33 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
 
     fn delete_tombstone(&self, tombstone: Tombstone<T>) -> Result<(), QueueError> {
         self.delete_payload(DeltaObject::from(tombstone))
+    }
+
+    /// The batch under one hold of the lock and one broadcast: what client-go would do with
+    /// the events one by one, minus a lock and a broadcast per event. With a backlog bound it
+    /// waits while the queue is full, once, before the first event.
+    fn apply_events(&self, events: Vec<QueueEvent<T>>) -> Result<(), BatchError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let mut st = self.lock();
+        while !st.has_room(self.max_queued) {
+            st.waiting_producers += 1;
+            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st.waiting_producers -= 1;
+        }
+        let mut refused = Vec::new();
+        let mut queued = false;
+        for (at, event) in events.into_iter().enumerate() {
+            match self.apply_event_locked(&mut st, event) {
+                Ok(pushed) => queued |= pushed,
+                Err(err) => refused.push((at, err)),
+            }
+        }
+        if queued {
+            self.cond.notify_all();
+        }
+        BatchError::check(refused)
     }
 
     fn replace(&self, list: Vec<Arc<T>>, _resource_version: &str) -> Result<(), QueueError> {
@@ -654,7 +731,8 @@ fn fmt_state<T>(d: &mut fmt::DebugStruct<'_, '_>, st: &State<T>) {
         .field("queued_deltas", &st.queued_deltas)
         .field("populated", &st.populated)
         .field("initial_population_count", &st.initial_population_count)
-        .field("closed", &st.closed);
+        .field("closed", &st.closed)
+        .field("waiting_producers", &st.waiting_producers);
 }
 
 #[cfg(all(test, not(kcache_loom)))]

@@ -66,7 +66,9 @@ use crate::delta::{
 };
 use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet};
 use crate::latch::Latch;
-use crate::queue::{Closed, DeltaQueue, QueueError, QueueOptions, TransformFn, TryPop};
+use crate::queue::{
+    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformFn, TryPop,
+};
 use crate::store::KnownObjects;
 use crate::sync::{lock_patiently, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
 
@@ -75,6 +77,7 @@ use super::prefetch;
 use super::room::Room;
 use super::scheduler::{Acquired, Scheduler};
 
+mod batch;
 mod footprint;
 mod release;
 
@@ -934,6 +937,11 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     fn delete_tombstone(&self, tombstone: Tombstone<T>) -> Result<(), QueueError> {
         let key = tombstone.key.clone();
         self.enqueue_delete(key, DeltaObject::Tombstone(Arc::new(tombstone)))
+    }
+
+    /// One lock per shard the batch touches, one token per shard: see `delta_fifo/batch.rs`.
+    fn apply_events(&self, events: Vec<QueueEvent<T>>) -> Result<(), BatchError> {
+        self.apply_batch(events)
     }
 
     // Rare and large: kept out of the callers' code (and visible in profiles).
