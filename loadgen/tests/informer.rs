@@ -48,7 +48,11 @@ fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {
     // engines: it has no handlers, only its own verdict.
     assert_eq!(engines, ["reference", "sharded", "harness-floor"]);
     let floor = &results[2];
-    assert_eq!(floor["verdict"], "ok", "harness floor: {}", floor["failures"]);
+    assert_eq!(
+        floor["verdict"], "ok",
+        "harness floor: {}",
+        floor["failures"]
+    );
     for r in &results[..2] {
         let engine = r["engine"].as_str().unwrap_or("?");
         assert_eq!(r["workload"], "w3/informer");
