@@ -328,7 +328,15 @@ impl Run<'_> {
             latency,
             reconciles,
             retries,
-            record: track.record(&queue, gen),
+            record: {
+                // A deletion may reach the handler as an older tombstone after an unplanned
+                // relist: see `Track::reconcile_targets`.
+                let record = track.record(&queue, gen);
+                ControllerRecord {
+                    last_event: track.reconcile_targets(&record.last_event),
+                    ..record
+                }
+            },
             handler,
             failures,
             informer: InformerStats {

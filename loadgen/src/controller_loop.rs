@@ -301,6 +301,31 @@ impl Track {
         }
     }
 
+    /// Per key id, the state code a reconcile must have read: the workload's last event
+    /// (`last`, from [`last_events`]), except for a key the workload ends deleted and whose
+    /// last notification was a deletion too: then that notification's.
+    ///
+    /// Through the informer a deletion can carry an older version than the workload's: a
+    /// watch that fell behind the server's window is answered with a 410, the informer
+    /// relists, and a deletion it missed reaches the handler as a tombstone carrying the last
+    /// state the informer knew. That the informer itself converged is checked apart (its
+    /// store against the server's final state); a key the handler never passed on still
+    /// fails here, held to the workload's last event.
+    pub(crate) fn reconcile_targets(&self, last: &[u64]) -> Vec<u64> {
+        last.iter()
+            .zip(&self.keys)
+            .map(|(&last, k)| {
+                let notified = k.applied.load(Ordering::Acquire);
+                let both_deleted = last & 1 == 1 && notified & 1 == 1;
+                if both_deleted {
+                    notified
+                } else {
+                    last
+                }
+            })
+            .collect()
+    }
+
     /// What the run leaves for W6's verdict, once the workqueue is shut down.
     pub(crate) fn record<Q: WorkQueue>(
         &self,
