@@ -41,8 +41,8 @@ use kcache::workqueue::{
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
 
 use crate::controller_loop::{
-    check_controller, child_args as queue_child_args, retry_limiter, wait_idle, work, Controller,
-    ControllerConfig, ControllerRecord, Track, WorkerStats,
+    check_controller, child_args as w6_child_args, phase_summary, retry_limiter, wait_idle, work,
+    Controller, ControllerConfig, ControllerRecord, Track, WorkerStats,
 };
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
@@ -58,7 +58,6 @@ use crate::runs::{generate_with_progress, RunError};
 use crate::server_feed::{produce, serve_initial, server_views, ServedPod};
 use crate::through_informer::{check_store, informer_builder, wait_until_final, Recorder};
 use crate::ui::Ui;
-use crate::units::si;
 use crate::verdict::Verdict;
 use workloads::{Generated, Pod, WorkloadSpec};
 
@@ -432,7 +431,7 @@ pub fn child_args(
     cfg: &EngineConfig,
     ctl: &ControllerConfig,
 ) -> Vec<String> {
-    let mut args = queue_child_args(spec, engine, cfg, ctl);
+    let mut args = w6_child_args(spec, engine, cfg, ctl);
     args.extend(["--through".to_string(), "informer".to_string()]);
     args
 }
@@ -465,12 +464,7 @@ pub fn run_spec(
                     Subject::Engine(engine) => {
                         let phase = ui.phase(format!("{LABEL} {engine}"), gen.ops.len() as u64);
                         let result = measure(engine, &gen, cfg, &ctl, drops_none(), &phase)?;
-                        phase.finish(&format!(
-                            "{} events/s, {} reconciles/s, verdict {}",
-                            si(result.events_per_s),
-                            si(result.controller.map_or(0.0, |c| c.reconciles_per_s)),
-                            result.verdict
-                        ));
+                        phase.finish(&phase_summary(&result));
                         result
                     }
                     Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, ui)?,

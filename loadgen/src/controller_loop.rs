@@ -823,12 +823,7 @@ pub fn run_spec(
             for &engine in engines {
                 let phase = ui.phase(format!("{name} {engine}"), gen.ops.len() as u64);
                 let result = measure(engine, name, &gen, cfg, &ctl, &phase)?;
-                phase.finish(&format!(
-                    "{} events/s, {} reconciles/s, verdict {}",
-                    si(result.events_per_s),
-                    si(result.controller.map_or(0.0, |c| c.reconciles_per_s)),
-                    result.verdict
-                ));
+                phase.finish(&phase_summary(&result));
                 results.push(result);
             }
             Ok(results)
@@ -836,9 +831,47 @@ pub fn run_spec(
     )
 }
 
+/// What a W6 run's progress line ends with, in both of its forms.
+pub(crate) fn phase_summary(result: &RunResult) -> String {
+    format!(
+        "{} events/s, {} reconciles/s, verdict {}",
+        si(result.events_per_s),
+        si(result.controller.map_or(0.0, |c| c.reconciles_per_s)),
+        result.verdict
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deletion_is_held_to_the_one_notified_and_anything_else_to_the_workload() {
+        let pod = |id: u32, version: u64| {
+            let key = Key::new(&format!("ns-0/pod-{id}"));
+            Pod::new(id, key, Key::new("ns-0"), None, version)
+        };
+        let track = Track::new(4);
+        track.notified(&pod(0, 41), true); // a tombstone older than the workload's deletion
+        track.notified(&pod(1, 45), false); // the deletion never reached the handler
+        track.notified(&pod(2, 7), false); // alive at the end
+                                           // Key 3: the handler passed nothing on.
+        let last = [
+            state_code(45, true),
+            state_code(45, true),
+            state_code(9, false),
+            state_code(3, true),
+        ];
+        assert_eq!(
+            track.reconcile_targets(&last),
+            [
+                state_code(41, true),
+                state_code(45, true),
+                state_code(9, false),
+                state_code(3, true)
+            ]
+        );
+    }
 
     #[test]
     fn the_failure_draw_fails_about_one_in_a_hundred_and_only_by_seed_key_and_attempt() {

@@ -78,11 +78,7 @@ impl<T: SetResourceVersion + Clone> Writes<'_, '_, T> {
         let key = (self.key_fn)(&obj)?;
         obj.set_resource_version(self.next_version());
         let obj = Arc::new(obj);
-        let kind = match self.writer.get(&key) {
-            None => Kind::Added,
-            Some(_) => Kind::Modified,
-        };
-        self.writer.push(key, kind, Arc::clone(&obj));
+        self.writer.upsert(key, Arc::clone(&obj));
         Ok(obj)
     }
 

@@ -177,7 +177,6 @@ impl<K: Ord + Hash, O: Clone> Writer<'_, K, O> {
     /// Applies one event: `object` becomes `key`'s state (or, for [`Kind::Deleted`], `key` is
     /// removed and `object` is its last state). Returns the event's resource version.
     pub fn push(&mut self, key: K, kind: Kind, object: O) -> u64 {
-        self.state.resource_version += 1;
         match kind {
             Kind::Deleted => {
                 self.state.objects.remove(&key);
@@ -186,6 +185,23 @@ impl<K: Ord + Hash, O: Clone> Writer<'_, K, O> {
                 self.state.objects.insert(key, object.clone());
             }
         }
+        self.append(kind, object)
+    }
+
+    /// Stores `object` as `key`'s state: `Added` if the key had none, else `Modified`, found
+    /// by the one map insertion (a `get` before [`push`](Self::push) would hash and probe the
+    /// key twice per event). Returns the event's kind and resource version.
+    pub fn upsert(&mut self, key: K, object: O) -> (Kind, u64) {
+        let kind = match self.state.objects.insert(key, object.clone()) {
+            None => Kind::Added,
+            Some(_) => Kind::Modified,
+        };
+        (kind, self.append(kind, object))
+    }
+
+    /// Logs the event of a change already applied to the objects.
+    fn append(&mut self, kind: Kind, object: O) -> u64 {
+        self.state.resource_version += 1;
         let resource_version = self.state.resource_version;
         self.entries.push(Entry::Event(Event {
             kind,

@@ -13,13 +13,8 @@ fn churn(server: &Server, n: u32, keys: u32) {
     server.write(|w| {
         for _ in 0..n {
             let key = (w.resource_version() as u32) % keys;
-            let kind = if w.get(&key).is_some() {
-                Kind::Modified
-            } else {
-                Kind::Added
-            };
             let rv = w.resource_version() as u32 + 1;
-            w.push(key, kind, rv);
+            w.upsert(key, rv);
         }
     });
 }
@@ -267,4 +262,21 @@ fn pages_read_the_first_pages_snapshot_while_writes_go_on() {
         .unwrap()
         .cursor;
     assert_eq!(drain(&mut watch), ["Deleted 6", "Added 7"]);
+}
+
+#[test]
+fn an_upsert_adds_a_new_key_and_modifies_a_present_one() {
+    let server = Server::new([], 0, 10);
+    let mut watch = server.watch(Start::After(0), false, |_| true).unwrap();
+    server.write(|w| {
+        assert_eq!(w.upsert(1, 10), (Kind::Added, 1));
+        assert_eq!(w.upsert(1, 11), (Kind::Modified, 2));
+        w.push(1, Kind::Deleted, 11);
+        assert_eq!(w.upsert(1, 12), (Kind::Added, 4));
+    });
+    assert_eq!(
+        drain(&mut watch.cursor),
+        ["Added 1", "Modified 2", "Deleted 3", "Added 4"]
+    );
+    assert_eq!(server.get(&1), Some(12));
 }
