@@ -381,10 +381,18 @@ async fn the_lag_hook_fires_once_per_episode() {
     }
     eventually("the first report", || lags.lock().unwrap().len() == 1).await;
     assert_eq!(reg.pending(), 4);
-    // Calls made one at a time: the buffer fills again and again, still one episode.
+    // Calls made one at a time: the buffer fills again and again, still one episode. The
+    // next call is allowed only once the consumer has filled the buffer again (or handed
+    // everything over): otherwise a consumer held off the CPU could let the handler drain
+    // it, which would rightly end the episode, and the count would depend on scheduling.
     for n in 1..=10 {
         permits.grant(1);
         eventually("one more call", || held.calls() == n).await;
+        let refilled = 4.min(10 - n);
+        eventually("the consumer to fill the buffer again", || {
+            reg.pending() == refilled
+        })
+        .await;
     }
     eventually("the buffer to drain", || reg.pending() == 0).await;
     assert_eq!(lags.lock().unwrap().len(), 1, "one episode, one report");
