@@ -84,6 +84,7 @@ mod clock;
 mod delaying;
 mod limiter;
 mod metrics;
+pub mod priority;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod queue;
@@ -100,8 +101,8 @@ pub use limiter::{
     FastSlowRateLimiter, MaxOfRateLimiter, RateLimiter, NEVER,
 };
 pub use metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetricsProvider, QueueConfig,
-    SettableGaugeMetric,
+    CounterMetric, DepthWithPriorityMetric, GaugeMetric, HistogramMetric, MetricsProvider,
+    NoopMetricsProvider, QueueConfig, SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetrics;
