@@ -73,9 +73,11 @@ use super::queue::{ShutDown, WaitSlot, WorkQueue};
 mod entries;
 mod metrics;
 mod reference;
+mod sharded;
 mod timer;
 
 pub use reference::ReferencePriorityQueue;
+pub use sharded::ShardedPriorityQueue;
 
 /// A key's priority: higher is handed out first (Go's `int` in controller-runtime).
 pub type Priority = i32;
