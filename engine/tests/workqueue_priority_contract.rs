@@ -2,7 +2,6 @@
 //! port, rule by rule, on a fake clock.
 
 use std::future::Future;
-use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::task::{Context, Poll, Wake, Waker};
@@ -10,7 +9,8 @@ use std::thread;
 use std::time::Duration;
 
 use kcache::workqueue::priority::{
-    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, TryGetWithPriority, LOW_PRIORITY,
+    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
+    TryGetWithPriority, LOW_PRIORITY,
 };
 use kcache::workqueue::{
     AsyncGet, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig, ShutDown,
@@ -33,6 +33,22 @@ fn reference() -> (Arc<FakeClock>, ReferencePriorityQueue) {
         Box::new(ExponentialFailureRateLimiter::new(MS, 1000 * MS)),
     );
     (clock, q)
+}
+
+/// Every priority queue on a fake clock: the reference and the sharded one (1 and 16 shards).
+fn each_queue(check: impl Fn(&str, &FakeClock, Arc<dyn PriorityWorkQueue>)) {
+    let (clock, q) = reference();
+    check("reference", &clock, Arc::new(q));
+    for shards in [1, 16] {
+        let clock = Arc::new(FakeClock::new());
+        let config = QueueConfig::new().clock(clock.clone());
+        let q = ShardedPriorityQueue::with_rate_limiter(
+            shards,
+            &config,
+            Box::new(ExponentialFailureRateLimiter::new(MS, 1000 * MS)),
+        );
+        check(&format!("sharded/{shards}"), &clock, Arc::new(q));
+    }
 }
 
 fn at(priority: Priority) -> AddOpts {
@@ -214,27 +230,33 @@ fn shut_down_answers_at_once_and_ignores_adds_and_the_clock() {
 
 #[test]
 fn a_blocked_get_is_woken_by_an_add_by_the_clock_and_by_done() {
-    let (clock, q) = reference();
-    let q = Arc::new(q);
-    let (tx, rx) = mpsc::channel();
-    let worker = {
-        let (q, tx) = (q.clone(), tx.clone());
-        thread::spawn(move || {
-            while let Ok((key, priority)) = q.get_with_priority() {
-                tx.send((key.as_str().to_owned(), priority)).unwrap();
-                if key.as_str() != "hold" {
-                    q.done(&key).unwrap();
+    each_queue(|name, clock, q| {
+        let (tx, rx) = mpsc::channel();
+        let worker = {
+            let q = q.clone();
+            thread::spawn(move || {
+                while let Ok((key, priority)) = q.get_with_priority() {
+                    tx.send((key.as_str().to_owned(), priority)).unwrap();
+                    if key.as_str() != "hold" {
+                        q.done(&key).unwrap();
+                    }
                 }
-            }
-        })
-    };
-    q.add(k("a"));
-    assert_eq!(rx.recv().unwrap(), ("a".into(), 0));
-    q.add_with_opts(at(3).after(MS), k("b"));
-    clock.step(MS);
-    assert_eq!(rx.recv().unwrap(), ("b".into(), 3));
-    q.shut_down();
-    worker.join().unwrap();
+            })
+        };
+        q.add(k("a"));
+        assert_eq!(rx.recv().unwrap(), ("a".into(), 0), "{name}");
+        q.add_with_opts(at(3).after(MS), k("b"));
+        clock.step(MS);
+        assert_eq!(rx.recv().unwrap(), ("b".into(), 3), "{name}");
+        // Held by the worker: a re-add waits for its done.
+        q.add(k("hold"));
+        assert_eq!(rx.recv().unwrap(), ("hold".into(), 0), "{name}");
+        q.add(k("hold"));
+        q.add(k("c"));
+        assert_eq!(rx.recv().unwrap(), ("c".into(), 0), "{name}");
+        q.shut_down();
+        worker.join().unwrap();
+    });
 }
 
 struct CountWakes(AtomicUsize);
@@ -246,50 +268,181 @@ impl Wake for CountWakes {
 
 #[test]
 fn an_async_get_is_woken_and_a_dropped_one_passes_its_wake_up_on() {
-    let (_, q) = reference();
-    let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
-    let waker = Waker::from(wakes.clone());
-    let mut cx = Context::from_waker(&waker);
-    let mut first = Box::pin(q.get_async());
-    let mut second = Box::pin(q.get_async());
-    assert!(first.as_mut().poll(&mut cx).is_pending());
-    assert!(second.as_mut().poll(&mut cx).is_pending());
-    q.add(k("a"));
-    assert_eq!(
-        wakes.0.load(Ordering::SeqCst),
-        1,
-        "one add wakes one waiter"
-    );
-    // `first` was woken; dropping it passes the wake-up to `second`.
-    drop(first);
-    assert_eq!(wakes.0.load(Ordering::SeqCst), 2);
-    drop(second);
-    let mut third = pin!(q.get_async());
-    assert_eq!(third.as_mut().poll(&mut cx), Poll::Ready(Ok(k("a"))));
+    each_queue(|name, _, q| {
+        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let waker = Waker::from(wakes.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut first = Box::pin(q.get_async());
+        let mut second = Box::pin(q.get_async());
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert!(second.as_mut().poll(&mut cx).is_pending());
+        q.add(k("a"));
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "{name}: one add wakes one waiter"
+        );
+        // `first` was woken; dropping it passes the wake-up to `second`.
+        drop(first);
+        assert_eq!(wakes.0.load(Ordering::SeqCst), 2, "{name}");
+        assert_eq!(
+            second.as_mut().poll(&mut cx),
+            Poll::Ready(Ok(k("a"))),
+            "{name}"
+        );
+    });
 }
 
 #[test]
 fn shut_down_with_drain_waits_for_processing_keys() {
-    let (_, q) = reference();
-    let q = Arc::new(q);
-    q.add(k("a"));
-    let a = q.get().unwrap();
-    let drainer = {
-        let q = q.clone();
-        thread::spawn(move || q.shut_down_with_drain())
-    };
-    while !q.shutting_down() {
-        thread::yield_now();
-    }
-    assert!(!drainer.is_finished(), "a is still processed");
-    q.done(&a).unwrap();
-    drainer.join().unwrap();
-    assert_eq!(q.processing_len(), 0);
+    each_queue(|name, _, q| {
+        q.add(k("a"));
+        let a = q.get().unwrap();
+        let drainer = {
+            let q = q.clone();
+            thread::spawn(move || q.shut_down_with_drain())
+        };
+        while !q.shutting_down() {
+            thread::yield_now();
+        }
+        assert!(!drainer.is_finished(), "{name}: a is still processed");
+        q.done(&a).unwrap();
+        drainer.join().unwrap();
+        assert_eq!(q.processing_len(), 0, "{name}");
+    });
 }
 
 #[test]
 fn the_real_clock_makes_waiting_entries_ready() {
-    let q = ReferencePriorityQueue::new();
-    q.add_after(k("a"), MS);
-    assert_eq!(q.get().unwrap(), k("a"), "the timer thread readied it");
+    let queues: [Arc<dyn PriorityWorkQueue>; 2] = [
+        Arc::new(ReferencePriorityQueue::new()),
+        Arc::new(ShardedPriorityQueue::new(16)),
+    ];
+    for q in queues {
+        q.add_after(k("a"), MS);
+        assert_eq!(q.get().unwrap(), k("a"), "the timer thread readied it");
+    }
+}
+
+/// Records every metric event as a line.
+#[derive(Default, Clone)]
+struct Recorder(Arc<std::sync::Mutex<Vec<String>>>);
+
+struct Metric(Arc<std::sync::Mutex<Vec<String>>>, &'static str);
+
+impl Metric {
+    fn log(&self, line: String) {
+        self.0.lock().unwrap().push(line);
+    }
+}
+impl kcache::workqueue::GaugeMetric for Metric {
+    fn inc(&self) {
+        self.log(format!("{} +1", self.1));
+    }
+    fn dec(&self) {
+        self.log(format!("{} -1", self.1));
+    }
+}
+impl kcache::workqueue::DepthWithPriorityMetric for Metric {
+    fn inc(&self, priority: Priority) {
+        self.log(format!("{}[{priority}] +1", self.1));
+    }
+    fn dec(&self, priority: Priority) {
+        self.log(format!("{}[{priority}] -1", self.1));
+    }
+}
+impl kcache::workqueue::SettableGaugeMetric for Metric {
+    fn set(&self, value: f64) {
+        self.log(format!("{} ={value}", self.1));
+    }
+}
+impl kcache::workqueue::CounterMetric for Metric {
+    fn inc(&self) {
+        self.log(format!("{} +1", self.1));
+    }
+}
+impl kcache::workqueue::HistogramMetric for Metric {
+    fn observe(&self, value: f64) {
+        self.log(format!("{} {value}", self.1));
+    }
+}
+
+impl kcache::workqueue::MetricsProvider for Recorder {
+    fn new_depth_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::GaugeMetric> {
+        Arc::new(Metric(self.0.clone(), "depth"))
+    }
+    fn new_depth_with_priority_metric(
+        &self,
+        _: &str,
+    ) -> Arc<dyn kcache::workqueue::DepthWithPriorityMetric> {
+        Arc::new(Metric(self.0.clone(), "depth"))
+    }
+    fn new_adds_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::CounterMetric> {
+        Arc::new(Metric(self.0.clone(), "adds_total"))
+    }
+    fn new_latency_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::HistogramMetric> {
+        Arc::new(Metric(self.0.clone(), "queue_duration_seconds"))
+    }
+    fn new_work_duration_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::HistogramMetric> {
+        Arc::new(Metric(self.0.clone(), "work_duration_seconds"))
+    }
+    fn new_unfinished_work_seconds_metric(
+        &self,
+        _: &str,
+    ) -> Arc<dyn kcache::workqueue::SettableGaugeMetric> {
+        Arc::new(Metric(self.0.clone(), "unfinished_work_seconds"))
+    }
+    fn new_longest_running_processor_seconds_metric(
+        &self,
+        _: &str,
+    ) -> Arc<dyn kcache::workqueue::SettableGaugeMetric> {
+        Arc::new(Metric(self.0.clone(), "longest_running_processor_seconds"))
+    }
+    fn new_retries_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::CounterMetric> {
+        Arc::new(Metric(self.0.clone(), "retries_total"))
+    }
+}
+
+#[test]
+fn both_queues_report_client_gos_metrics_with_depth_per_priority() {
+    let events = |sharded: bool| {
+        let clock = Arc::new(FakeClock::new());
+        let recorder = Recorder::default();
+        let config = QueueConfig::new()
+            .name("test")
+            .metrics_provider(Arc::new(recorder.clone()))
+            .clock(clock.clone());
+        let q: Box<dyn PriorityWorkQueue> = if sharded {
+            // One shard: with more, a and b (both at 0) may come out in either order.
+            Box::new(ShardedPriorityQueue::with_config(1, &config))
+        } else {
+            Box::new(ReferencePriorityQueue::with_config(&config))
+        };
+        q.add_with_opts(at(LOW_PRIORITY), k("a")); // ready at -100
+        q.add(k("a")); // raised: moves from -100 to 0
+        q.add_after(k("b"), 2 * MS); // waits: a retry, not yet in depth
+        clock.step(2 * MS); // b ready
+        assert_eq!(q.try_get(), TryGet::Item(k("a")));
+        clock.step(3 * MS);
+        q.update_unfinished_work();
+        q.done(&k("a")).unwrap();
+        let log = recorder.0.lock().unwrap().clone();
+        log
+    };
+    let expected = [
+        "adds_total +1",
+        "depth[-100] +1",
+        "depth[-100] -1",
+        "depth[0] +1",
+        "retries_total +1",
+        "adds_total +1",
+        "depth[0] +1",
+        "depth[0] -1",
+        "queue_duration_seconds 0.002",
+        "unfinished_work_seconds =0.003",
+        "longest_running_processor_seconds =0.003",
+        "work_duration_seconds 0.003",
+    ];
+    assert_eq!(events(false), expected, "reference");
+    assert_eq!(events(true), expected, "sharded");
 }

@@ -244,6 +244,7 @@ impl Promote for Shared {
 ///
 /// ```
 /// use kcache::Key;
+/// use kcache::workqueue::WorkQueue;
 /// use kcache::workqueue::priority::{AddOpts, PriorityWorkQueue, ShardedPriorityQueue, TryGetWithPriority};
 /// let q = ShardedPriorityQueue::new(16);
 /// for i in 0..10 {
