@@ -270,7 +270,10 @@ fn a_cancelled_woken_task_hands_the_search_on_in_a_burst() {
         drop(first);
         let got = second.join().unwrap().unwrap();
         let rest = q.try_get();
-        assert!(matches!(rest, TryGet::Item(_)), "the other item is still queued");
+        assert!(
+            matches!(rest, TryGet::Item(_)),
+            "the other item is still queued"
+        );
         assert!(got == k("a") || got == k("c"));
     });
 }
