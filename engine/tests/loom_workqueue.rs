@@ -277,3 +277,68 @@ fn a_cancelled_woken_task_hands_the_search_on_in_a_burst() {
         assert!(got == k("a") || got == k("c"));
     });
 }
+
+/// The sharded priority queue on a fake clock (no timer thread; loom models only its own
+/// threads).
+fn priority_queue(shards: usize) -> Arc<kcache::workqueue::priority::ShardedPriorityQueue> {
+    let config =
+        kcache::workqueue::QueueConfig::new().clock(Arc::new(kcache::workqueue::FakeClock::new()));
+    Arc::new(kcache::workqueue::priority::ShardedPriorityQueue::with_config(shards, &config))
+}
+
+/// The sharded priority queue: a blocked `get` is woken by an add (the head it publishes and
+/// the waiter count it reads against the `get`'s count and re-read of the heads).
+#[test]
+fn priority_blocked_get_is_woken_by_add() {
+    model(|| {
+        let q = priority_queue(2);
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}
+
+/// The sharded priority queue: a burst of two adds with two sleeping threads serves both.
+#[test]
+fn priority_a_burst_of_adds_with_two_sleepers_serves_both() {
+    model(|| {
+        let q = priority_queue(2);
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                thread::spawn(move || q.get())
+            })
+            .collect();
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got: Vec<Key> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
+    });
+}
+
+/// The sharded priority queue: a key re-added while processed is handed out after `done` to
+/// a blocked worker, never to two at once.
+#[test]
+fn priority_a_readded_key_wakes_a_worker_at_done() {
+    model(|| {
+        let q = priority_queue(1);
+        q.add(k("a"));
+        let TryGet::Item(a) = q.try_get() else {
+            panic!("a was queued")
+        };
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        q.done(&a).unwrap();
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}

@@ -16,10 +16,20 @@
 //!
 //! # Waking
 //!
-//! Waiting `get`s register in one list and count themselves in `waiters`; a change that makes
-//! an entry available publishes the shard's head, then reads `waiters`; a `get` about to sleep
-//! counts itself, then reads the heads once more. Both pairs are `SeqCst`, so at least one side
-//! sees the other (the store-then-load pattern): a `get` never sleeps past an available entry.
+//! Waiting `get`s register in one list and count themselves in one atomic word, which also
+//! holds a *publication count* and the *searcher* bit; every change to the word is a
+//! read-modify-write, so all of them are totally ordered (an eventcount):
+//!
+//! - a change that may make an entry available publishes the shard's head, then bumps the
+//!   publication count, reading the word as it was: if it counted a waiter and no searcher, a
+//!   waiter is woken and becomes the searcher;
+//! - a `get` about to sleep reads the word, looks at the heads once more, and counts itself
+//!   with a compare-and-swap that fails if anything was published since (it then looks again).
+//!
+//! The searcher is the sharded workqueue's (`ready.rs`, Go's spinning-thread rule): the one
+//! `get` polling before it sleeps, or a sleeper woken to look. While it looks, publications wake
+//! nobody; it ends its search by waking the next waiter if entries and waiters remain, or by
+//! clearing the bit in a compare-and-swap that fails if something was published meanwhile.
 
 use std::fmt;
 use std::sync::Arc;
@@ -29,6 +39,7 @@ use std::time::Duration;
 use crossbeam_utils::CachePadded;
 
 use crate::key::Key;
+use crate::sharded::idle::IdlePolicy;
 use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 use super::super::clock::{Clock, Time};
@@ -55,6 +66,19 @@ fn encode(priority: Option<Priority>) -> u64 {
     }
 }
 
+const WAITER: u64 = 1;
+const WAITER_MASK: u64 = (1 << 31) - 1;
+const SEARCHING: u64 = 1 << 31;
+const PUBLICATION: u64 = 1 << 32;
+
+fn waiters(word: u64) -> u64 {
+    word & WAITER_MASK
+}
+
+fn is_searching(word: u64) -> bool {
+    word & SEARCHING != 0
+}
+
 /// Shard selection uses bits 32.. of the hash, which the shard maps' own bucket index (low
 /// bits) and control bytes (top 7 bits) do not depend on.
 const SHARD_BITS_OFFSET: u32 = 32;
@@ -68,9 +92,10 @@ struct Shared {
     /// Where the next scan of the heads starts, to rotate between equal heads.
     cursor: CachePadded<AtomicUsize>,
     shutting_down: AtomicBool,
-    /// Waiting `get`s; `waiters` counts them (changed under the list's lock).
+    /// Waiting `get`s; the word counts them (changed under the list's lock).
     waiting: Mutex<WaiterList>,
-    waiters: AtomicUsize,
+    /// Waiters (bits 0..31), the searcher bit (31) and the publication count (32..64).
+    word: AtomicU64,
     /// A `shut_down_with_drain` is waiting; a plain `shut_down` clears it.
     draining: AtomicBool,
     drain_lock: Mutex<()>,
@@ -78,6 +103,8 @@ struct Shared {
     clock: Arc<dyn Clock>,
     limiter: Box<dyn RateLimiter<Key>>,
     metrics: Option<PriorityMetrics>,
+    /// Whether polling before sleeping has been paying (shared with the sharded workqueue).
+    idle: IdlePolicy,
 }
 
 impl Shared {
@@ -92,8 +119,9 @@ impl Shared {
     /// Publishes `shard`'s head; the caller holds its lock. Returns the new head.
     fn publish(&self, index: usize, shard: &Entries) -> u64 {
         let head = encode(shard.available_priority());
-        // SeqCst: the store-then-load pair with `waiters` (see the module docs).
-        self.heads[index].store(head, Ordering::SeqCst);
+        // Release: a `get` that reads this head (Acquire) finds the entry under the shard lock
+        // anyway; the publication that wakes waiters is `notify`'s RMW.
+        self.heads[index].store(head, Ordering::Release);
         head
     }
 
@@ -114,17 +142,75 @@ impl Shared {
         }
     }
 
-    /// Wakes up to `count` waiting `get`s, if any wait. The caller published the head that
-    /// makes the entries available first.
-    fn wake(&self, count: usize) {
-        if count == 0 || self.waiters.load(Ordering::SeqCst) == 0 {
+    /// Whether any shard advertises an entry to take.
+    fn any_available(&self) -> bool {
+        self.heads
+            .iter()
+            .any(|h| h.load(Ordering::Acquire) != NO_HEAD)
+    }
+
+    /// After publishing a head that may make an entry available: counts the publication and,
+    /// if a waiter is counted and nobody searches, makes one the searcher.
+    fn notify(&self) {
+        // AcqRel: our head store is visible to whoever reads the word after this RMW; a
+        // sleeping `get`'s CAS that follows it fails and looks again.
+        let prev = self.word.fetch_add(PUBLICATION, Ordering::AcqRel);
+        if waiters(prev) == 0 || is_searching(prev) {
             return;
         }
-        let mut list = lock(&self.waiting);
-        let wakers: Vec<Waker> = (0..count).map_while(|_| list.pop()).collect();
-        self.waiters.fetch_sub(wakers.len(), Ordering::Relaxed);
-        drop(list);
-        wakers.into_iter().for_each(Waker::wake);
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if waiters(word) == 0 || is_searching(word) {
+                return;
+            }
+            match self.word.compare_exchange_weak(
+                word,
+                word | SEARCHING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(current) => word = current,
+            }
+        }
+        self.end_search();
+    }
+
+    /// Takes the searcher's bit if nobody holds it.
+    fn claim_search(&self) -> bool {
+        self.word.fetch_or(SEARCHING, Ordering::AcqRel) & SEARCHING == 0
+    }
+
+    /// The searcher ends its search: wakes the oldest waiter (who inherits the bit) if entries
+    /// and waiters remain, else clears the bit, unless something was published meanwhile.
+    fn end_search(&self) {
+        let mut word = self.word.load(Ordering::Acquire);
+        loop {
+            if waiters(word) > 0 && self.any_available() {
+                let mut list = lock(&self.waiting);
+                if let Some(waker) = list.pop() {
+                    // Relaxed: the count only changes under the list's lock.
+                    self.word.fetch_sub(WAITER, Ordering::Relaxed);
+                    drop(list);
+                    waker.wake();
+                    return;
+                }
+                drop(list);
+                word = self.word.load(Ordering::Acquire);
+                continue;
+            }
+            // Fails if a waiter came or went or something was published since `word`: look
+            // again.
+            match self.word.compare_exchange_weak(
+                word,
+                word & !SEARCHING,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return,
+                Err(current) => word = current,
+            }
+        }
     }
 
     /// The shard with the highest head, if any has one.
@@ -160,36 +246,62 @@ impl Shared {
         }
     }
 
-    /// The poll behind every `get`.
+    /// The poll behind every `get`. A poll after a wake-up searches (`slot.searching`).
     fn poll_take(
         &self,
         slot: &mut WaitSlot,
         cx: &mut Context<'_>,
     ) -> Poll<Result<(Key, Priority), ShutDown>> {
+        if slot.id.is_some() && !slot.searching {
+            let mut list = lock(&self.waiting);
+            if !list.contains(slot) {
+                // Woken: taken off the list to search (or by shut-down).
+                list.remove(slot);
+                slot.searching = true;
+            }
+        }
         loop {
             if self.shutting_down.load(Ordering::Acquire) {
                 self.deregister(slot);
+                if std::mem::take(&mut slot.searching) {
+                    self.word.fetch_and(!SEARCHING, Ordering::AcqRel);
+                }
                 return Poll::Ready(Err(ShutDown));
             }
             if let Some(taken) = self.try_take() {
                 self.deregister(slot);
+                if std::mem::take(&mut slot.searching) {
+                    self.end_search();
+                }
                 return Poll::Ready(Ok(taken));
             }
             let mut list = lock(&self.waiting);
-            if !list.contains(slot) {
-                // SeqCst: counted before the heads are read again (the store-then-load pair).
-                self.waiters.fetch_add(1, Ordering::SeqCst);
-            }
-            list.register(slot, cx.waker());
-            drop(list);
-            let available = self
-                .heads
-                .iter()
-                .any(|h| h.load(Ordering::SeqCst) != NO_HEAD);
-            if !available && !self.shutting_down.load(Ordering::SeqCst) {
+            if list.contains(slot) {
+                // Polled again before a wake-up: still counted, just refresh the waker.
+                list.register(slot, cx.waker());
                 return Poll::Pending;
             }
-            // Something arrived as we registered: take it ourselves.
+            // Count ourselves only if nothing was published since we read the word and looked
+            // at the heads; a searcher gives its bit up in the same CAS.
+            let word = self.word.load(Ordering::Acquire);
+            if self.any_available() {
+                continue;
+            }
+            let give_up = if slot.searching { SEARCHING } else { 0 };
+            if self
+                .word
+                .compare_exchange(
+                    word,
+                    (word + WAITER) & !give_up,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                )
+                .is_ok()
+            {
+                slot.searching = false;
+                list.register(slot, cx.waker());
+                return Poll::Pending;
+            }
         }
     }
 
@@ -200,7 +312,7 @@ impl Shared {
         }
         let mut list = lock(&self.waiting);
         if list.remove(slot) {
-            self.waiters.fetch_sub(1, Ordering::Relaxed);
+            self.word.fetch_sub(WAITER, Ordering::Relaxed);
         }
     }
 
@@ -224,7 +336,9 @@ impl Promote for Shared {
                 }
             }
             drop(shard);
-            self.wake(moved);
+            if moved > 0 {
+                self.notify();
+            }
         }
         next
     }
@@ -289,13 +403,14 @@ impl ShardedPriorityQueue {
             cursor: CachePadded::new(AtomicUsize::new(0)),
             shutting_down: AtomicBool::new(false),
             waiting: Mutex::new(WaiterList::default()),
-            waiters: AtomicUsize::new(0),
+            word: AtomicU64::new(0),
             draining: AtomicBool::new(false),
             drain_lock: Mutex::new(()),
             drained: Condvar::new(),
             clock: Arc::clone(config.get_clock()),
             limiter,
             metrics: PriorityMetrics::from_config(config),
+            idle: IdlePolicy::new(),
         });
         let timer = TimerHandle::start(&shared.clock, &shared);
         Self { shared, timer }
@@ -325,7 +440,9 @@ impl ShardedPriorityQueue {
         self.timer.stop();
         let mut list = lock(&shared.waiting);
         let wakers = list.take_all();
-        shared.waiters.fetch_sub(wakers.len(), Ordering::Relaxed);
+        shared
+            .word
+            .fetch_sub(WAITER * wakers.len() as u64, Ordering::Relaxed);
         drop(list);
         wakers.into_iter().for_each(Waker::wake);
     }
@@ -353,19 +470,18 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
                 metrics.retry();
             }
         }
-        let mut woken = shared.catch_up(&mut shard);
+        let promoted = shared.catch_up(&mut shard);
         let processing = shard.is_processing(&key);
         let added = shard.add(key, priority, ready_at, shared.metrics.as_ref());
-        if added.ready && !processing {
-            woken += 1;
-        }
         // Always: a raised priority changes the head without making anything newly ready.
         shared.publish(index, &shard);
         drop(shard);
         if let Some(at) = added.waiting_until {
             self.timer.kick(at);
         }
-        shared.wake(woken);
+        if promoted > 0 || (added.ready && !processing) {
+            shared.notify();
+        }
     }
 
     fn forget(&self, key: &Key) {
@@ -381,8 +497,28 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
     }
 
     fn get_with_priority(&self) -> Result<(Key, Priority), ShutDown> {
+        let shared = &*self.shared;
         let mut slot = WaitSlot::default();
-        block_on(|cx| self.shared.poll_take(&mut slot, cx))
+        if !shared.shutting_down.load(Ordering::Acquire) {
+            if let Some(taken) = shared.try_take() {
+                return Ok(taken);
+            }
+            // Poll briefly as the searcher before sleeping (see the sharded workqueue's `get`).
+            if shared.claim_search() {
+                slot.searching = true;
+                let mut backoff = shared.idle.backoff();
+                while !shared.shutting_down.load(Ordering::Acquire) {
+                    if let Some(taken) = shared.try_take() {
+                        shared.end_search();
+                        return Ok(taken);
+                    }
+                    if !backoff.snooze() {
+                        break;
+                    }
+                }
+            }
+        }
+        block_on(|cx| shared.poll_take(&mut slot, cx))
     }
 
     fn try_get_with_priority(&self) -> TryGetWithPriority {
@@ -434,18 +570,15 @@ impl WorkQueue for ShardedPriorityQueue {
     fn cancel_get(&self, slot: &mut WaitSlot) {
         let shared = &*self.shared;
         let mut list = lock(&shared.waiting);
+        let was_woken = slot.id.is_some();
         if list.remove(slot) {
-            shared.waiters.fetch_sub(1, Ordering::Relaxed);
+            shared.word.fetch_sub(WAITER, Ordering::Relaxed);
             return;
         }
         drop(list);
-        // Woken for an entry it will not take: pass the wake-up on if one is available.
-        if shared
-            .heads
-            .iter()
-            .any(|h| h.load(Ordering::SeqCst) != NO_HEAD)
-        {
-            shared.wake(1);
+        if was_woken || std::mem::take(&mut slot.searching) {
+            // We were the searcher: hand the search on.
+            shared.end_search();
         }
     }
 
@@ -462,7 +595,7 @@ impl WorkQueue for ShardedPriorityQueue {
         let idle = shard.processing_len() == 0;
         drop(shard);
         if has_ready && !shared.shutting_down.load(Ordering::Acquire) {
-            shared.wake(1);
+            shared.notify();
         }
         // SeqCst pairs with the store in `close`: a drain that started after our decrement
         // finds it when it locks this shard.
