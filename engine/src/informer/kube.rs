@@ -115,8 +115,17 @@ pub fn from_kube_error(error: kube::Error) -> Error {
     }
 }
 
+/// The status, with the server's `details.retryAfterSeconds` (kube-rs drops the `Retry-After`
+/// header, but the API server puts the same number in the body of every status that has one).
 fn from_kube_status(status: &kube::core::Status) -> Status {
+    let retry_after = status
+        .details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .filter(|&seconds| seconds > 0)
+        .map(|seconds| std::time::Duration::from_secs(u64::from(seconds)));
     Status::new(status.code, status.reason.clone(), status.message.clone())
+        .with_retry_after(retry_after)
 }
 
 /// One kube-rs watch event as the trait's.
