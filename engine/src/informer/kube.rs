@@ -8,6 +8,11 @@
 //! errors become the trait's. Retrying, relisting on `410`, backing off and resyncing stay the
 //! reflector's job, exactly as with client-go's `ListWatch`.
 //!
+//! Build the client with `kube::Config::default_retry` off: kube-rs' own retry layer retries
+//! 429, 503 and 504 up to 15 times inside one call, so the reflector would learn of a
+//! `504 ResourceVersionTooLarge` (a server restarted without its state) only a minute or more
+//! later, and its backoff and `Retry-After` handling would not apply.
+//!
 //! Kube objects carry their resource version in `metadata.resourceVersion`; with this feature
 //! every [`kube::Resource`] is [`Versioned`] (an object without one reads as `""`), and
 //! [`kube_key`] is client-go's `MetaNamespaceKeyFunc` for them.

@@ -13,7 +13,7 @@
 use std::fmt;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -239,7 +239,8 @@ impl fmt::Display for FaultReport {
 /// A plan in force: its coin flips and counts.
 #[derive(Debug)]
 pub struct Faults {
-    plan: FaultPlan,
+    /// Read for every decision; replaced whole by [`Faults::set_plan`].
+    plan: RwLock<FaultPlan>,
     started: Instant,
     flips: AtomicU64,
     /// What was injected.
@@ -250,16 +251,26 @@ impl Faults {
     /// `plan`, with stalls timed from now.
     pub fn new(plan: FaultPlan) -> Arc<Self> {
         Arc::new(Self {
-            plan,
+            plan: RwLock::new(plan),
             started: Instant::now(),
             flips: AtomicU64::new(0),
             counts: FaultCounts::default(),
         })
     }
 
-    /// The plan.
-    pub fn plan(&self) -> &FaultPlan {
-        &self.plan
+    /// The plan in force.
+    pub fn plan(&self) -> FaultPlan {
+        self.plan.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Injects `plan` from now on (a stall is still timed from the start); the counts go on.
+    pub fn set_plan(&self, plan: FaultPlan) {
+        *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
+    }
+
+    /// One probability of the plan in force.
+    fn p(&self, pick: impl FnOnce(&FaultPlan) -> f64) -> f64 {
+        pick(&self.plan.read().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// True with probability `p`.
@@ -269,7 +280,8 @@ impl Faults {
         }
         // Relaxed: the counter only has to hand out distinct numbers.
         let n = self.flips.fetch_add(1, Ordering::Relaxed);
-        let bits = splitmix64(self.plan.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        let seed = self.plan.read().unwrap_or_else(|e| e.into_inner()).seed;
+        let bits = splitmix64(seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         // The top 53 bits as a uniform number in [0, 1).
         ((bits >> 11) as f64 / (1u64 << 53) as f64) < p
     }
@@ -277,7 +289,7 @@ impl Faults {
     /// The fault a request gets instead of its answer, if any: a 429 on any request, a 500 or
     /// a 410 on a list page after the first.
     pub fn on_request(&self, query: Option<&str>) -> Option<Status> {
-        if self.chance(self.plan.too_many_requests) {
+        if self.chance(self.p(|p| p.too_many_requests)) {
             bump(&self.counts.too_many_requests);
             return Some(Status::too_many_requests(RETRY_AFTER_SECONDS));
         }
@@ -287,13 +299,13 @@ impl Faults {
         let watch = form_urlencoded::parse(query.as_bytes())
             .any(|(k, v)| k == "watch" && (v == "1" || v == "true"));
         if continued && !watch {
-            if self.chance(self.plan.list_500) {
+            if self.chance(self.p(|p| p.list_500)) {
                 bump(&self.counts.list_500s);
                 return Some(Status::internal_error(
                     "injected fault: the server failed while listing",
                 ));
             }
-            if self.chance(self.plan.expire_continue) {
+            if self.chance(self.p(|p| p.expire_continue)) {
                 bump(&self.counts.expired_continues);
                 return Some(Status::expired(
                     "The provided continue parameter is too old to display a consistent list \
@@ -306,7 +318,7 @@ impl Faults {
 
     /// When a stall going on now ends.
     fn stalled_until(&self) -> Option<Instant> {
-        let stall = self.plan.stall?;
+        let stall = self.plan.read().unwrap_or_else(|e| e.into_inner()).stall?;
         let begins = self.started + stall.after;
         let ends = begins + stall.duration;
         let now = Instant::now();
@@ -331,7 +343,7 @@ impl Faults {
                     bump(&faults.counts.stalled_chunks);
                     tokio::time::sleep_until(until).await;
                 }
-                let plan = &faults.plan;
+                let plan = faults.plan();
                 if faults.chance(plan.reset_mid_chunk) && chunk.len() > 1 {
                     bump(&faults.counts.resets);
                     // Half a chunk, then an error: hyper aborts the connection without the

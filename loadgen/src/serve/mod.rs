@@ -12,6 +12,7 @@
 //! | [`faults`] | faults injected on purpose (resets, cut frames, stalls, 429s, …) and their counts |
 //! | [`limits`] | the accept loop: per-connection limits and the slow-watcher close |
 //! | [`params`] | query parameters read before routing (a too-new resource version waits) |
+//! | `restart` | the churn's thread; a restart that loses the state (versions go back) |
 //!
 //! [`Server::start`] runs it inside a tokio runtime (tests, and an end-to-end run that wants
 //! it in-process); `loadgen serve` is the same behind a command line.
@@ -21,6 +22,7 @@ pub mod faults;
 pub mod limits;
 pub mod objects;
 pub mod params;
+mod restart;
 pub mod routes;
 pub mod store;
 pub mod watch;
@@ -175,7 +177,8 @@ pub struct Server {
     initial_pods: usize,
     /// While the churn is held: dropping it lets the churn begin.
     churn_gate: Option<std::sync::mpsc::Sender<()>>,
-    limits: Limits,
+    /// What it was started with (a restart without state starts over from it).
+    config: ServeConfig,
 }
 
 impl Server {
@@ -219,27 +222,13 @@ impl Server {
             too_large_wait: config.too_large_wait,
         };
         let (shutdown, http) = serve_http(listener, app.clone(), config.limits.clone());
-
-        let stop_churn = Arc::new(AtomicBool::new(false));
-        let (churn_store, churn_stop, rate) =
-            (Arc::clone(&store), Arc::clone(&stop_churn), config.rate);
-        let (churn_gate, held) = if config.hold_churn {
-            let (gate, held) = std::sync::mpsc::channel::<()>();
-            (Some(gate), Some(held))
-        } else {
-            (None, None)
-        };
-        std::thread::Builder::new()
-            .name("serve-churn".into())
-            .spawn(move || {
-                if let Some(held) = held {
-                    // Nothing is ever sent: the gate opens when its sender is dropped.
-                    let _ = held.recv();
-                }
-                let summary = churn.run(&churn_store, rate, &churn_stop);
-                // Nobody waiting is fine.
-                let _ = churn_done.send(Some(summary));
-            })?;
+        let (stop_churn, churn_gate) = restart::spawn_churn(
+            churn,
+            Arc::clone(&store),
+            config.rate,
+            config.hold_churn,
+            churn_done,
+        )?;
         Ok(Server {
             addr,
             store,
@@ -250,13 +239,18 @@ impl Server {
             app,
             initial_pods,
             churn_gate,
-            limits: config.limits,
+            config,
         })
     }
 
     /// The faults injected so far (and the watchers the limits closed).
     pub fn faults(&self) -> FaultReport {
         self.app.faults.counts.report()
+    }
+
+    /// Injects `plan` from now on instead of the one it was started with.
+    pub fn set_faults(&self, plan: FaultPlan) {
+        self.app.faults.set_plan(plan);
     }
 
     /// Lets a churn held by [`ServeConfig::hold_churn`] begin (nothing if it is not held).
@@ -320,7 +314,7 @@ impl Server {
                 format!("cannot listen on {} again: {e}", self.addr),
             )
         })?;
-        let (shutdown, http) = serve_http(listener, self.app.clone(), self.limits.clone());
+        let (shutdown, http) = serve_http(listener, self.app.clone(), self.config.limits.clone());
         self.shutdown = shutdown;
         self.http = http;
         Ok(())
