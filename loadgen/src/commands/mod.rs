@@ -7,3 +7,5 @@ pub mod ops;
 pub mod replay;
 pub mod run;
 pub mod scale;
+#[cfg(feature = "wire")]
+pub mod soak;

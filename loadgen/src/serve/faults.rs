@@ -268,6 +268,13 @@ impl Faults {
         *self.plan.write().unwrap_or_else(|e| e.into_inner()) = plan;
     }
 
+    /// Stalls every watch for `duration` from now.
+    pub fn stall_from_now(&self, duration: Duration) {
+        let after = self.started.elapsed();
+        self.plan.write().unwrap_or_else(|e| e.into_inner()).stall =
+            Some(Stall { after, duration });
+    }
+
     /// One probability of the plan in force.
     fn p(&self, pick: impl FnOnce(&FaultPlan) -> f64) -> f64 {
         pick(&self.plan.read().unwrap_or_else(|e| e.into_inner()))

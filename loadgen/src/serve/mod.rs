@@ -248,6 +248,18 @@ impl Server {
         self.app.faults.counts.report()
     }
 
+    /// Stops the churn where it is (the server goes on serving); `churn_finished` resolves.
+    pub fn stop_churn(&self) {
+        // Relaxed: the flag carries no data (see Churn::run).
+        self.stop_churn.store(true, Ordering::Relaxed);
+        self.churn_gate_open();
+    }
+
+    /// Stalls every watch for `duration` from now (no bytes, no close).
+    pub fn stall_watches(&self, duration: Duration) {
+        self.app.faults.stall_from_now(duration);
+    }
+
     /// Injects `plan` from now on instead of the one it was started with.
     pub fn set_faults(&self, plan: FaultPlan) {
         self.app.faults.set_plan(plan);
@@ -256,6 +268,14 @@ impl Server {
     /// Lets a churn held by [`ServeConfig::hold_churn`] begin (nothing if it is not held).
     pub fn release_churn(&mut self) {
         self.churn_gate = None;
+    }
+
+    fn churn_gate_open(&self) {
+        if let Some(gate) = &self.churn_gate {
+            // A held churn that is told to stop must get past its gate to see it: dropping the
+            // sender is what opens it, and this handle is shared, so the gate gets a message.
+            let _ = gate.send(());
+        }
     }
 
     /// Where it listens.
