@@ -248,6 +248,15 @@ async fn oversized_heads_get_431_and_oversized_uris_414() {
         status_line(addr, big_header).await,
         "HTTP/1.1 431 Request Header Fields Too Large"
     );
+    let mut many_headers = b"GET /version HTTP/1.1\r\nHost: x\r\n".to_vec();
+    for n in 0..150 {
+        many_headers.extend_from_slice(format!("X-H{n}: v\r\n").as_bytes());
+    }
+    many_headers.extend_from_slice(b"\r\n");
+    assert_eq!(
+        status_line(addr, many_headers).await,
+        "HTTP/1.1 431 Request Header Fields Too Large"
+    );
     let mut long_uri = b"GET /api/v1/pods?x=".to_vec();
     long_uri.extend(std::iter::repeat_n(b'a', 70_000));
     long_uri.extend_from_slice(b" HTTP/1.1\r\nHost: x\r\n\r\n");
