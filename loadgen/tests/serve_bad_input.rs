@@ -485,6 +485,45 @@ async fn a_watcher_that_never_reads_is_closed() {
     server.stop().await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_keep_alive_connection_whose_watch_ended_is_not_closed_as_a_slow_watcher() {
+    let mut config = ServeConfig::new(
+        WorkloadSpec::new(Workload::W1).keys(100).events(2_000),
+        4_000.0,
+    );
+    config.hold_churn = true;
+    config.limits.slow_watcher_events = 50;
+    config.limits.slow_watcher_check = Duration::from_millis(20);
+    let mut server = Server::start(config).await.expect("the server starts");
+    let mut conn = connect(server.addr()).await;
+    // A watch that ends by its timeout, read to its end on this connection.
+    let from = server.store().resource_version();
+    let (code, _) = {
+        conn.ready().await.unwrap();
+        let request = hyper::Request::get(format!(
+            "/api/v1/pods?watch=1&resourceVersion={from}&timeoutSeconds=1"
+        ))
+        .header("host", "loadgen")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+        let response = conn.send_request(request).await.unwrap();
+        let code = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (code, body)
+    };
+    assert_eq!(code, 200);
+    // The store moves far past the bound while the connection only lists now and then.
+    server.release_churn();
+    tokio::time::timeout(Duration::from_secs(30), server.churn_finished())
+        .await
+        .expect("the churn finishes");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (ok, _) = send(&mut conn, "GET", "/api/v1/pods?limit=1", b"").await;
+    assert_eq!(ok, 200);
+    assert_eq!(server.faults().slow_watchers_closed, 0);
+    server.stop().await.unwrap();
+}
+
 /// `loadgen serve` as a child process (its memory is then its own), killed on drop.
 struct ServeProcess {
     child: Child,

@@ -74,20 +74,15 @@ pub struct WatchProgress {
 }
 
 impl WatchProgress {
-    /// A watch starts at `resource_version` on this connection.
-    pub fn start(&self, resource_version: u64) {
+    /// A watch starts at `resource_version` on this connection; it is followed until the
+    /// returned guard is dropped (with the watch's body).
+    pub fn start(self: &Arc<Self>, resource_version: u64) -> WatchGuard {
         // Relaxed: the watchdog only needs each value eventually; a check one period late
         // closes the watcher one period late.
         self.resource_version
             .store(resource_version, Ordering::Relaxed);
         self.watching.store(true, Ordering::Relaxed);
-    }
-
-    /// Every event up to `resource_version` has been handed to the connection.
-    pub fn sent(&self, resource_version: u64) {
-        // Relaxed: see `start`.
-        self.resource_version
-            .store(resource_version, Ordering::Relaxed);
+        WatchGuard(Arc::clone(self))
     }
 
     /// How far behind `newest` the watch is; `None` when no watch runs.
@@ -96,6 +91,28 @@ impl WatchProgress {
         self.watching
             .load(Ordering::Relaxed)
             .then(|| newest.saturating_sub(self.resource_version.load(Ordering::Relaxed)))
+    }
+}
+
+/// A watch in progress on a connection (see [`WatchProgress::start`]); dropping it says the
+/// watch is over, so a keep-alive connection's later requests are not judged as a watch.
+#[derive(Debug)]
+pub struct WatchGuard(Arc<WatchProgress>);
+
+impl WatchGuard {
+    /// Every event up to `resource_version` has been handed to the connection.
+    pub fn sent(&self, resource_version: u64) {
+        // Relaxed: see `WatchProgress::start`.
+        self.0
+            .resource_version
+            .store(resource_version, Ordering::Relaxed);
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        // Relaxed: see `WatchProgress::start`.
+        self.0.watching.store(false, Ordering::Relaxed);
     }
 }
 

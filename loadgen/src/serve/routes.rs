@@ -359,11 +359,9 @@ fn watch(
     };
     let body = match app.store.watch(namespace, from) {
         Ok(start) => {
-            // The watchdog of the connection (limits.rs) follows what this watch has sent.
-            let progress = progress.cloned();
-            if let Some(progress) = &progress {
-                progress.start(start.resource_version);
-            }
+            // The watchdog of the connection (limits.rs) follows what this watch has sent,
+            // until the body (and with it the guard) is dropped.
+            let progress = progress.map(|p| p.start(start.resource_version));
             let watcher = Watcher::new(start, options, app.shutdown.clone());
             let chunks = futures_util::stream::unfold(
                 (watcher, progress),
