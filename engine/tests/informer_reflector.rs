@@ -493,3 +493,61 @@ async fn a_too_large_version_falls_back_to_a_full_list() {
     );
     finish(stop, task).await;
 }
+
+// Mirrors client-go's handling of `Retry-After` (rest client `checkWait`, reflector
+// `TestBackoffOnTooManyRequests`): a 429 is retried no sooner than the server asked, however
+// short the backoff's own wait; a longer backoff wait still counts.
+#[tokio::test(start_paused = true)]
+async fn a_429_waits_its_retry_after_before_the_next_attempt() {
+    let srv = server(100);
+    srv.upsert(pod("a", 1)).unwrap();
+    srv.throttle_next_watches(2, Duration::from_secs(5));
+    let lw = Recording::new(srv.clone());
+    let (queue, _store) = queue_and_store();
+    let (errors, options) = logging_errors();
+    let (_, stop, task) = start(lw.clone(), &queue, options);
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(
+        lw.lists(),
+        ["0"],
+        "a throttled watch is retried without a relist"
+    );
+    assert_eq!(lw.watches(), ["1", "1", "1"]);
+    let times = lw.times();
+    assert_eq!(
+        times[2] - times[1],
+        Duration::from_secs(5),
+        "not the backoff's 800 ms"
+    );
+    assert_eq!(
+        times[3] - times[2],
+        Duration::from_secs(5),
+        "not the backoff's 1.6 s"
+    );
+    {
+        let errors = errors.lock().unwrap();
+        assert_eq!(errors.len(), 2);
+        assert!(errors
+            .iter()
+            .all(|e| e.is_too_many_requests() && e.retry_after() == Some(Duration::from_secs(5))));
+    }
+    finish(stop, task).await;
+}
+
+// The same for lists: the round's backoff stretches to `Retry-After` while that is longer.
+#[tokio::test(start_paused = true)]
+async fn a_throttled_list_waits_the_longer_of_retry_after_and_the_backoff() {
+    let srv = server(100);
+    srv.upsert(pod("a", 1)).unwrap();
+    srv.throttle_next_lists(3, Duration::from_secs(3));
+    let lw = Recording::new(srv.clone());
+    let (queue, store) = queue_and_store();
+    let (_, stop, task) = start(lw.clone(), &queue, exact_backoff());
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let times = lw.times();
+    let gaps: Vec<Duration> = times.windows(2).map(|w| w[1] - w[0]).take(3).collect();
+    assert_eq!(gaps, [ms(3000), ms(3000), ms(3200)]);
+    assert_eq!(lw.lists().len(), 4);
+    assert_eq!(drain(&queue, &store), ["a: Replaced(1@1)"]);
+    finish(stop, task).await;
+}

@@ -13,14 +13,14 @@
 //! | 1 | [`engines`], [`args`], [`progress`], [`ui`], [`units`], [`sync`] | engine names and one run's knobs; value parsers several commands share; progress reporting and bars and notes on stderr; numbers as tables show them; a lock that survives a panicked holder |
 //! | 1 | [`result`] | one engine's measured result: the row every report shows and the JSON a child process hands back |
 //! | 2 | [`driver`], [`pacing`], [`readers`], [`server_feed`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers; the in-memory API server and the producer that writes a workload into it |
-//! | 2 | [`verdict`], [`informer_verdict`] | judges a finished run against the workload's model; judges each handler of a run through the informer |
+//! | 2 | [`verdict`], [`informer_verdict`], [`handler_ledger`] | judges a finished run against the workload's model; judges each handler of a run through the informer; checks one handler's notifications against a server's state, where no model is at hand (faults over the wire, `soak`) |
 //! | 2 | [`controller_loop`], [`controller_informer`], [`through_informer`], [`harness_floor`] | W6 on the bare queue: DeltaFIFO, indexer, workqueue and workers as one controller; W6 through the shared informer (the default W6); the same events through the whole informer pipeline; the harness floor, a client that drains the same server into nothing |
 //! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
 //! | 2 | [`wq_round_trip`] | the workqueue round trip: a producer and N workers through any work queue, timed, with the workers' context switches |
-//! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart |
+//! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`], [`soak_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart; a soak's samples, RSS slope and chart |
 //! | 3 | `serve` (feature wire) | the synthetic Kubernetes API server for pods (docs/wire.md) that `loadgen serve` and `loadgen e2e` run (its command line still lives in `serve/mod.rs`) |
-//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `e2e` (real clients against `serve`) |
+//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire), [`commands::soak`] (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `e2e` (real clients against `serve`), `soak` (the pipeline for hours, with faults) |
 //!
 //! A command never imports another command: what two commands share lives a floor down
 //! (`compare` runs the same [`runs`], [`capacity_search`] and [`scale_sweep`] as `run`,
@@ -40,6 +40,7 @@ pub mod driver;
 #[cfg(feature = "wire")]
 pub mod e2e;
 pub mod engines;
+pub mod handler_ledger;
 pub mod harness_floor;
 pub mod informer_verdict;
 pub mod isolate;
@@ -57,6 +58,7 @@ pub mod scale_sweep;
 #[cfg(feature = "wire")]
 pub mod serve;
 pub mod server_feed;
+pub mod soak_report;
 pub mod sync;
 pub mod thp;
 pub mod through_informer;

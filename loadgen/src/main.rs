@@ -57,6 +57,10 @@ enum Command {
     /// `serve`, and report events/s, lag, memory and a verdict per client.
     #[cfg(feature = "wire")]
     E2e(loadgen::e2e::E2eArgs),
+    /// The whole pipeline for a long time with faults: serve → informer → workqueue →
+    /// workers, sampling memory, threads, fds, queues and lag, with a verdict and a chart.
+    #[cfg(feature = "wire")]
+    Soak(loadgen::commands::soak::SoakArgs),
     /// One client of `e2e`, in a process of its own (started by `e2e`).
     #[cfg(feature = "wire")]
     #[command(hide = true)]
@@ -80,6 +84,8 @@ fn main() -> ExitCode {
         Command::Workqueue(args) => loadgen::commands::workqueue::main(args),
         #[cfg(feature = "wire")]
         Command::E2e(args) => loadgen::e2e::main(args),
+        #[cfg(feature = "wire")]
+        Command::Soak(args) => loadgen::commands::soak::main(args),
         #[cfg(feature = "wire")]
         Command::E2eClient(args) => loadgen::e2e::client::main(args),
     }

@@ -8,6 +8,11 @@
 //! errors become the trait's. Retrying, relisting on `410`, backing off and resyncing stay the
 //! reflector's job, exactly as with client-go's `ListWatch`.
 //!
+//! Build the client with `kube::Config::default_retry` off: kube-rs' own retry layer retries
+//! 429, 503 and 504 up to 15 times inside one call, so the reflector would learn of a
+//! `504 ResourceVersionTooLarge` (a server restarted without its state) only a minute or more
+//! later, and its backoff and `Retry-After` handling would not apply.
+//!
 //! Kube objects carry their resource version in `metadata.resourceVersion`; with this feature
 //! every [`kube::Resource`] is [`Versioned`] (an object without one reads as `""`), and
 //! [`kube_key`] is client-go's `MetaNamespaceKeyFunc` for them.
@@ -115,8 +120,17 @@ pub fn from_kube_error(error: kube::Error) -> Error {
     }
 }
 
+/// The status, with the server's `details.retryAfterSeconds` (kube-rs drops the `Retry-After`
+/// header, but the API server puts the same number in the body of every status that has one).
 fn from_kube_status(status: &kube::core::Status) -> Status {
+    let retry_after = status
+        .details
+        .as_ref()
+        .map(|d| d.retry_after_seconds)
+        .filter(|&seconds| seconds > 0)
+        .map(|seconds| std::time::Duration::from_secs(u64::from(seconds)));
     Status::new(status.code, status.reason.clone(), status.message.clone())
+        .with_retry_after(retry_after)
 }
 
 /// One kube-rs watch event as the trait's.

@@ -75,6 +75,9 @@ pub struct Status {
     pub reason: String,
     /// For humans.
     pub message: String,
+    /// How long the server asked the client to wait before trying again (the `Retry-After`
+    /// header, or `details.retryAfterSeconds`), if it did.
+    pub retry_after: Option<Duration>,
 }
 
 impl Status {
@@ -84,7 +87,14 @@ impl Status {
             code,
             reason: reason.into(),
             message: message.into(),
+            retry_after: None,
         }
+    }
+
+    /// The same status, asking the client to wait `retry_after` before trying again.
+    pub fn with_retry_after(mut self, retry_after: Option<Duration>) -> Self {
+        self.retry_after = retry_after;
+        self
     }
 
     /// `410 Expired`: the resource version asked for is older than the server keeps.
@@ -187,6 +197,12 @@ impl Error {
     pub fn is_too_large_resource_version(&self) -> bool {
         self.status()
             .is_some_and(|s| s.message.contains("Too large resource version"))
+    }
+
+    /// How long the server asked to wait before the next attempt (`Retry-After`), if it did:
+    /// client-go waits that long before retrying, whatever its backoff says.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.status().and_then(|s| s.retry_after)
     }
 
     /// `429 Too Many Requests`.

@@ -147,6 +147,10 @@ struct Inner<T> {
 struct Faults {
     fail_lists: usize,
     fail_watches: usize,
+    /// The next lists and watches answered 429 with this `Retry-After`.
+    throttle_lists: usize,
+    throttle_watches: usize,
+    retry_after: Duration,
     expire_watches: usize,
     /// Every list and watch fails as a refused connection until this is cleared.
     unavailable: bool,
@@ -173,6 +177,17 @@ fn parse_resource_version(rv: &str) -> Result<Option<u64>, Error> {
             .map(Some)
             .map_err(|_| bad_request(format!("invalid resource version {rv:?}: not a number"))),
     }
+}
+
+fn injected_too_many_requests(retry_after: Duration) -> Error {
+    Error::Api(
+        Status::new(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later (injected)",
+        )
+        .with_retry_after(Some(retry_after)),
+    )
 }
 
 fn injected_connection_refused(what: &str) -> Error {
@@ -286,6 +301,21 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         self.control().faults.fail_lists += n;
     }
 
+    /// The next `n` lists are answered `429 TooManyRequests` with `Retry-After: retry_after`.
+    pub fn throttle_next_lists(&self, n: usize, retry_after: Duration) {
+        let mut control = self.control();
+        control.faults.throttle_lists += n;
+        control.faults.retry_after = retry_after;
+    }
+
+    /// The next `n` watches are refused with `429 TooManyRequests` and `Retry-After:
+    /// retry_after`.
+    pub fn throttle_next_watches(&self, n: usize, retry_after: Duration) {
+        let mut control = self.control();
+        control.faults.throttle_watches += n;
+        control.faults.retry_after = retry_after;
+    }
+
     /// The next `n` watches fail to open as a refused connection.
     pub fn fail_next_watches(&self, n: usize) {
         self.control().faults.fail_watches += n;
@@ -375,6 +405,10 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
                 control.faults.fail_lists -= 1;
                 return Err(injected_connection_refused("list"));
             }
+            if control.faults.throttle_lists > 0 {
+                control.faults.throttle_lists -= 1;
+                return Err(injected_too_many_requests(control.faults.retry_after));
+            }
         }
         let paged = match &options.continue_token {
             Some(token) => {
@@ -424,6 +458,10 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         if control.faults.fail_watches > 0 {
             control.faults.fail_watches -= 1;
             return Err(injected_connection_refused("watch"));
+        }
+        if control.faults.throttle_watches > 0 {
+            control.faults.throttle_watches -= 1;
+            return Err(injected_too_many_requests(control.faults.retry_after));
         }
         parse_resource_version(&options.resource_version)?;
         let expired = control.faults.expire_watches > 0;

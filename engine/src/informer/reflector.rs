@@ -21,6 +21,9 @@
 //!    fell out of the server's window), any other server error event, a watch that closed
 //!    within a second without an event (the server is unwell), a failed list.
 //!
+//! A wait is never shorter than the server's `Retry-After` (a 429's), as client-go's REST
+//! client sleeps it before retrying.
+//!
 //! Meanwhile a resync timer calls the queue's `resync` every `resync_period` when
 //! `should_resync` agrees.
 //!
@@ -151,6 +154,14 @@ impl ReflectorHandle {
     }
 }
 
+/// The next backoff delay, but at least what the server asked for with `Retry-After`
+/// (client-go's REST client sleeps `Retry-After` before it retries a 429).
+fn delay_honouring(backoff: &mut BackoffTimer, retry_after: Option<Duration>) -> Duration {
+    backoff
+        .next_delay(Instant::now())
+        .max(retry_after.unwrap_or_default())
+}
+
 /// How a watch ended.
 enum WatchEnd {
     /// The stream ended: re-open from the last version.
@@ -240,13 +251,15 @@ where
     pub async fn run(&self, stop: StopSignal) {
         let mut backoff = self.options.backoff.timer();
         while !stop.is_stopped() {
+            let mut retry_after = None;
             if let Err(err) = self.list_and_watch(&stop, &mut backoff).await {
                 self.report(&err);
+                retry_after = err.retry_after();
             }
             if stop.is_stopped() {
                 break;
             }
-            let delay = backoff.next_delay(Instant::now());
+            let delay = delay_honouring(&mut backoff, retry_after);
             tokio::select! {
                 _ = stop.stopped() => break,
                 _ = tokio::time::sleep(delay) => {}
@@ -395,7 +408,7 @@ where
                 WatchEnd::Stopped => return Ok(()),
                 WatchEnd::Failed(err) if err.is_retriable_watch_error() => {
                     self.report(&err);
-                    let delay = backoff.next_delay(Instant::now());
+                    let delay = delay_honouring(backoff, err.retry_after());
                     if let WatchEnd::Stopped = self.pause(delay, stop, &mut resync).await? {
                         return Ok(());
                     }

@@ -7,4 +7,6 @@ pub mod ops;
 pub mod replay;
 pub mod run;
 pub mod scale;
+#[cfg(feature = "wire")]
+pub mod soak;
 pub mod workqueue;

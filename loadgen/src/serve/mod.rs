@@ -9,12 +9,20 @@
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
 //! | [`routes`] | paths, query parameters, lists, gets and watches |
+//! | [`faults`] | faults injected on purpose (resets, cut frames, stalls, 429s, …) and their counts |
+//! | [`limits`] | the accept loop: per-connection limits and the slow-watcher close |
+//! | [`params`] | query parameters read before routing (a too-new resource version waits) |
+//! | `restart` | the churn's thread; a restart that loses the state (versions go back) |
 //!
 //! [`Server::start`] runs it inside a tokio runtime (tests, and an end-to-end run that wants
 //! it in-process); `loadgen serve` is the same behind a command line.
 
 pub mod churn;
+pub mod faults;
+pub mod limits;
 pub mod objects;
+pub mod params;
+mod restart;
 pub mod routes;
 pub mod store;
 pub mod watch;
@@ -27,11 +35,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::sync::watch as signal;
 
 use crate::args::parse_rate;
 use churn::{Churn, ChurnSummary};
+use faults::{FaultPlan, FaultReport, Faults};
+use limits::Limits;
 use routes::App;
 use store::Store;
 use workloads::{generate, Workload, WorkloadSpec};
@@ -40,6 +49,9 @@ use workloads::{generate, Workload, WorkloadSpec};
 pub const DEFAULT_WINDOW: usize = 100_000;
 /// The default period of bookmarks (the real API server's).
 pub const DEFAULT_BOOKMARK_SECONDS: f64 = 60.0;
+/// How long a request for a resource version newer than the server's waits for it before the
+/// 504 (the API server's wait).
+pub const DEFAULT_TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 
 /// Arguments of `loadgen serve`.
 #[derive(Debug, Clone, clap::Args)]
@@ -72,6 +84,16 @@ pub struct ServeArgs {
     /// Seconds between the bookmarks of a watch with allowWatchBookmarks=true.
     #[arg(long, default_value_t = DEFAULT_BOOKMARK_SECONDS, value_parser = parse_bookmark_seconds)]
     pub bookmark_seconds: f64,
+    /// Faults to inject, `name=value,...` (docs/wire.md, "Faults"), e.g.
+    /// `reset-mid-chunk=0.001,too-many-requests=0.01,stall=30s@60s`.
+    #[arg(long, default_value = "")]
+    pub faults: FaultPlan,
+    /// Close a watcher this many events behind the newest [default: the window].
+    #[arg(long)]
+    pub slow_watcher_events: Option<u64>,
+    /// Seconds a connection may take to send a request head (and may sit idle).
+    #[arg(long, default_value_t = limits::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64(), value_parser = parse_bookmark_seconds)]
+    pub header_read_timeout: f64,
 }
 
 fn parse_window(s: &str) -> Result<usize, String> {
@@ -113,6 +135,13 @@ pub struct ServeConfig {
     /// that waited behind the initial list. [`Server::churn_finished`] waits for a held churn
     /// to be released and run; stopping or dropping the server ends it unreleased.
     pub hold_churn: bool,
+    /// Faults to inject (none by default).
+    pub faults: FaultPlan,
+    /// Per-connection limits.
+    pub limits: Limits,
+    /// How long a request for a resource version newer than the server's waits for it before
+    /// the 504.
+    pub too_large_wait: Duration,
 }
 
 impl ServeConfig {
@@ -126,6 +155,9 @@ impl ServeConfig {
             bookmark_interval: Duration::from_secs_f64(DEFAULT_BOOKMARK_SECONDS),
             record_publications: false,
             hold_churn: false,
+            faults: FaultPlan::default(),
+            limits: Limits::for_window(DEFAULT_WINDOW),
+            too_large_wait: DEFAULT_TOO_LARGE_WAIT,
         }
     }
 }
@@ -145,6 +177,8 @@ pub struct Server {
     initial_pods: usize,
     /// While the churn is held: dropping it lets the churn begin.
     churn_gate: Option<std::sync::mpsc::Sender<()>>,
+    /// What it was started with (a restart without state starts over from it).
+    config: ServeConfig,
 }
 
 impl Server {
@@ -175,6 +209,7 @@ impl Server {
         })?;
         let addr = listener.local_addr()?;
         let (churn_done, churn_rx) = signal::channel(None);
+        let faults = Faults::new(config.faults.clone());
         let app = App {
             store: Arc::clone(&store),
             addr,
@@ -183,29 +218,17 @@ impl Server {
             shutdown: signal::channel(false).1,
             churn: churn_rx.clone(),
             label: workload_label(&config),
+            faults,
+            too_large_wait: config.too_large_wait,
         };
-        let (shutdown, http) = serve_http(listener, app.clone());
-
-        let stop_churn = Arc::new(AtomicBool::new(false));
-        let (churn_store, churn_stop, rate) =
-            (Arc::clone(&store), Arc::clone(&stop_churn), config.rate);
-        let (churn_gate, held) = if config.hold_churn {
-            let (gate, held) = std::sync::mpsc::channel::<()>();
-            (Some(gate), Some(held))
-        } else {
-            (None, None)
-        };
-        std::thread::Builder::new()
-            .name("serve-churn".into())
-            .spawn(move || {
-                if let Some(held) = held {
-                    // Nothing is ever sent: the gate opens when its sender is dropped.
-                    let _ = held.recv();
-                }
-                let summary = churn.run(&churn_store, rate, &churn_stop);
-                // Nobody waiting is fine.
-                let _ = churn_done.send(Some(summary));
-            })?;
+        let (shutdown, http) = serve_http(listener, app.clone(), config.limits.clone());
+        let (stop_churn, churn_gate) = restart::spawn_churn(
+            churn,
+            Arc::clone(&store),
+            config.rate,
+            config.hold_churn,
+            churn_done,
+        )?;
         Ok(Server {
             addr,
             store,
@@ -216,12 +239,43 @@ impl Server {
             app,
             initial_pods,
             churn_gate,
+            config,
         })
+    }
+
+    /// The faults injected so far (and the watchers the limits closed).
+    pub fn faults(&self) -> FaultReport {
+        self.app.faults.counts.report()
+    }
+
+    /// Stops the churn where it is (the server goes on serving); `churn_finished` resolves.
+    pub fn stop_churn(&self) {
+        // Relaxed: the flag carries no data (see Churn::run).
+        self.stop_churn.store(true, Ordering::Relaxed);
+        self.churn_gate_open();
+    }
+
+    /// Stalls every watch for `duration` from now (no bytes, no close).
+    pub fn stall_watches(&self, duration: Duration) {
+        self.app.faults.stall_from_now(duration);
+    }
+
+    /// Injects `plan` from now on instead of the one it was started with.
+    pub fn set_faults(&self, plan: FaultPlan) {
+        self.app.faults.set_plan(plan);
     }
 
     /// Lets a churn held by [`ServeConfig::hold_churn`] begin (nothing if it is not held).
     pub fn release_churn(&mut self) {
         self.churn_gate = None;
+    }
+
+    fn churn_gate_open(&self) {
+        if let Some(gate) = &self.churn_gate {
+            // A held churn that is told to stop must get past its gate to see it: dropping the
+            // sender is what opens it, and this handle is shared, so the gate gets a message.
+            let _ = gate.send(());
+        }
     }
 
     /// Where it listens.
@@ -280,7 +334,7 @@ impl Server {
                 format!("cannot listen on {} again: {e}", self.addr),
             )
         })?;
-        let (shutdown, http) = serve_http(listener, self.app.clone());
+        let (shutdown, http) = serve_http(listener, self.app.clone(), self.config.limits.clone());
         self.shutdown = shutdown;
         self.http = http;
         Ok(())
@@ -304,34 +358,28 @@ impl Drop for Server {
     }
 }
 
-/// Serves `app` on `listener` until the returned sender turns true; every watch ends then.
+/// Serves `app` on `listener` under `limits` until the returned sender turns true; every
+/// watch ends then.
 fn serve_http(
     listener: tokio::net::TcpListener,
     mut app: App,
+    limits: Limits,
 ) -> (
     signal::Sender<bool>,
     tokio::task::JoinHandle<io::Result<()>>,
 ) {
     let (shutdown, shutdown_rx) = signal::channel(false);
     app.shutdown = shutdown_rx.clone();
+    let (store, faults) = (Arc::clone(&app.store), Arc::clone(&app.faults));
     let router = axum::Router::new().fallback(routes::handle).with_state(app);
-    let mut graceful = shutdown_rx;
-    // Without TCP_NODELAY, Nagle's algorithm holds a watch's small chunk back until the client
-    // acknowledges the previous one, and the client delays its ACK by up to 40 ms: every event
-    // of a quiet stream would wait for it.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(error) = tcp.set_nodelay(true) {
-            eprintln!("warning: TCP_NODELAY on a served connection: {error}");
-        }
-    });
-    let http = tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                // An error means the sender is gone: the server is being dropped.
-                let _ = graceful.wait_for(|stop| *stop).await;
-            })
-            .await
-    });
+    let http = tokio::spawn(limits::serve(
+        listener,
+        router,
+        limits,
+        store,
+        faults,
+        shutdown_rx,
+    ));
     (shutdown, http)
 }
 
@@ -393,6 +441,13 @@ pub fn main(args: ServeArgs) -> ExitCode {
         bookmark_interval: Duration::from_secs_f64(args.bookmark_seconds),
         record_publications: false,
         hold_churn: false,
+        faults: args.faults,
+        limits: Limits {
+            slow_watcher_events: args.slow_watcher_events.unwrap_or(args.window as u64),
+            header_read_timeout: Duration::from_secs_f64(args.header_read_timeout),
+            ..Limits::for_window(args.window)
+        },
+        too_large_wait: DEFAULT_TOO_LARGE_WAIT,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -461,7 +516,7 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
         }
         _ = wait_for_ctrl_c() => {}
     }
-    eprintln!("loadgen serve: stopping");
+    eprintln!("loadgen serve: stopping; faults: {}", server.faults());
     match server.stop().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -206,6 +206,28 @@ impl Status {
         Self::new(422, "Invalid", message)
     }
 
+    /// 429 `TooManyRequests`, as the API server's overload protection answers: retry after
+    /// `seconds` (also sent as the `Retry-After` header).
+    pub fn too_many_requests(seconds: u64) -> Self {
+        let mut status = Self::new(
+            429,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+        );
+        status.details = Some(json!({ "retryAfterSeconds": seconds }));
+        status
+    }
+
+    /// 500 `InternalError`.
+    pub fn internal_error(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+
+    /// `details.retryAfterSeconds`, if set (sent as the `Retry-After` header too).
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        self.details.as_ref()?.get("retryAfterSeconds")?.as_u64()
+    }
+
     /// 504 `Timeout` for a resource version newer than the server's, with the cause client-go
     /// recognises (`ResourceVersionTooLarge`).
     pub fn too_large(requested: u64, current: u64) -> Self {

@@ -4,20 +4,22 @@
 //! and without a trailing slash and everything unknown gets the real server's `Status` 404.
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::State;
-use axum::http::{header, Method, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::churn::ChurnSummary;
+use super::faults::Faults;
+use super::limits::WatchProgress;
 use super::objects::{self, Status};
+use super::params;
 use super::store::{Page, Store};
 use super::watch::{WatchOptions, Watcher};
 use kcache::informer::apiserver::ContinueError;
@@ -37,20 +39,44 @@ pub struct App {
     pub churn: watch::Receiver<Option<ChurnSummary>>,
     /// What is served (workload, sizes, rate, window), for `/loadgen/status`.
     pub label: String,
+    /// Faults to inject, and their counts.
+    pub faults: Arc<Faults>,
+    /// How long a request for a resource version newer than the server's waits before its 504.
+    pub too_large_wait: Duration,
 }
 
-/// Every request.
-pub async fn handle(State(app): State<App>, method: Method, uri: Uri) -> Response {
+/// Every request. The body is never read: every served verb is a read.
+pub async fn handle(State(app): State<App>, request: Request) -> Response {
+    let (method, uri) = (request.method(), request.uri());
     if method != Method::GET && method != Method::HEAD {
         return status_response(&Status::method_not_allowed(method.as_str()));
     }
-    match route(&app, &uri) {
+    if let Some(status) = app.faults.on_request(uri.query()) {
+        return status_response(&status);
+    }
+    let progress = request.extensions().get::<Arc<WatchProgress>>();
+    // A resource version newer than the server's: wait for it a while, as the API server
+    // does, before the 504 (a client that outlived a restart gets its answer then).
+    let wanted = params::newer_resource_version(uri.query(), app.store.resource_version());
+    if let Some(wanted) = wanted {
+        let deadline = tokio::time::Instant::now() + app.too_large_wait;
+        while app.store.resource_version() < wanted && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(TOO_LARGE_POLL.min(app.too_large_wait)).await;
+        }
+        if app.store.resource_version() < wanted {
+            super::faults::bump(&app.faults.counts.too_large_versions);
+        }
+    }
+    match route(&app, uri, progress) {
         Ok(response) => response,
         Err(status) => status_response(&status),
     }
 }
 
-fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
+/// How often a request for a too-new version looks whether the server has reached it.
+const TOO_LARGE_POLL: Duration = Duration::from_millis(50);
+
+fn route(app: &App, uri: &Uri, progress: Option<&Arc<WatchProgress>>) -> Result<Response, Status> {
     let path = uri.path().trim_end_matches('/');
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let query = Query::parse(uri.query().unwrap_or(""));
@@ -61,9 +87,9 @@ fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
         ["apis"] => Ok(json_response(&objects::api_group_list())),
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
-        ["api", "v1", "pods"] => collection(app, None, &query),
+        ["api", "v1", "pods"] => collection(app, None, &query, progress),
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
-            collection(app, Some(ns), &query)
+            collection(app, Some(ns), &query, progress)
         }
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
             match app.store.get(ns, name) {
@@ -93,6 +119,7 @@ fn status(app: &App) -> Value {
         "oldestResourceVersion": app.store.oldest().to_string(),
         "pods": app.store.len(),
         "churn": churn,
+        "faults": app.faults.counts.report(),
     })
 }
 
@@ -156,8 +183,9 @@ impl Query {
         match self.get("resourceVersionMatch") {
             None => Ok(None),
             Some(m @ ("NotOlderThan" | "Exact")) => Ok(Some(m)),
-            Some(other) => Err(Status::bad_request(format!(
-                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\""
+            // The API server's option validation: 422, like the other rules it checks.
+            Some(other) => Err(Status::invalid(format!(
+                "resourceVersionMatch: Unsupported value: \"{other}\": supported values: \"Exact\", \"NotOlderThan\", \"\""
             ))),
         }
     }
@@ -176,13 +204,31 @@ impl Query {
     }
 }
 
-fn collection(app: &App, namespace: Option<&str>, query: &Query) -> Result<Response, Status> {
+fn collection(
+    app: &App,
+    namespace: Option<&str>,
+    query: &Query,
+    progress: Option<&Arc<WatchProgress>>,
+) -> Result<Response, Status> {
     query.no_selectors()?;
     let resource_version = query.resource_version()?;
     let version_match = query.resource_version_match()?;
     if query.flag("watch")? {
-        watch(app, namespace, query, resource_version, version_match)
+        watch(
+            app,
+            namespace,
+            query,
+            resource_version,
+            version_match,
+            progress,
+        )
     } else {
+        // The API server's list validation: an initial-events stream is a watch's.
+        if query.params.contains_key("sendInitialEvents") {
+            return Err(Status::invalid(
+                "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
+            ));
+        }
         list(app, namespace, query, resource_version, version_match)
     }
 }
@@ -217,7 +263,7 @@ fn list(
                     )))
                 }
                 (None, Some(_)) => {
-                    return Err(Status::bad_request(
+                    return Err(Status::invalid(
                         "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden \
                          unless resourceVersion is provided",
                     ))
@@ -259,6 +305,7 @@ fn watch(
     query: &Query,
     resource_version: Option<u64>,
     version_match: Option<&str>,
+    progress: Option<&Arc<WatchProgress>>,
 ) -> Result<Response, Status> {
     let bookmarks = query.flag("allowWatchBookmarks")?;
     let timeout = query.number("timeoutSeconds")?.map(Duration::from_secs);
@@ -312,16 +359,21 @@ fn watch(
     };
     let body = match app.store.watch(namespace, from) {
         Ok(start) => {
+            // The watchdog of the connection (limits.rs) follows what this watch has sent,
+            // until the body (and with it the guard) is dropped.
+            let progress = progress.map(|p| p.start(start.resource_version));
             let watcher = Watcher::new(start, options, app.shutdown.clone());
-            Body::from_stream(futures_util::stream::unfold(
-                watcher,
-                |mut watcher| async move {
-                    watcher
-                        .next_chunk()
-                        .await
-                        .map(|chunk| (Ok::<_, Infallible>(chunk), watcher))
+            let chunks = futures_util::stream::unfold(
+                (watcher, progress),
+                |(mut watcher, progress)| async move {
+                    let chunk = watcher.next_chunk().await?;
+                    if let Some(progress) = &progress {
+                        progress.sent(watcher.resource_version());
+                    }
+                    Some((chunk, (watcher, progress)))
                 },
-            ))
+            );
+            Body::from_stream(Arc::clone(&app.faults).watch_body(chunks))
         }
         // The real server answers a watch from a version it no longer has with 200 and one
         // ERROR event; other refusals are plain error responses.
@@ -351,12 +403,19 @@ fn raw_json_response(status: StatusCode, body: bytes::Bytes) -> Response {
 
 fn status_response(status: &Status) -> Response {
     let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    raw_json_response(
+    let mut response = raw_json_response(
         code,
         serde_json::to_vec(&status.to_json())
             .expect("a JSON value always serialises")
             .into(),
-    )
+    );
+    // As the API server does for every status that says when to retry (429s, 5xx).
+    if let Some(seconds) = status.retry_after_seconds() {
+        response
+            .headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+    }
+    response
 }
 
 #[cfg(test)]

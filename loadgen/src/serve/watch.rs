@@ -84,6 +84,11 @@ impl Watcher {
         }
     }
 
+    /// Every event up to this version has been sent (or filtered out).
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
     /// The next chunk of the body, or `None` when the watch ends.
     pub async fn next_chunk(&mut self) -> Option<Bytes> {
         if self.done {

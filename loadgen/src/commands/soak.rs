@@ -1,0 +1,601 @@
+//! `loadgen soak`: the whole pipeline for a long time, with faults, watching for what only
+//! time shows (docs/soak.md): `serve` in this process → kcache's informer over loopback HTTP
+//! (`KubeListerWatcher`) → a handler that enqueues each key into a workqueue → worker threads
+//! that reconcile it against the informer's store, plus a ledger handler (per-handler
+//! verdict). Faults from `serve`'s list are switched on at random for a few seconds at a time;
+//! RSS, threads, open files, queue depths and lag are sampled every few seconds.
+//!
+//! The workload is generated whole before it is served, so a long soak runs it in segments:
+//! when a segment's churn is over, the cache is checked against the server (a checkpoint),
+//! and the server restarts without its state on the next segment (versions go back: the
+//! informer relists on the 504 `ResourceVersionTooLarge`, one more fault survived).
+//!
+//! The verdict at the end: the informer's cache equals the server's state, the workers
+//! reconciled every key at its last version, each handler's ledger holds, RSS after the
+//! warm-up grew at most `--max-rss-growth`, and the thread and fd counts stayed flat.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use k8s_openapi::api::core::v1::Pod;
+use kcache::informer::{kube_key_fn, Error, KubeListerWatcher, SharedInformer, Versioned};
+use kcache::workqueue::{ShardedQueue, WorkQueue};
+use kcache::{DeltaObject, EventHandler};
+use kube::api::Api;
+
+use crate::args::parse_rate;
+use crate::handler_ledger::{Ledger, LedgerHandler};
+use crate::serve::faults::{parse_duration, FaultPlan};
+use crate::serve::{ServeConfig, Server};
+use crate::soak_report::{
+    after_warmup, open_fds, rss_growth, soak_svg, spread, status_count, Sample,
+};
+use crate::sync::lock;
+use workloads::{Workload, WorkloadSpec};
+
+/// Arguments of `loadgen soak`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SoakArgs {
+    /// How long to run (`2m`, `1h`).
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Offered churn rate, events per second.
+    #[arg(long, value_parser = parse_rate)]
+    pub rate: f64,
+    /// Pods.
+    #[arg(long, default_value_t = 10_000)]
+    pub keys: usize,
+    /// Events per segment [default: a minute of churn, at most 2,000,000].
+    #[arg(long)]
+    pub segment_events: Option<usize>,
+    /// Worker threads reconciling keys.
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Seconds between samples.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub sample_every: Duration,
+    /// A random fault is switched on this often...
+    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    pub fault_every: Duration,
+    /// ...for this long.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    pub fault_for: Duration,
+    /// No faults (the restarts between segments still happen).
+    #[arg(long)]
+    pub no_faults: bool,
+    /// Samples before this are the warm-up, left out of the RSS slope [default: a sixth of
+    /// the duration].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+    /// The largest RSS growth after the warm-up that passes, as a share.
+    #[arg(long, default_value_t = 0.05)]
+    pub max_rss_growth: f64,
+    /// How long the cache may take to match the server at a checkpoint and at the end.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub settle: Duration,
+    /// Where soak.md and soak.svg go.
+    #[arg(long, default_value = "results")]
+    pub out: PathBuf,
+    /// The workload's and the fault schedule's seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// The faults a soak switches on at random, each at a rate that hits within a few seconds.
+const FAULTS: &[&str] = &[
+    "reset-mid-chunk=0.02",
+    "truncate-frame=0.02",
+    "oversized-frame=0.002",
+    "big-object=0.02",
+    "too-many-requests=0.05",
+    "list-500=0.3",
+    "expire-continue=0.3",
+    "stall",
+];
+
+/// One of these is on during the relist after each segment's restart.
+const RELIST_FAULTS: &[&str] = &[
+    "list-500=0.3",
+    "expire-continue=0.3",
+    "too-many-requests=0.3",
+];
+
+/// How much longer than `--fault-for` a relist fault stays on.
+const RELIST_WINDOW: Duration = Duration::from_secs(10);
+
+/// How long a soak stall lasts.
+const STALL: Duration = Duration::from_secs(3);
+/// Tolerated spread of the thread count after the warm-up (the blocking pool comes and goes).
+const THREAD_SPREAD: u64 = 8;
+/// Tolerated spread of open fds after the warm-up (connections cut by faults come back).
+const FD_SPREAD: u64 = 64;
+
+/// The handler the controller registers: every notification enqueues its key.
+struct Enqueue(Arc<ShardedQueue>);
+
+impl EventHandler<Pod> for Enqueue {
+    fn on_add(&mut self, obj: &Arc<Pod>, _initial: bool) {
+        if let Ok(key) = kcache::informer::kube_key(&**obj) {
+            self.0.add(key);
+        }
+    }
+    fn on_update(&mut self, _old: &Arc<Pod>, new: &Arc<Pod>) {
+        if let Ok(key) = kcache::informer::kube_key(&**new) {
+            self.0.add(key);
+        }
+    }
+    fn on_delete(&mut self, obj: &DeltaObject<Pod>) {
+        let key = match (obj.tombstone(), obj.object()) {
+            (Some(t), _) => Some(t.key.clone()),
+            (None, Some(o)) => kcache::informer::kube_key(&**o).ok(),
+            (None, None) => None,
+        };
+        if let Some(key) = key {
+            self.0.add(key);
+        }
+    }
+}
+
+/// `loadgen soak`.
+pub fn main(args: SoakArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("loadgen soak: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(soak(args)) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("loadgen soak: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn sample(
+    start: Instant,
+    informer_queue: usize,
+    workqueue: usize,
+    lag: u64,
+    faults: u64,
+) -> Sample {
+    Sample {
+        seconds: start.elapsed().as_secs_f64(),
+        rss: crate::rss::status_field_bytes("VmRSS").unwrap_or(0),
+        threads: status_count("Threads").unwrap_or(0),
+        fds: open_fds().unwrap_or(0),
+        informer_queue,
+        workqueue,
+        lag_events: lag,
+        faults,
+    }
+}
+
+/// `namespace/name` → resource version of pods.
+fn state_of(pods: &[Arc<Pod>]) -> BTreeMap<String, u64> {
+    pods.iter()
+        .filter_map(|p| {
+            let key = kcache::informer::kube_key(&**p).ok()?;
+            Some((key.as_str().to_string(), p.resource_version().parse().ok()?))
+        })
+        .collect()
+}
+
+fn server_state(server: &Server) -> BTreeMap<String, u64> {
+    server
+        .store()
+        .snapshot(None)
+        .pods
+        .iter()
+        .map(|p| (format!("{}/{}", p.namespace, p.name), p.resource_version))
+        .collect()
+}
+
+/// What the workers last reconciled, by key: the version they found, `None` for absent.
+type Reconciled = Arc<Mutex<HashMap<String, Option<u64>>>>;
+
+/// Keys whose last reconciliation does not match `expected`.
+fn unreconciled(reconciled: &Reconciled, expected: &BTreeMap<String, u64>) -> usize {
+    let reconciled = lock(reconciled);
+    let wrong_present = expected
+        .iter()
+        .filter(|(k, rv)| reconciled.get(*k).copied().flatten() != Some(**rv))
+        .count();
+    let wrong_absent = reconciled
+        .iter()
+        .filter(|(k, rv)| rv.is_some() && !expected.contains_key(*k))
+        .count();
+    wrong_present + wrong_absent
+}
+
+async fn soak(args: SoakArgs) -> Result<bool, String> {
+    let segment_events = args
+        .segment_events
+        .unwrap_or_else(|| ((args.rate * 60.0) as usize).clamp(1_000, 2_000_000));
+    let warmup = args.warmup.unwrap_or(args.duration / 6);
+    let spec = WorkloadSpec::new(Workload::W1)
+        .keys(args.keys)
+        .events(segment_events)
+        .seed(args.seed);
+    let mut config = ServeConfig::new(spec, args.rate);
+    config.hold_churn = true;
+    let mut server = Server::start(config)
+        .await
+        .map_err(|e| format!("serve: {e}"))?;
+
+    // kube-rs' own retries would hide 429s and 504s from the reflector (docs/informer.md).
+    let mut kube_config = kube::Config::new(server.url().parse().map_err(|e| format!("{e}"))?);
+    kube_config.default_retry = false;
+    let client = kube::Client::try_from(kube_config).map_err(|e| e.to_string())?;
+    let errors: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let informer = SharedInformer::builder(
+        KubeListerWatcher::new(Api::<Pod>::all(client)),
+        kube_key_fn::<Pod>(),
+    )
+    .watch_error_handler({
+        let errors = Arc::clone(&errors);
+        Arc::new(move |e: &Error| {
+            let kind = match e {
+                Error::Api(s) => format!("{} {}", s.code, s.reason),
+                Error::Transport(_) => "transport".into(),
+                Error::Decode(_) => "decode".into(),
+                Error::VeryShortWatch => "very short watch".into(),
+                Error::Queue(_) => "queue".into(),
+            };
+            *lock(&errors).entry(kind).or_default() += 1;
+        })
+    })
+    .build();
+    let queue = Arc::new(ShardedQueue::with_default_shards());
+    informer
+        .add_event_handler(Enqueue(Arc::clone(&queue)))
+        .map_err(|e| e.to_string())?;
+    let ledger_handler = LedgerHandler::new(kube_key_fn::<Pod>());
+    let ledger: Arc<Mutex<Ledger>> = ledger_handler.ledger();
+    informer
+        .add_event_handler(ledger_handler)
+        .map_err(|e| e.to_string())?;
+
+    let reconciled: Reconciled = Arc::default();
+    let reconciles = Arc::new(AtomicU64::new(0));
+    let workers: Vec<_> = (0..args.workers.max(1))
+        .map(|n| {
+            let (queue, store, reconciled, reconciles) = (
+                Arc::clone(&queue),
+                informer.store(),
+                Arc::clone(&reconciled),
+                Arc::clone(&reconciles),
+            );
+            std::thread::Builder::new()
+                .name(format!("soak-worker-{n}"))
+                .spawn(move || {
+                    while let Ok(key) = queue.get() {
+                        let found = store
+                            .get_by_key(&key)
+                            .and_then(|p| p.resource_version().parse().ok());
+                        lock(&reconciled).insert(key.as_str().to_string(), found);
+                        // Relaxed: a count for the report.
+                        reconciles.fetch_add(1, Ordering::Relaxed);
+                        let _ = queue.done(&key);
+                    }
+                })
+                .map_err(|e| e.to_string())
+        })
+        .collect::<Result<_, _>>()?;
+
+    informer.start().map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    while !informer.has_synced() {
+        if start.elapsed() > args.settle {
+            return Err("the informer never synced".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.release_churn();
+    eprintln!(
+        "loadgen soak: {} pods, {} events per segment at {}/s for {:?}, faults {}",
+        args.keys,
+        segment_events,
+        args.rate,
+        args.duration,
+        if args.no_faults { "off" } else { "on" }
+    );
+
+    let mut rng = fastrand::Rng::with_seed(args.seed);
+    let mut samples = Vec::new();
+    let mut faults_tried: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut checkpoints = Vec::new();
+    let (mut next_sample, mut next_fault) = (Duration::ZERO, args.fault_every);
+    let mut fault_off: Option<Duration> = None;
+    let mut segment = 0u64;
+    let lag = |server: &Server, informer_rv: &str| {
+        server
+            .store()
+            .resource_version()
+            .saturating_sub(informer_rv.parse().unwrap_or(0))
+    };
+    while start.elapsed() < args.duration {
+        let now = start.elapsed();
+        if now >= next_sample {
+            next_sample += args.sample_every;
+            let faults = server.faults();
+            let total = faults.resets
+                + faults.truncated_frames
+                + faults.oversized_frames
+                + faults.big_objects
+                + faults.stalled_chunks
+                + faults.too_many_requests
+                + faults.list_500s
+                + faults.expired_continues
+                + faults.slow_watchers_closed
+                + faults.too_large_versions;
+            let s = sample(
+                start,
+                informer.queued_keys(),
+                queue.len(),
+                lag(&server, &informer.last_sync_resource_version()),
+                total,
+            );
+            eprintln!(
+                "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {} events, \
+                 {} reconciles, segment {segment}, faults {}",
+                s.seconds,
+                s.rss as f64 / 1048576.0,
+                s.threads,
+                s.fds,
+                s.informer_queue,
+                s.workqueue,
+                s.lag_events,
+                reconciles.load(Ordering::Relaxed),
+                server.faults()
+            );
+            samples.push(s);
+        }
+        if !args.no_faults {
+            if fault_off.is_some_and(|off| now >= off) {
+                server.set_faults(FaultPlan::default());
+                fault_off = None;
+            }
+            if now >= next_fault {
+                next_fault += args.fault_every;
+                let fault = FAULTS[rng.usize(..FAULTS.len())];
+                *faults_tried.entry(fault).or_default() += 1;
+                if fault == "stall" {
+                    server.stall_watches(STALL);
+                } else {
+                    let mut plan: FaultPlan = fault.parse().expect("the soak's plans parse");
+                    plan.seed = rng.u64(..);
+                    server.set_faults(plan);
+                    fault_off = Some(now + args.fault_for);
+                }
+            }
+        }
+        if server.churn_finished().now_or_never().is_some() {
+            // A segment is over: a checkpoint, then the next segment on a server that lost
+            // its state.
+            server.set_faults(FaultPlan::default());
+            fault_off = None;
+            let ok = settle(&server, &informer, &queue, &reconciled, args.settle).await;
+            checkpoints.push((start.elapsed().as_secs_f64(), ok));
+            eprintln!(
+                "soak: segment {segment} over, checkpoint {}",
+                if ok { "ok" } else { "FAILED" }
+            );
+            segment += 1;
+            server
+                .restart_without_state(Duration::from_secs(1), args.seed + segment, false)
+                .await
+                .map_err(|e| format!("restart: {e}"))?;
+            *faults_tried.entry("restart without state").or_default() += 1;
+            if !args.no_faults {
+                // The relist that follows is when the list and request faults can bite: one of
+                // them is on for it.
+                let fault = RELIST_FAULTS[rng.usize(..RELIST_FAULTS.len())];
+                *faults_tried.entry(fault).or_default() += 1;
+                let mut plan: FaultPlan = fault.parse().expect("the soak's plans parse");
+                plan.seed = rng.u64(..);
+                server.set_faults(plan);
+                // The relist comes after the watch's 504 (3 s), a backoff and the list's own
+                // 504 (3 s more): the fault stays on past it.
+                fault_off = Some(start.elapsed() + args.fault_for + RELIST_WINDOW);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.set_faults(FaultPlan::default());
+    server.stop_churn();
+    let converged = settle(&server, &informer, &queue, &reconciled, args.settle).await;
+    let expected = server_state(&server);
+    let cache = state_of(&informer.store().list());
+    let unreconciled_keys = unreconciled(&reconciled, &expected);
+    let ledger_verdict = if segment > 0 {
+        lock(&ledger).judge_after_lost_state(&expected)
+    } else {
+        lock(&ledger).judge(&expected)
+    };
+    let faults = server.faults();
+    let errors = lock(&errors).clone();
+
+    informer.shutdown().await;
+    queue.shut_down();
+    for worker in workers {
+        let _ = worker.join();
+    }
+    server.stop().await.map_err(|e| format!("serve: {e}"))?;
+
+    let steady = after_warmup(&samples, warmup);
+    let growth = rss_growth(steady);
+    let thread_spread = spread(steady, |s| s.threads);
+    let fd_spread = spread(steady, |s| s.fds);
+    let mut failures = Vec::new();
+    if !converged || cache != expected {
+        failures.push(format!(
+            "the cache ({} pods) does not equal the server ({} pods)",
+            cache.len(),
+            expected.len()
+        ));
+    }
+    if unreconciled_keys > 0 {
+        failures.push(format!(
+            "{unreconciled_keys} keys not reconciled at their last version"
+        ));
+    }
+    if let Err(verdict) = &ledger_verdict {
+        failures.push(format!("the ledger handler: {verdict}"));
+    }
+    if checkpoints.iter().any(|(_, ok)| !ok) {
+        failures.push("a segment checkpoint failed".into());
+    }
+    match growth {
+        Some(g) if g > args.max_rss_growth => failures.push(format!(
+            "RSS grew {:.1}% after the warm-up (at most {:.1}%)",
+            g * 100.0,
+            args.max_rss_growth * 100.0
+        )),
+        None => failures.push(format!(
+            "fewer than 3 samples after the warm-up ({:?}): run longer or sample more often",
+            warmup
+        )),
+        _ => {}
+    }
+    if thread_spread > THREAD_SPREAD {
+        failures.push(format!("the thread count moved by {thread_spread}"));
+    }
+    if fd_spread > FD_SPREAD {
+        failures.push(format!("the open fd count moved by {fd_spread}"));
+    }
+    let ok = failures.is_empty();
+
+    let svg = args.out.join("soak.svg");
+    soak_svg(&samples, warmup, &svg).map_err(|e| e.to_string())?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Soak\n");
+    let _ = writeln!(
+        md,
+        "`cargo run --release -p loadgen --features wire -- {}`\n",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    let machine = crate::machine::Machine::detect();
+    let _ = writeln!(
+        md,
+        "Machine: {} ({} cores), {}, {}, commit {}, {} build, allocator {}.\n",
+        machine.cpu.as_deref().unwrap_or("unknown CPU"),
+        machine.cores,
+        machine.os,
+        machine.rustc.as_deref().unwrap_or("rustc ?"),
+        machine.commit.as_deref().unwrap_or("?"),
+        machine.profile,
+        machine.allocator
+    );
+    let _ = writeln!(md, "![RSS and lag over time](soak.svg)\n");
+    let _ = writeln!(md, "| figure | value |\n|---|---|");
+    let _ = writeln!(
+        md,
+        "| verdict | {} |",
+        if ok {
+            "ok".to_string()
+        } else {
+            failures.join("; ")
+        }
+    );
+    let _ = writeln!(
+        md,
+        "| duration | {:.0} s ({} segments of {segment_events} events at {}/s) |",
+        start.elapsed().as_secs_f64(),
+        segment + 1,
+        args.rate
+    );
+    let _ = writeln!(md, "| pods at the end | {} |", expected.len());
+    let _ = writeln!(
+        md,
+        "| reconciles | {} |",
+        reconciles.load(Ordering::Relaxed)
+    );
+    let first = steady.first().map_or(0.0, |s| s.rss as f64 / 1048576.0);
+    let last = steady.last().map_or(0.0, |s| s.rss as f64 / 1048576.0);
+    let _ = writeln!(
+        md,
+        "| RSS after the warm-up ({warmup:?}) | {first:.1} → {last:.1} MiB, fitted growth {} |",
+        growth.map_or("n/a".into(), |g| format!("{:+.2}%", g * 100.0))
+    );
+    let _ = writeln!(
+        md,
+        "| threads (spread after warm-up) | {} ({thread_spread}) |",
+        steady.last().map_or(0, |s| s.threads)
+    );
+    let _ = writeln!(
+        md,
+        "| open fds (spread after warm-up) | {} ({fd_spread}) |",
+        steady.last().map_or(0, |s| s.fds)
+    );
+    let _ = writeln!(
+        md,
+        "| max lag | {} events |",
+        samples.iter().map(|s| s.lag_events).max().unwrap_or(0)
+    );
+    let _ = writeln!(md, "| faults injected | {faults} |");
+    let _ = writeln!(md, "| faults switched on | {faults_tried:?} |");
+    let _ = writeln!(md, "| errors the watch error handler saw | {errors:?} |");
+    let _ = writeln!(md, "| checkpoints (s, ok) | {checkpoints:?} |");
+    let md_path = args.out.join("soak.md");
+    std::fs::write(&md_path, &md)
+        .map_err(|e| format!("cannot write {}: {e}", md_path.display()))?;
+    eprintln!(
+        "loadgen soak: {}; wrote {} and {}",
+        if ok {
+            "ok".to_string()
+        } else {
+            failures.join("; ")
+        },
+        md_path.display(),
+        svg.display()
+    );
+    Ok(ok)
+}
+
+/// Waits until the informer's cache equals the server's state, the workqueue is idle and the
+/// workers reconciled every key at its version; false if `limit` passes first.
+async fn settle<L>(
+    server: &Server,
+    informer: &SharedInformer<
+        Pod,
+        L,
+        kcache::sharded::DeltaFifo<Pod>,
+        kcache::sharded::IndexedStore<Pod>,
+    >,
+    queue: &ShardedQueue,
+    reconciled: &Reconciled,
+    limit: Duration,
+) -> bool
+where
+    L: kcache::informer::ListerWatcher<Pod> + 'static,
+{
+    let deadline = Instant::now() + limit;
+    loop {
+        let expected = server_state(server);
+        if state_of(&informer.store().list()) == expected
+            && queue.len() == 0
+            && queue.processing_len() == 0
+            && unreconciled(reconciled, &expected) == 0
+        {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -1,0 +1,260 @@
+//! Per-connection limits, so clients `serve` did not write cannot exhaust it: the accept loop
+//! that hands each connection to hyper with a bound on the request head, a timeout on reading
+//! it, and a watchdog that closes a watcher fallen too far behind (docs/wire.md, "Limits").
+//!
+//! - **Request head size** ([`Limits::max_header_bytes`]): a longer head gets `431 Request
+//!   Header Fields Too Large` (a longer URI alone, `414 URI Too Long`) and the connection
+//!   closes.
+//! - **Header-read timeout** ([`Limits::header_read_timeout`]): hyper starts it whenever it
+//!   waits for a request head, so it closes both a connection that never sends a request (or
+//!   sits idle after one) and a slow-loris client that sends its head a byte at a time.
+//! - **Slow watchers** ([`Limits::slow_watcher_events`]): the API server gives each watcher a
+//!   bounded buffer and closes the watch when it is full. Here a watch's events are read from
+//!   the shared log when the connection can take them, so a watcher that does not read costs
+//!   no memory, but would hold its connection forever; instead, once the newest event is more
+//!   than the bound ahead of what it was sent, the connection is closed. The client sees its
+//!   stream end and watches again from its last resource version.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use super::faults::{bump, Faults};
+use super::store::Store;
+
+/// The default bound on a request head (the API server's Go server allows 1 MiB).
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 1 << 20;
+/// The default header-read timeout (the API server's `ReadHeaderTimeout` is 32 s).
+pub const DEFAULT_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(32);
+/// How long `stop` waits for connections to finish before cutting them.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// The per-connection limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// The longest request head, in bytes (at least 8,192, hyper's minimum).
+    pub max_header_bytes: usize,
+    /// How long a connection may take to send a request head, counted from when the server
+    /// starts waiting for one (so also how long it may sit idle).
+    pub header_read_timeout: Duration,
+    /// A watcher this many events behind the newest is closed.
+    pub slow_watcher_events: u64,
+    /// How often each watching connection is checked against the bound.
+    pub slow_watcher_check: Duration,
+}
+
+impl Limits {
+    /// The defaults for a window of `window` events: a watcher is closed once it is a window
+    /// behind, the point past which it could only get a 410 anyway.
+    pub fn for_window(window: usize) -> Self {
+        Self {
+            max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
+            header_read_timeout: DEFAULT_HEADER_READ_TIMEOUT,
+            slow_watcher_events: window as u64,
+            slow_watcher_check: Duration::from_secs(1),
+        }
+    }
+}
+
+/// What a watch on a connection has been sent, for the watchdog. Each request on the
+/// connection sees it as a request extension; a watch marks it and advances it.
+#[derive(Debug, Default)]
+pub struct WatchProgress {
+    watching: AtomicBool,
+    resource_version: AtomicU64,
+}
+
+impl WatchProgress {
+    /// A watch starts at `resource_version` on this connection; it is followed until the
+    /// returned guard is dropped (with the watch's body).
+    pub fn start(self: &Arc<Self>, resource_version: u64) -> WatchGuard {
+        // Relaxed: the watchdog only needs each value eventually; a check one period late
+        // closes the watcher one period late.
+        self.resource_version
+            .store(resource_version, Ordering::Relaxed);
+        self.watching.store(true, Ordering::Relaxed);
+        WatchGuard(Arc::clone(self))
+    }
+
+    /// How far behind `newest` the watch is; `None` when no watch runs.
+    fn behind(&self, newest: u64) -> Option<u64> {
+        // Relaxed: see `start`.
+        self.watching
+            .load(Ordering::Relaxed)
+            .then(|| newest.saturating_sub(self.resource_version.load(Ordering::Relaxed)))
+    }
+}
+
+/// A watch in progress on a connection (see [`WatchProgress::start`]); dropping it says the
+/// watch is over, so a keep-alive connection's later requests are not judged as a watch.
+#[derive(Debug)]
+pub struct WatchGuard(Arc<WatchProgress>);
+
+impl WatchGuard {
+    /// Every event up to `resource_version` has been handed to the connection.
+    pub fn sent(&self, resource_version: u64) {
+        // Relaxed: see `WatchProgress::start`.
+        self.0
+            .resource_version
+            .store(resource_version, Ordering::Relaxed);
+    }
+}
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        // Relaxed: see `WatchProgress::start`.
+        self.0.watching.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Serves `router` on `listener` under `limits` until `shutdown` turns true, then waits for
+/// the connections to end (at most a few seconds: a client that does not read cannot hold a
+/// stop up).
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    limits: Limits,
+    store: Arc<Store>,
+    faults: Arc<Faults>,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let mut connections = JoinSet::new();
+    loop {
+        let (tcp, _peer) = tokio::select! {
+            _ = stopped(&mut shutdown) => break,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of file descriptors or a connection gone before it was accepted: the
+                // listener itself is fine; a pause keeps an fd shortage from spinning.
+                Err(error) => {
+                    eprintln!("loadgen serve: accept: {error}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        // Reap finished connections so the set holds only live ones.
+        while connections.try_join_next().is_some() {}
+        // Without TCP_NODELAY, Nagle's algorithm holds a watch's small chunk back until the
+        // client acknowledges the previous one, and the client delays its ACK by up to 40 ms.
+        if let Err(error) = tcp.set_nodelay(true) {
+            eprintln!("warning: TCP_NODELAY on a served connection: {error}");
+        }
+        connections.spawn(connection(
+            tcp,
+            router.clone(),
+            limits.clone(),
+            Arc::clone(&store),
+            Arc::clone(&faults),
+            shutdown.clone(),
+        ));
+    }
+    drop(listener);
+    let drained = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        connections.shutdown().await;
+    }
+    Ok(())
+}
+
+/// One connection, until it ends, the server stops, or its watch falls too far behind.
+async fn connection(
+    tcp: tokio::net::TcpStream,
+    router: Router,
+    limits: Limits,
+    store: Arc<Store>,
+    faults: Arc<Faults>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // Until its first byte, a connection is only a parked task: hyper's read buffer (8 KiB)
+    // and connection state wait until there is something to read, so thousands of idle
+    // connections cost little. The header-read timeout covers this wait too.
+    let mut first_byte = [0u8; 1];
+    tokio::select! {
+        // `peek`, not `readable`: a new socket can report read readiness with nothing to
+        // read yet.
+        first = tcp.peek(&mut first_byte) => {
+            if !matches!(first, Ok(n) if n > 0) {
+                return;
+            }
+        }
+        _ = tokio::time::sleep(limits.header_read_timeout) => return,
+        _ = stopped(&mut shutdown) => return,
+    }
+    // Boxed: the task's own future stays small while it waits above (an HTTP connection's
+    // state machine is kilobytes).
+    Box::pin(http_connection(
+        tcp, router, limits, store, faults, shutdown,
+    ))
+    .await;
+}
+
+/// The HTTP side of [`connection`], once the client has sent something.
+async fn http_connection(
+    tcp: tokio::net::TcpStream,
+    router: Router,
+    limits: Limits,
+    store: Arc<Store>,
+    faults: Arc<Faults>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let progress = Arc::new(WatchProgress::default());
+    let service = {
+        let progress = Arc::clone(&progress);
+        let router = TowerToHyperService::new(router);
+        hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            request.extensions_mut().insert(Arc::clone(&progress));
+            // The future owns a clone of the router: nothing borrowed outlives this call.
+            hyper::service::Service::call(&router, request)
+        })
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    let conn = builder.serve_connection(TokioIo::new(tcp), service);
+    tokio::pin!(conn);
+    let mut check = tokio::time::interval(limits.slow_watcher_check);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            // Errors are the client's (a reset, a head too large or too slow): the
+            // connection is over either way.
+            _ = conn.as_mut() => return,
+            _ = stopped(&mut shutdown), if !stopping => {
+                stopping = true;
+                // Ends the connection after the request in flight; open watches end on the
+                // same signal.
+                conn.as_mut().graceful_shutdown();
+            }
+            _ = check.tick() => {
+                let behind = progress.behind(store.resource_version());
+                if behind.is_some_and(|behind| behind > limits.slow_watcher_events) {
+                    bump(&faults.counts.slow_watchers_closed);
+                    // Dropping the connection closes the socket.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Completes once `shutdown` turns true, or its sender is gone (the server was dropped).
+async fn stopped(shutdown: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is not `Send`: dropped here, before any other await.
+    let _ = shutdown.wait_for(|stop| *stop).await.map(|_| ());
+}
