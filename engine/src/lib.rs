@@ -207,6 +207,7 @@
 //! | 2 | `queue`, `consumer` | the `DeltaQueue` contract and options; the consumer's `process_deltas` |
 //! | 3 | [`reference`](mod@reference), [`sharded`](mod@sharded) | the two engines: client-go's port and the fast one |
 //! | 4 | [`workqueue`], `informer` | client-go's workqueue; the informer pipeline over an engine |
+//! | 5 | `controller` | the reconcile loop: informers' handlers feed a workqueue, workers reconcile |
 //!
 //! # Safety
 //!
@@ -276,6 +277,8 @@ mod queue;
 mod store;
 pub(crate) mod sync;
 
+#[cfg(feature = "informer")]
+pub mod controller;
 #[cfg(feature = "informer")]
 pub mod informer;
 pub mod reference;
