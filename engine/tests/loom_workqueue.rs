@@ -197,3 +197,148 @@ fn a_thread_and_a_task_waiting_are_both_served() {
         assert_eq!(got, [k("a"), k("c")]);
     });
 }
+
+/// A burst of adds while two threads sleep: both items are served. With the spinning rule the
+/// second add wakes nobody (the first woke a worker that is still looking for work); that
+/// worker must hand the search on once it finds the first item and sees more.
+#[test]
+fn a_burst_of_adds_with_two_sleepers_serves_both() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                thread::spawn(move || q.get())
+            })
+            .collect();
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got: Vec<Key> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
+    });
+}
+
+/// A woken worker whose item is taken by another `get` (a thief that never slept) looks, finds
+/// nothing, and sleeps again: it must give up the searcher's role as it does, or the next add
+/// would wake nobody.
+#[test]
+fn a_woken_worker_robbed_of_its_item_is_woken_by_the_next_add() {
+    model(|| {
+        let q = Arc::new(ShardedQueue::new(2));
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        let thief = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.try_get())
+        };
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got = vec![worker.join().unwrap().unwrap()];
+        if let TryGet::Item(key) = thief.join().unwrap() {
+            got.push(key);
+        }
+        while let TryGet::Item(key) = q.try_get() {
+            got.push(key);
+        }
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
+    });
+}
+
+/// A thread and a cancelled async `get`: the wake-up (and the searcher's role) the task
+/// received is handed on by its cancellation when a second item is queued.
+#[test]
+fn a_cancelled_woken_task_hands_the_search_on_in_a_burst() {
+    model(|| {
+        let q: Arc<ShardedQueue> = Arc::new(ShardedQueue::new(2));
+        let waker = Waker::from(Arc::new(NoWake));
+        let mut cx = Context::from_waker(&waker);
+        let mut first = Box::pin(q.get_async());
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        let second = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        q.add(k("c"));
+        drop(first);
+        let got = second.join().unwrap().unwrap();
+        let rest = q.try_get();
+        assert!(
+            matches!(rest, TryGet::Item(_)),
+            "the other item is still queued"
+        );
+        assert!(got == k("a") || got == k("c"));
+    });
+}
+
+/// The sharded priority queue on a fake clock (no timer thread; loom models only its own
+/// threads).
+fn priority_queue(shards: usize) -> Arc<kcache::workqueue::priority::ShardedPriorityQueue> {
+    let config =
+        kcache::workqueue::QueueConfig::new().clock(Arc::new(kcache::workqueue::FakeClock::new()));
+    Arc::new(kcache::workqueue::priority::ShardedPriorityQueue::with_config(shards, &config))
+}
+
+/// The sharded priority queue: a blocked `get` is woken by an add (the head it publishes and
+/// the waiter count it reads against the `get`'s count and re-read of the heads).
+#[test]
+fn priority_blocked_get_is_woken_by_add() {
+    model(|| {
+        let q = priority_queue(2);
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}
+
+/// The sharded priority queue: a burst of two adds with two sleeping threads serves both.
+#[test]
+fn priority_a_burst_of_adds_with_two_sleepers_serves_both() {
+    model(|| {
+        let q = priority_queue(2);
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                thread::spawn(move || q.get())
+            })
+            .collect();
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got: Vec<Key> = workers
+            .into_iter()
+            .map(|w| w.join().unwrap().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
+    });
+}
+
+/// The sharded priority queue: a key re-added while processed is handed out after `done` to
+/// a blocked worker, never to two at once.
+#[test]
+fn priority_a_readded_key_wakes_a_worker_at_done() {
+    model(|| {
+        let q = priority_queue(1);
+        q.add(k("a"));
+        let TryGet::Item(a) = q.try_get() else {
+            panic!("a was queued")
+        };
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("a"));
+        q.done(&a).unwrap();
+        assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}

@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::clock::{Clock, RealClock, Time};
+use super::priority::Priority;
 
 /// A gauge that goes up and down by one (client-go `GaugeMetric`).
 pub trait GaugeMetric: Send + Sync {
@@ -40,6 +41,28 @@ pub trait GaugeMetric: Send + Sync {
 pub trait SettableGaugeMetric: Send + Sync {
     /// Sets the value.
     fn set(&self, value: f64);
+}
+
+/// A gauge per priority level (controller-runtime's `DepthMetricWithPriority`): the depth of
+/// a [priority queue](super::priority), told which level each entry enters or leaves.
+pub trait DepthWithPriorityMetric: Send + Sync {
+    /// Adds one at `priority`.
+    fn inc(&self, priority: Priority);
+    /// Subtracts one at `priority`.
+    fn dec(&self, priority: Priority);
+}
+
+/// A plain depth gauge standing in for a per-priority one: the provider has no per-priority
+/// gauge, so every level counts in the one depth (controller-runtime's fallback too).
+struct AllPriorities(Arc<dyn GaugeMetric>);
+
+impl DepthWithPriorityMetric for AllPriorities {
+    fn inc(&self, _: Priority) {
+        self.0.inc();
+    }
+    fn dec(&self, _: Priority) {
+        self.0.dec();
+    }
 }
 
 /// A monotonic counter (client-go `CounterMetric`).
@@ -73,6 +96,12 @@ pub trait MetricsProvider: Send + Sync {
     ) -> Arc<dyn SettableGaugeMetric>;
     /// `retries_total`.
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric>;
+
+    /// `depth` split by priority, for the priority queues. By default the plain
+    /// [`new_depth_metric`](MetricsProvider::new_depth_metric), every level counted together.
+    fn new_depth_with_priority_metric(&self, name: &str) -> Arc<dyn DepthWithPriorityMetric> {
+        Arc::new(AllPriorities(self.new_depth_metric(name)))
+    }
 
     /// True for a provider whose metrics record nothing: the queue then skips metrics
     /// altogether, clock reads included.
@@ -205,6 +234,12 @@ impl QueueConfig {
                 .provider
                 .new_longest_running_processor_seconds_metric(&self.name),
         })
+    }
+
+    /// The queue's name and metrics provider, or `None` when metrics are off.
+    pub(crate) fn enabled_provider(&self) -> Option<(&str, &Arc<dyn MetricsProvider>)> {
+        self.metrics_enabled()
+            .then_some((&self.name, &self.provider))
     }
 
     /// The delaying layer's `retries_total`, or `None` when metrics are off.

@@ -20,6 +20,10 @@
 //! - [`ShardedQueue`]: the same per-item rules with no global lock on `add`, `get` or `done`,
 //!   for many workers; with one shard it matches the reference line for line.
 //!
+//! [`priority`] holds controller-runtime's priority queues, whose adds carry a priority (so
+//! live changes go before the keys of an initial list or resync), a delay and a rate limit in
+//! one call: a faithful port and a sharded one, both [`WorkQueue`]s too.
+//!
 //! Layers work over either: [`DelayingQueue`] (`add_after`, one timer thread for every waiting
 //! item) and [`RateLimitingQueue`] (`add_rate_limited`, `forget`, `num_requeues`, with the
 //! [`RateLimiter`]s). Workers `get` with a blocking call on threads or with
@@ -85,6 +89,7 @@ mod clock;
 mod delaying;
 mod limiter;
 mod metrics;
+pub mod priority;
 #[cfg(feature = "prometheus")]
 mod prometheus;
 mod queue;
@@ -101,8 +106,8 @@ pub use limiter::{
     FastSlowRateLimiter, MaxOfRateLimiter, RateLimiter, NEVER,
 };
 pub use metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, NoopMetricsProvider, QueueConfig,
-    SettableGaugeMetric,
+    CounterMetric, DepthWithPriorityMetric, GaugeMetric, HistogramMetric, MetricsProvider,
+    NoopMetricsProvider, QueueConfig, SettableGaugeMetric,
 };
 #[cfg(feature = "prometheus")]
 pub use prometheus::PrometheusMetrics;

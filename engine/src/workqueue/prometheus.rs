@@ -13,8 +13,10 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use super::metrics::{
-    CounterMetric, GaugeMetric, HistogramMetric, MetricsProvider, SettableGaugeMetric,
+    CounterMetric, DepthWithPriorityMetric, GaugeMetric, HistogramMetric, MetricsProvider,
+    SettableGaugeMetric,
 };
+use super::priority::Priority;
 
 /// The `name` label.
 type Labels = Vec<(String, String)>;
@@ -119,6 +121,32 @@ impl GaugeMetric for IntGauge {
     }
 }
 
+/// The depth of a priority queue: one `workqueue_depth` series per queue name and priority
+/// (label `priority`), as controller-runtime exports it.
+struct PriorityDepth {
+    family: Family<Labels, Gauge>,
+    name: String,
+}
+
+impl PriorityDepth {
+    fn at(&self, priority: Priority) -> Gauge {
+        let labels = vec![
+            ("name".to_string(), self.name.clone()),
+            ("priority".to_string(), priority.to_string()),
+        ];
+        self.family.get_or_create(&labels).clone()
+    }
+}
+
+impl DepthWithPriorityMetric for PriorityDepth {
+    fn inc(&self, priority: Priority) {
+        self.at(priority).inc();
+    }
+    fn dec(&self, priority: Priority) {
+        self.at(priority).dec();
+    }
+}
+
 struct SetGauge(FloatGauge);
 impl SettableGaugeMetric for SetGauge {
     fn set(&self, value: f64) {
@@ -170,6 +198,12 @@ impl MetricsProvider for PrometheusMetrics {
     }
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
         Arc::new(Count(self.retries.get_or_create(&labels(name)).clone()))
+    }
+    fn new_depth_with_priority_metric(&self, name: &str) -> Arc<dyn DepthWithPriorityMetric> {
+        Arc::new(PriorityDepth {
+            family: self.depth.clone(),
+            name: name.to_string(),
+        })
     }
 }
 
@@ -224,6 +258,27 @@ mod tests {
             "workqueue_unfinished_work_seconds{name=\"sharded\"} 0.003",
             "workqueue_longest_running_processor_seconds{name=\"reference\"} 0.003",
             "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"sharded\"} 1",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn a_priority_queue_exports_its_depth_per_priority() {
+        use crate::workqueue::priority::{AddOpts, PriorityWorkQueue, ShardedPriorityQueue};
+        let mut registry = Registry::default();
+        let metrics = Arc::new(PrometheusMetrics::new(&mut registry));
+        let config = QueueConfig::new().name("pods").metrics_provider(metrics);
+        let q = ShardedPriorityQueue::with_config(4, &config);
+        q.add_with_opts(AddOpts::new().priority(-100), Key::new("a"));
+        q.add_with_opts(AddOpts::new().priority(-100), Key::new("b"));
+        q.add(Key::new("c"));
+        let mut text = String::new();
+        encode(&mut text, &registry).unwrap();
+        for line in [
+            "workqueue_depth{name=\"pods\",priority=\"-100\"} 2",
+            "workqueue_depth{name=\"pods\",priority=\"0\"} 1",
+            "workqueue_adds_total{name=\"pods\"} 3",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");
         }

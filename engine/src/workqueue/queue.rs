@@ -42,6 +42,9 @@ pub enum TryGet {
 pub struct WaitSlot {
     /// The waiter's id while it is registered with the queue.
     pub(crate) id: Option<u64>,
+    /// The `get` holds the sharded queue's searcher role (see `ready.rs`) and must end the
+    /// search (take a token, wait, or hand it on when cancelled).
+    pub(crate) searching: bool,
 }
 
 /// client-go's `workqueue.Interface` over [`Key`] items.
@@ -152,7 +155,7 @@ impl<Q: WorkQueue + ?Sized> Future for Get<'_, Q> {
 
 impl<Q: WorkQueue + ?Sized> Drop for Get<'_, Q> {
     fn drop(&mut self) {
-        if self.slot.id.is_some() {
+        if self.slot.id.is_some() || self.slot.searching {
             self.queue.cancel_get(&mut self.slot);
         }
     }

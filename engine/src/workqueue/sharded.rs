@@ -116,7 +116,9 @@ impl Shard {
 /// follows within microseconds under load — but only one `get` at a time polls; the others
 /// sleep at once. Controllers run more workers than cores, and several polling workers would
 /// take the cores from the threads that produce the items (the informer's producer and
-/// consumer).
+/// consumer). While a `get` polls, or a woken one has not yet found its item, an add wakes no
+/// sleeper: the searcher takes the item and wakes the next sleeper only if more are queued
+/// (Go's spinning-thread rule), so a burst of adds does not wake a sleeper per shard.
 ///
 /// ```
 /// use kcache::Key;
@@ -140,9 +142,6 @@ pub struct ShardedQueue {
     drain_lock: Mutex<()>,
     drained: Condvar,
     metrics: Option<QueueMetrics>,
-    /// A `get` is polling before it sleeps (see [`ShardedQueue::get`]). A heuristic only: no
-    /// hand-off depends on it, so it is a plain std atomic even in the loom build.
-    polling: std::sync::atomic::AtomicBool,
     /// Whether a `get`'s poll before it waits has been paying.
     idle: IdlePolicy,
 }
@@ -184,7 +183,6 @@ impl ShardedQueue {
             drain_lock: Mutex::new(()),
             drained: Condvar::new(),
             metrics: config.queue_metrics(),
-            polling: std::sync::atomic::AtomicBool::new(false),
             idle: IdlePolicy::new(),
         }
     }
@@ -279,29 +277,42 @@ impl WorkQueue for ShardedQueue {
     }
 
     fn get(&self) -> Result<Key, ShutDown> {
-        // Poll briefly before registering as a waiter: under load an item usually follows
-        // within microseconds, and a park/unpark costs both sides a system call. Only one
-        // `get` polls at a time: with more workers than cores, every extra poller takes a core
-        // from whoever would add the item it waits for.
-        let mut poller = PollerRole::new(&self.polling);
-        let mut backoff = self.idle.backoff();
-        let early = loop {
+        let mut slot = WaitSlot::default();
+        loop {
             match self.ready.try_acquire() {
                 Ready::Shard(index) => {
                     if let Some(key) = self.serve(index) {
-                        break Some(Ok(key));
+                        return Ok(key);
                     }
                 }
-                Ready::Closed => break Some(Err(ShutDown)),
-                Ready::Empty if poller.claim() && backoff.snooze() => {}
-                Ready::Empty => break None,
+                Ready::Closed => return Err(ShutDown),
+                Ready::Empty => break,
             }
-        };
-        drop(poller);
-        if let Some(result) = early {
-            return result;
         }
-        let mut slot = WaitSlot::default();
+        // Poll briefly before sleeping, as the searcher: under load an item usually follows
+        // within microseconds, and a park/unpark costs both sides a system call. Only one
+        // `get` searches at a time (with more workers than cores, every extra poller takes a
+        // core from whoever would add the item it waits for), and while one does, adds wake
+        // no sleeper (ready.rs, "The searcher").
+        if self.ready.claim_search() {
+            slot.searching = true;
+            let mut backoff = self.idle.backoff();
+            loop {
+                match self.ready.try_acquire_searching() {
+                    Ready::Shard(index) => {
+                        slot.searching = false;
+                        if let Some(key) = self.serve(index) {
+                            return Ok(key);
+                        }
+                        break;
+                    }
+                    Ready::Closed => return Err(ShutDown),
+                    Ready::Empty if backoff.snooze() => {}
+                    // Still the searcher: `poll_get` ends the search as it waits.
+                    Ready::Empty => break,
+                }
+            }
+        }
         block_on(|cx| self.poll_get(&mut slot, cx))
     }
 
@@ -421,36 +432,6 @@ impl WorkQueue for ShardedQueue {
                 started.extend(shard.items.values().filter_map(|item| item.started_at));
             }
             metrics.update_unfinished(started);
-        }
-    }
-}
-
-/// The right to poll before sleeping, held by at most one `get` of a queue; released on drop.
-struct PollerRole<'a> {
-    flag: &'a std::sync::atomic::AtomicBool,
-    held: bool,
-}
-
-impl<'a> PollerRole<'a> {
-    fn new(flag: &'a std::sync::atomic::AtomicBool) -> Self {
-        Self { flag, held: false }
-    }
-
-    /// Takes the role if nobody holds it; true while this `get` holds it.
-    fn claim(&mut self) -> bool {
-        if !self.held {
-            // Relaxed: the flag only decides who may poll; every hand-off is synchronised by
-            // the scheduler, whatever this reads.
-            self.held = !self.flag.swap(true, std::sync::atomic::Ordering::Relaxed);
-        }
-        self.held
-    }
-}
-
-impl Drop for PollerRole<'_> {
-    fn drop(&mut self) {
-        if self.held {
-            self.flag.store(false, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

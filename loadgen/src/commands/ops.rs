@@ -31,6 +31,7 @@ mod output;
 mod trace;
 mod trace_replayer;
 pub mod workqueue;
+pub mod workqueue_priority;
 
 use std::fmt;
 use std::io::{self, BufRead, Write};
@@ -48,8 +49,8 @@ pub struct OpsArgs {
     /// The engine to replay the trace through.
     #[arg(long, value_enum)]
     pub engine: EngineArg,
-    /// Shards of the sharded engines, a power of two from 1 to 65536; ignored by `reference`
-    /// and `workqueue-reference`.
+    /// Shards of the sharded engines, a power of two from 1 to 65536; ignored by `reference`,
+    /// `workqueue-reference` and `workqueue-priority-reference`.
     #[arg(long, default_value_t = 1, value_parser = workloads::parse_shards)]
     pub shards: usize,
 }
@@ -65,6 +66,12 @@ pub enum EngineArg {
     WorkqueueReference,
     /// The sharded work queue (`kcache::workqueue::ShardedQueue`, `--shards`); a workqueue trace.
     Workqueue,
+    /// controller-runtime's priority queue, ported
+    /// (`kcache::workqueue::priority::ReferencePriorityQueue`); a priority workqueue trace.
+    WorkqueuePriorityReference,
+    /// The sharded priority queue (`kcache::workqueue::priority::ShardedPriorityQueue`,
+    /// `--shards`); a priority workqueue trace.
+    WorkqueuePriority,
 }
 
 /// Which engine a replay runs, with its parameters.
@@ -83,6 +90,7 @@ pub enum EngineChoice {
 enum Chosen {
     Fifo(EngineChoice),
     Workqueue(workqueue::WorkqueueEngine),
+    Priority(workqueue_priority::PriorityEngine),
 }
 
 impl From<&OpsArgs> for Chosen {
@@ -96,6 +104,12 @@ impl From<&OpsArgs> for Chosen {
             }
             EngineArg::Workqueue => {
                 Chosen::Workqueue(workqueue::WorkqueueEngine::Sharded { shards })
+            }
+            EngineArg::WorkqueuePriorityReference => {
+                Chosen::Priority(workqueue_priority::PriorityEngine::Reference)
+            }
+            EngineArg::WorkqueuePriority => {
+                Chosen::Priority(workqueue_priority::PriorityEngine::Sharded { shards })
             }
         }
     }
@@ -228,6 +242,7 @@ pub fn main(args: OpsArgs) -> ExitCode {
     let engine = match Chosen::from(&args) {
         Chosen::Fifo(engine) => engine,
         Chosen::Workqueue(engine) => return workqueue::main(engine),
+        Chosen::Priority(engine) => return workqueue_priority::main(engine),
     };
     run_stdio(|stdin, stdout, stderr| replay_logged(stdin, stdout, stderr, engine).map(|_| ()))
 }

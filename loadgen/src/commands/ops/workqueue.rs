@@ -84,13 +84,13 @@ pub enum LimiterSpec {
 
 /// A trace's nanoseconds as a delay. A negative one is "now", as a negative `time.Duration` is
 /// for client-go's delaying queue; a `Duration` cannot be negative, so it becomes zero.
-fn delay(ns: i64) -> Duration {
+pub(super) fn delay(ns: i64) -> Duration {
     Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
 
 /// A delay as a trace prints it: nanoseconds, with "never" (and anything beyond Go's range)
 /// as `i64::MAX`, Go's `InfDuration`.
-fn delay_ns(delay: Duration) -> i64 {
+pub(super) fn delay_ns(delay: Duration) -> i64 {
     i64::try_from(delay.as_nanos()).unwrap_or(i64::MAX)
 }
 
@@ -204,7 +204,7 @@ pub fn ms_to_ns(ms: &serde_json::Number) -> Option<i64> {
     i64::try_from(if negative { -magnitude } else { magnitude }).ok()
 }
 
-fn field<'a>(
+pub(super) fn field<'a>(
     obj: &'a Map<String, Value>,
     op: &str,
     name: &str,
@@ -214,7 +214,7 @@ fn field<'a>(
         .ok_or_else(|| format!("{op}: missing \"{name}\" (expected {example})"))
 }
 
-fn item(obj: &Map<String, Value>, op: &str) -> Result<Key, String> {
+pub(super) fn item(obj: &Map<String, Value>, op: &str) -> Result<Key, String> {
     let example = format!("{{\"op\":\"{op}\",\"item\":\"ns/a\"}}");
     match field(obj, op, "item", &example)? {
         Value::String(s) => Ok(Key::new(s)),
@@ -224,7 +224,12 @@ fn item(obj: &Map<String, Value>, op: &str) -> Result<Key, String> {
     }
 }
 
-fn ms(obj: &Map<String, Value>, op: &str, name: &str, example: &str) -> Result<i64, String> {
+pub(super) fn ms(
+    obj: &Map<String, Value>,
+    op: &str,
+    name: &str,
+    example: &str,
+) -> Result<i64, String> {
     match field(obj, op, name, example)? {
         Value::Number(n) => ms_to_ns(n).ok_or_else(|| {
             format!("{op}: \"{name}\" {n} ms is out of range (at most ±9223372036854 ms)")
@@ -441,7 +446,7 @@ impl<Q: WorkQueue + 'static> Replayer<Q> {
     }
 }
 
-fn json_string(s: &str) -> String {
+pub(super) fn json_string(s: &str) -> String {
     Value::String(s.to_string()).to_string()
 }
 
@@ -463,13 +468,39 @@ pub fn replay(
 
 fn run<Q: WorkQueue + 'static>(
     input: impl BufRead,
-    mut output: impl Write,
+    output: impl Write,
     log: &mut dyn Write,
     make: impl FnOnce(&QueueConfig) -> Q,
 ) -> Result<WorkqueueSummary, OpsError> {
+    run_trace(
+        input,
+        output,
+        log,
+        parse_wq_op,
+        |op| match op {
+            WqOp::Config(limiter) => Some(limiter.clone()),
+            _ => None,
+        },
+        |limiter| Replayer::new(make, &limiter.unwrap_or(LimiterSpec::Default)),
+        Replayer::apply,
+    )
+}
+
+/// The replay loop of every workqueue trace: parses each line with `parse`, builds the queue
+/// from the first op (`config_of` says whether it is a `config` line, and with which limiter),
+/// applies each op, and writes outputs and refusals as they happen.
+pub(super) fn run_trace<O, R>(
+    input: impl BufRead,
+    mut output: impl Write,
+    log: &mut dyn Write,
+    parse: impl Fn(&str) -> Result<O, String>,
+    config_of: impl Fn(&O) -> Option<LimiterSpec>,
+    build: impl FnOnce(Option<LimiterSpec>) -> R,
+    apply: impl Fn(&R, O) -> Result<Option<String>, String>,
+) -> Result<WorkqueueSummary, OpsError> {
     let mut summary = WorkqueueSummary::default();
-    let mut make = Some(make);
-    let mut replayer: Option<Replayer<Q>> = None;
+    let mut build = Some(build);
+    let mut replayer: Option<R> = None;
     let result = (|| {
         for (index, line) in input.lines().enumerate() {
             let number = index + 1;
@@ -482,20 +513,17 @@ fn run<Q: WorkQueue + 'static>(
                 continue;
             }
             summary.ops += 1;
-            let op = parse_wq_op(&line).map_err(|message| OpsError::Malformed {
+            let op = parse(&line).map_err(|message| OpsError::Malformed {
                 line: number,
                 message,
             })?;
+            let config = config_of(&op);
             if replayer.is_none() {
                 // The queue is built by the first op: a `config` line, or the default limiter.
-                let limiter = match &op {
-                    WqOp::Config(limiter) => limiter.clone(),
-                    _ => LimiterSpec::Default,
-                };
-                if let Some(make) = make.take() {
-                    replayer = Some(Replayer::new(make, &limiter));
+                if let Some(build) = build.take() {
+                    replayer = Some(build(config));
                 }
-            } else if matches!(op, WqOp::Config(_)) {
+            } else if config.is_some() {
                 return Err(OpsError::Malformed {
                     line: number,
                     message: "config: only allowed as the first line of the trace".into(),
@@ -504,7 +532,7 @@ fn run<Q: WorkQueue + 'static>(
             let Some(replayer) = &replayer else {
                 continue; // built just above
             };
-            match replayer.apply(op) {
+            match apply(replayer, op) {
                 Ok(Some(out)) => {
                     writeln!(output, "{out}").map_err(OpsError::Write)?;
                     summary.outputs += 1;

@@ -1,0 +1,110 @@
+//! The priority queues' metrics: client-go's workqueue metrics as controller-runtime's
+//! priority queue keeps them, with the depth split by priority.
+//!
+//! The differences from [`QueueMetrics`](super::super::metrics) are controller-runtime's:
+//! `adds_total` and `depth` count entries when they become *ready* (a waiting entry counts
+//! when the clock or an add makes it ready), the depth gauge is told each entry's priority
+//! ([`MetricsProvider::new_depth_with_priority_metric`]), a ready entry whose priority rises
+//! moves from one level's depth to the other's, and `retries_total` counts the adds that
+//! carried a delay.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::super::clock::{Clock, Time};
+use super::super::metrics::{
+    CounterMetric, DepthWithPriorityMetric, HistogramMetric, MetricsProvider, QueueConfig,
+    SettableGaugeMetric,
+};
+use super::Priority;
+
+/// A priority queue's metrics. The per-key times live in the queue's entries.
+pub(crate) struct PriorityMetrics {
+    clock: Arc<dyn Clock>,
+    depth: Arc<dyn DepthWithPriorityMetric>,
+    adds: Arc<dyn CounterMetric>,
+    latency: Arc<dyn HistogramMetric>,
+    work_duration: Arc<dyn HistogramMetric>,
+    unfinished_work: Arc<dyn SettableGaugeMetric>,
+    longest_running: Arc<dyn SettableGaugeMetric>,
+    retries: Arc<dyn CounterMetric>,
+}
+
+/// Seconds as client-go reports them: float64 nanoseconds over 1e9.
+fn seconds(elapsed: Duration) -> f64 {
+    elapsed.as_nanos() as f64 / 1e9
+}
+
+impl PriorityMetrics {
+    /// The metrics `config` asks for, or `None` when they are off (no name, or the no-op
+    /// provider).
+    pub(crate) fn from_config(config: &QueueConfig) -> Option<Self> {
+        let (name, provider): (&str, &Arc<dyn MetricsProvider>) = config.enabled_provider()?;
+        Some(Self {
+            clock: Arc::clone(config.get_clock()),
+            depth: provider.new_depth_with_priority_metric(name),
+            adds: provider.new_adds_metric(name),
+            latency: provider.new_latency_metric(name),
+            work_duration: provider.new_work_duration_metric(name),
+            unfinished_work: provider.new_unfinished_work_seconds_metric(name),
+            longest_running: provider.new_longest_running_processor_seconds_metric(name),
+            retries: provider.new_retries_metric(name),
+        })
+    }
+
+    /// An entry became ready at `priority`; returns the time to keep as its ready time.
+    pub(crate) fn add(&self, priority: Priority) -> Time {
+        self.adds.inc();
+        self.depth.inc(priority);
+        self.clock.now()
+    }
+
+    /// A ready entry's priority rose.
+    pub(crate) fn move_depth(&self, from: Priority, to: Priority) {
+        self.depth.dec(from);
+        self.depth.inc(to);
+    }
+
+    /// An entry ready since `ready_since` was handed out; returns its start time.
+    pub(crate) fn get(&self, priority: Priority, ready_since: Time) -> Time {
+        self.depth.dec(priority);
+        let now = self.clock.now();
+        self.latency
+            .observe(seconds(now.saturating_duration_since(ready_since)));
+        now
+    }
+
+    /// A key handed out at `started` is done.
+    pub(crate) fn done(&self, started: Time) {
+        let now = self.clock.now();
+        self.work_duration
+            .observe(seconds(now.saturating_duration_since(started)));
+    }
+
+    /// An add carried a delay.
+    pub(crate) fn retry(&self) {
+        self.retries.inc();
+    }
+
+    /// Sets the unfinished-work gauges from the start times of the keys being processed.
+    pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
+        let now = self.clock.now();
+        let (mut total, mut oldest) = (0.0, 0.0);
+        for started_at in started {
+            let age = seconds(now.saturating_duration_since(started_at));
+            total += age;
+            if age > oldest {
+                oldest = age;
+            }
+        }
+        self.unfinished_work.set(total);
+        self.longest_running.set(oldest);
+    }
+}
+
+impl fmt::Debug for PriorityMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PriorityMetrics").finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,214 @@
+//! Priority work queues: controller-runtime's `priorityqueue`, whose keys carry a priority so
+//! that live changes are not stuck behind the thousands of keys an informer's initial list or
+//! resync enqueues.
+//!
+//! # The rules
+//!
+//! A key is added with [`AddOpts`]: a delay (`after`), whether to ask the rate limiter
+//! (`rate_limited`), and a priority (none means [`DEFAULT_PRIORITY`], 0; handlers use
+//! [`LOW_PRIORITY`], -100, for keys that need no work). Higher priorities are handed out first,
+//! first-in first-out within one priority.
+//!
+//! - **The delay**: `after`; with `rate_limited`, the limiter's delay replaces it when `after`
+//!   is zero or the limiter's is shorter. A key with a delay waits until `now + delay`.
+//! - **One entry per key**: a key that is queued (ready or waiting) and added again keeps its
+//!   entry, with the *higher* priority and the *earlier* ready time. It moves to the back of
+//!   its level only if its priority rose; otherwise it keeps its place, also when a waiting
+//!   entry is made ready by the add (so it may go before keys added while it waited).
+//! - **The clock**: a waiting entry whose time comes takes its place at the back of its level
+//!   at that moment; entries due at the same moment are placed in order of ready time, then
+//!   priority, then their order of addition.
+//! - **One worker per key**: `get` hands out the first ready entry whose key is not being
+//!   processed. A key added while it is processed gets a new entry at once, placed by that add
+//!   (unlike client-go's queue, which re-queues it at `done`), and `get` skips it until `done`.
+//!   [`len`](super::WorkQueue::len) counts ready entries, such a one included, so `len` can be
+//!   1 while `get` would block; waiting entries are not counted.
+//! - **Shut-down**: `get` answers [`ShutDown`](super::ShutDown) at once, even with ready
+//!   entries left; adds are ignored (a rate-limited add does not ask the limiter); the clock
+//!   makes nothing ready any more. `shut_down_with_drain` also waits for the keys being
+//!   processed to be done (controller-runtime's does not wait); a second shut-down does nothing.
+//!
+//! Two queues implement [`PriorityWorkQueue`] (and [`WorkQueue`](super::WorkQueue), whose
+//! `add` is an add at the default priority):
+//!
+//! - [`ReferencePriorityQueue`]: controller-runtime's queue ported faithfully, one lock over
+//!   one ordered set; the yardstick.
+//! - [`ShardedPriorityQueue`]: the same rules per key, keys split over shards by hash. Across
+//!   shards the order *within* a priority is relaxed, but a ready entry of a higher priority is
+//!   never overtaken by one of a lower priority.
+//!
+//! Metrics are client-go's workqueue metrics with the depth per priority
+//! ([`DepthWithPriorityMetric`](super::DepthWithPriorityMetric)).
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use kcache::Key;
+//! use kcache::workqueue::{FakeClock, QueueConfig, TryGet, WorkQueue};
+//! use kcache::workqueue::priority::{AddOpts, PriorityWorkQueue, ReferencePriorityQueue, LOW_PRIORITY};
+//!
+//! let clock = Arc::new(FakeClock::new());
+//! let q = ReferencePriorityQueue::with_config(&QueueConfig::new().clock(clock.clone()));
+//! // The initial list: every key at low priority.
+//! for name in ["ns/a", "ns/b", "ns/c"] {
+//!     q.add_with_opts(AddOpts::new().priority(LOW_PRIORITY), Key::new(name));
+//! }
+//! // A live change goes first; a retry waits for its delay.
+//! q.add(Key::new("ns/live"));
+//! q.add_after(Key::new("ns/retry"), Duration::from_millis(10));
+//! assert_eq!(q.try_get(), TryGet::Item(Key::new("ns/live")));
+//! assert_eq!(q.try_get(), TryGet::Item(Key::new("ns/a")));
+//! clock.step(Duration::from_millis(10));
+//! assert_eq!(q.try_get(), TryGet::Item(Key::new("ns/retry")), "priority 0 before -100");
+//! ```
+
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use crate::key::Key;
+
+use super::limiter::{ExponentialFailureRateLimiter, RateLimiter};
+use super::queue::{ShutDown, WaitSlot, WorkQueue};
+
+mod entries;
+mod metrics;
+mod reference;
+mod sharded;
+mod timer;
+
+pub use reference::ReferencePriorityQueue;
+pub use sharded::ShardedPriorityQueue;
+
+/// A key's priority: higher is handed out first (Go's `int` in controller-runtime).
+pub type Priority = i32;
+
+/// The priority of an add that gives none.
+pub const DEFAULT_PRIORITY: Priority = 0;
+
+/// The priority controller-runtime's handlers give keys that likely need no work: objects of
+/// the initial list and resyncs (updates whose old and new resource versions are equal).
+pub const LOW_PRIORITY: Priority = -100;
+
+/// How to add a key (controller-runtime `AddOpts`).
+///
+/// ```
+/// use std::time::Duration;
+/// use kcache::workqueue::priority::{AddOpts, LOW_PRIORITY};
+/// let opts = AddOpts::new().priority(LOW_PRIORITY).after(Duration::from_secs(1));
+/// assert_eq!(opts.priority, Some(LOW_PRIORITY));
+/// assert!(!opts.rate_limited);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AddOpts {
+    /// Wait this long before the key is ready (zero: ready now).
+    pub after: Duration,
+    /// Ask the queue's rate limiter for the delay; it replaces `after` when `after` is zero or
+    /// the limiter's delay is shorter.
+    pub rate_limited: bool,
+    /// The key's priority; `None` is [`DEFAULT_PRIORITY`].
+    pub priority: Option<Priority>,
+}
+
+impl AddOpts {
+    /// No delay, no rate limiting, the default priority.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets `after`.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.after = delay;
+        self
+    }
+
+    /// Sets `rate_limited`.
+    pub fn rate_limited(mut self) -> Self {
+        self.rate_limited = true;
+        self
+    }
+
+    /// Sets the priority.
+    pub fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The delay this add asks for; `limiter_delay` is called only when rate limited.
+    pub(crate) fn delay(&self, limiter_delay: impl FnOnce() -> Duration) -> Duration {
+        if !self.rate_limited {
+            return self.after;
+        }
+        let limited = limiter_delay();
+        if self.after.is_zero() || limited < self.after {
+            limited
+        } else {
+            self.after
+        }
+    }
+}
+
+/// What [`PriorityWorkQueue::try_get_with_priority`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TryGetWithPriority {
+    /// A key and the priority it was handed out at; call `done` when finished with it.
+    Item(Key, Priority),
+    /// No ready entry of a key that is not being processed: `get` would block.
+    Empty,
+    /// The queue is shut down: `get` returns [`ShutDown`].
+    ShutDown,
+}
+
+/// controller-runtime's `PriorityQueue` over [`Key`]s: a [`WorkQueue`] (whose `add` adds at the
+/// default priority) with options on add, the rate limiter's bookkeeping, and gets that tell
+/// the priority.
+pub trait PriorityWorkQueue: WorkQueue {
+    /// Adds `key` with `opts` (controller-runtime `AddWithOpts`). Nothing after shut-down.
+    fn add_with_opts(&self, opts: AddOpts, key: Key);
+
+    /// Adds `key` once `delay` has passed, at the default priority.
+    fn add_after(&self, key: Key, delay: Duration) {
+        self.add_with_opts(AddOpts::new().after(delay), key);
+    }
+
+    /// Adds `key` after the rate limiter's delay for it, at the default priority.
+    fn add_rate_limited(&self, key: Key) {
+        self.add_with_opts(AddOpts::new().rate_limited(), key);
+    }
+
+    /// Forgets `key`'s failures in the rate limiter.
+    fn forget(&self, key: &Key);
+
+    /// How many times the rate limiter counted `key` since it was last forgotten.
+    fn num_requeues(&self, key: &Key) -> u64;
+
+    /// The rate limiter's delay for `key` now, counted as one more failure: what a
+    /// rate-limited add would ask (trace replays call it directly).
+    fn when(&self, key: &Key) -> Duration;
+
+    /// Blocks until a key is ready and not being processed, and hands it out with its
+    /// priority; [`ShutDown`] once the queue is shut down.
+    fn get_with_priority(&self) -> Result<(Key, Priority), ShutDown>;
+
+    /// `get_with_priority` if it would not block.
+    fn try_get_with_priority(&self) -> TryGetWithPriority;
+
+    /// One poll of an async `get` that tells the priority; the contract of
+    /// [`WorkQueue::poll_get`] (the same `slot` on every poll; `cancel_get` if abandoned).
+    fn poll_get_with_priority(
+        &self,
+        slot: &mut WaitSlot,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(Key, Priority), ShutDown>>;
+
+    /// How many entries wait for their ready time.
+    fn waiting_len(&self) -> usize;
+}
+
+/// The rate limiter controller-runtime's priority queue uses by default: per-key exponential
+/// backoff from 5 ms to 1000 s.
+pub fn default_priority_rate_limiter() -> Box<dyn RateLimiter<Key>> {
+    Box::new(ExponentialFailureRateLimiter::new(
+        Duration::from_millis(5),
+        Duration::from_secs(1000),
+    ))
+}

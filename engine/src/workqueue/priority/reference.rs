@@ -1,0 +1,368 @@
+//! controller-runtime's priority queue (`pkg/controller/priorityqueue`), ported faithfully:
+//! one lock over one ordered set of entries.
+//!
+//! controller-runtime funnels adds through a buffer and hands keys to getters from a
+//! goroutine; what a caller can observe of it is the ordered set's rules (`entries.rs`), which
+//! this port applies directly under its lock. Getters, blocking threads and async tasks alike,
+//! wait in one waiter list: each entry that becomes available to a `get` wakes one waiter.
+
+use std::fmt;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::key::Key;
+use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+
+use super::super::clock::{Clock, Time};
+use super::super::limiter::RateLimiter;
+use super::super::metrics::QueueConfig;
+use super::super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
+use super::super::waiters::{block_on, WaiterList};
+use super::entries::Entries;
+use super::metrics::PriorityMetrics;
+use super::timer::{Promote, TimerHandle};
+use super::{
+    default_priority_rate_limiter, AddOpts, Priority, PriorityWorkQueue, TryGetWithPriority,
+    DEFAULT_PRIORITY,
+};
+
+/// Everything the lock guards.
+#[derive(Default)]
+struct State {
+    entries: Entries,
+    shutting_down: bool,
+    /// A `shut_down_with_drain` waits for the keys being processed.
+    draining: bool,
+    waiters: WaiterList,
+}
+
+/// What the queue handle and its timer share.
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when the last key being processed is done while a drain waits.
+    drained: Condvar,
+    clock: Arc<dyn Clock>,
+    limiter: Box<dyn RateLimiter<Key>>,
+    metrics: Option<PriorityMetrics>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Makes the entries due now ready (not after shut-down); returns the wakers of as many
+    /// waiters as entries became ready, to wake once the lock is released.
+    #[must_use]
+    fn catch_up(&self, state: &mut State) -> Vec<Waker> {
+        if state.shutting_down {
+            return Vec::new();
+        }
+        let Some(next) = state.entries.next_ready_at() else {
+            return Vec::new();
+        };
+        let now = self.clock.now();
+        if next > now {
+            return Vec::new();
+        }
+        let moved = state.entries.promote(now, self.metrics.as_ref());
+        (0..moved).map_while(|_| state.waiters.pop()).collect()
+    }
+
+    fn take(&self, state: &mut State) -> Option<(Key, Priority)> {
+        state.entries.take(self.metrics.as_ref())
+    }
+}
+
+impl Promote for Shared {
+    fn promote_due(&self) -> Option<Time> {
+        let mut state = self.lock();
+        let wakers = self.catch_up(&mut state);
+        let next = (!state.shutting_down)
+            .then(|| state.entries.next_ready_at())
+            .flatten();
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+        next
+    }
+}
+
+/// controller-runtime's priority queue: one lock, one ordered set.
+///
+/// ```
+/// use kcache::Key;
+/// use kcache::workqueue::{TryGet, WorkQueue};
+/// use kcache::workqueue::priority::{AddOpts, PriorityWorkQueue, ReferencePriorityQueue};
+/// let q = ReferencePriorityQueue::new();
+/// q.add_with_opts(AddOpts::new().priority(-100), Key::new("a"));
+/// q.add(Key::new("b"));
+/// q.add(Key::new("a")); // raised to 0: the back of level 0
+/// let b = q.get().unwrap();
+/// assert_eq!(b.as_str(), "b");
+/// q.add(b.clone()); // a new entry at once, skipped while b is processed
+/// assert_eq!(q.try_get(), TryGet::Item(Key::new("a")));
+/// assert_eq!((q.len(), q.try_get()), (1, TryGet::Empty));
+/// q.done(&b).unwrap();
+/// assert_eq!(q.try_get(), TryGet::Item(b));
+/// ```
+pub struct ReferencePriorityQueue {
+    shared: Arc<Shared>,
+    timer: TimerHandle,
+}
+
+impl ReferencePriorityQueue {
+    /// An unnamed queue: no metrics, real clock, the default rate limiter
+    /// ([`default_priority_rate_limiter`]).
+    pub fn new() -> Self {
+        Self::with_config(&QueueConfig::new())
+    }
+
+    /// A queue with `config`'s name, metrics provider and clock, and the default rate limiter.
+    pub fn with_config(config: &QueueConfig) -> Self {
+        Self::with_rate_limiter(config, default_priority_rate_limiter())
+    }
+
+    /// A queue with `config`'s name, metrics provider and clock, asking `limiter` on
+    /// rate-limited adds.
+    pub fn with_rate_limiter(config: &QueueConfig, limiter: Box<dyn RateLimiter<Key>>) -> Self {
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            drained: Condvar::new(),
+            clock: Arc::clone(config.get_clock()),
+            limiter,
+            metrics: PriorityMetrics::from_config(config),
+        });
+        let timer = TimerHandle::start(&shared.clock, &shared);
+        Self { shared, timer }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.shared.lock()
+    }
+
+    /// The poll behind every `get`.
+    fn poll_take(
+        &self,
+        slot: &mut WaitSlot,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(Key, Priority), ShutDown>> {
+        let mut state = self.lock();
+        let wakers = self.shared.catch_up(&mut state);
+        let result = if state.shutting_down {
+            state.waiters.remove(slot);
+            Poll::Ready(Err(ShutDown))
+        } else if let Some(taken) = self.shared.take(&mut state) {
+            state.waiters.remove(slot);
+            Poll::Ready(Ok(taken))
+        } else {
+            state.waiters.register(slot, cx.waker());
+            Poll::Pending
+        };
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+        result
+    }
+}
+
+impl Default for ReferencePriorityQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PriorityWorkQueue for ReferencePriorityQueue {
+    fn add_with_opts(&self, opts: AddOpts, key: Key) {
+        let shared = &*self.shared;
+        let mut state = self.lock();
+        if state.shutting_down {
+            return;
+        }
+        let mut wakers = shared.catch_up(&mut state);
+        let now = shared.clock.now();
+        let delay = opts.delay(|| shared.limiter.when(&key, now));
+        let ready_at = (!delay.is_zero()).then(|| {
+            if let Some(metrics) = &shared.metrics {
+                metrics.retry();
+            }
+            now.saturating_add(delay)
+        });
+        let priority = opts.priority.unwrap_or(DEFAULT_PRIORITY);
+        let processing = state.entries.is_processing(&key);
+        let added = state
+            .entries
+            .add(key, priority, ready_at, shared.metrics.as_ref());
+        if added.ready && !processing {
+            wakers.extend(state.waiters.pop());
+        }
+        drop(state);
+        if let Some(at) = added.waiting_until {
+            self.timer.kick(at);
+        }
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn forget(&self, key: &Key) {
+        self.shared.limiter.forget(key);
+    }
+
+    fn num_requeues(&self, key: &Key) -> u64 {
+        self.shared.limiter.num_requeues(key)
+    }
+
+    fn when(&self, key: &Key) -> Duration {
+        self.shared.limiter.when(key, self.shared.clock.now())
+    }
+
+    fn get_with_priority(&self) -> Result<(Key, Priority), ShutDown> {
+        let mut slot = WaitSlot::default();
+        block_on(|cx| self.poll_take(&mut slot, cx))
+    }
+
+    fn try_get_with_priority(&self) -> TryGetWithPriority {
+        let mut state = self.lock();
+        let wakers = self.shared.catch_up(&mut state);
+        let result = if state.shutting_down {
+            TryGetWithPriority::ShutDown
+        } else if let Some((key, priority)) = self.shared.take(&mut state) {
+            TryGetWithPriority::Item(key, priority)
+        } else {
+            TryGetWithPriority::Empty
+        };
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+        result
+    }
+
+    fn poll_get_with_priority(
+        &self,
+        slot: &mut WaitSlot,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(Key, Priority), ShutDown>> {
+        self.poll_take(slot, cx)
+    }
+
+    fn waiting_len(&self) -> usize {
+        self.lock().entries.waiting_len()
+    }
+}
+
+impl WorkQueue for ReferencePriorityQueue {
+    fn add(&self, item: Key) {
+        self.add_with_opts(AddOpts::new(), item);
+    }
+
+    fn get(&self) -> Result<Key, ShutDown> {
+        self.get_with_priority().map(|(key, _)| key)
+    }
+
+    fn try_get(&self) -> TryGet {
+        match self.try_get_with_priority() {
+            TryGetWithPriority::Item(key, _) => TryGet::Item(key),
+            TryGetWithPriority::Empty => TryGet::Empty,
+            TryGetWithPriority::ShutDown => TryGet::ShutDown,
+        }
+    }
+
+    fn poll_get(&self, slot: &mut WaitSlot, cx: &mut Context<'_>) -> Poll<Result<Key, ShutDown>> {
+        self.poll_take(slot, cx).map(|r| r.map(|(key, _)| key))
+    }
+
+    fn cancel_get(&self, slot: &mut WaitSlot) {
+        let mut state = self.lock();
+        if state.waiters.remove(slot) || state.entries.available_priority().is_none() {
+            return;
+        }
+        // Woken for an entry it will not take: pass the wake-up on.
+        let waker = state.waiters.pop();
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn done(&self, item: &Key) -> Result<(), NotProcessing> {
+        let mut state = self.lock();
+        let Some(has_ready) = state.entries.done(item, self.shared.metrics.as_ref()) else {
+            return Err(NotProcessing(item.clone()));
+        };
+        let waker = if has_ready && !state.shutting_down {
+            state.waiters.pop()
+        } else {
+            None
+        };
+        if state.draining && state.entries.processing_len() == 0 {
+            self.shared.drained.notify_all();
+        }
+        drop(state);
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+
+    fn len(&self) -> usize {
+        let mut state = self.lock();
+        let wakers = self.shared.catch_up(&mut state);
+        let len = state.entries.ready_len();
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+        len
+    }
+
+    fn processing_len(&self) -> usize {
+        self.lock().entries.processing_len()
+    }
+
+    fn shut_down(&self) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        state.draining = false;
+        let wakers = state.waiters.take_all();
+        drop(state);
+        self.shared.drained.notify_all();
+        self.timer.stop();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    fn shut_down_with_drain(&self) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        state.draining = true;
+        let wakers = state.waiters.take_all();
+        drop(state);
+        self.timer.stop();
+        wakers.into_iter().for_each(Waker::wake);
+        let mut state = self.lock();
+        while state.draining && state.entries.processing_len() > 0 {
+            state = self
+                .shared
+                .drained
+                .wait(state)
+                .unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn shutting_down(&self) -> bool {
+        self.lock().shutting_down
+    }
+
+    fn update_unfinished_work(&self) {
+        if let Some(metrics) = &self.shared.metrics {
+            let state = self.lock();
+            metrics.update_unfinished(state.entries.processing_started());
+        }
+    }
+}
+
+impl fmt::Debug for ReferencePriorityQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.lock();
+        f.debug_struct("ReferencePriorityQueue")
+            .field("ready", &state.entries.ready_len())
+            .field("waiting", &state.entries.waiting_len())
+            .field("processing", &state.entries.processing_len())
+            .field("shutting_down", &state.shutting_down)
+            .finish()
+    }
+}

@@ -1,0 +1,275 @@
+//! `loadgen ops --engine workqueue-priority-reference | workqueue-priority --shards N`:
+//! replays a priority workqueue trace (docs/traces.md, "Priority workqueue traces") through
+//! `kcache::workqueue::priority`.
+//!
+//! The workqueue trace format with one more op, `add_with_opts`, and `get` telling the
+//! priority. The queue runs on a fake clock that starts at 0 and moves only on `step`; a step
+//! makes every due entry ready before the next op. Without a `config` line the limiter is the
+//! priority queue's default, exponential(5 ms, 1000 s); `{"kind":"default"}` is still
+//! client-go's default. `done` of a key that is not being processed does nothing (it is not a
+//! refusal: that is the priority queue's rule).
+//!
+//! ```
+//! use loadgen::commands::ops::workqueue_priority::{replay, PriorityEngine};
+//! let trace = br#"{"op":"add_with_opts","item":"a","priority":-100}
+//! {"op":"add","item":"b"}
+//! {"op":"get"}
+//! {"op":"get"}
+//! "#;
+//! let mut out = Vec::new();
+//! replay(&trace[..], &mut out, &mut std::io::sink(), PriorityEngine::Reference).unwrap();
+//! assert_eq!(
+//!     String::from_utf8(out).unwrap(),
+//!     "{\"get\":\"b\",\"priority\":0}\n{\"get\":\"a\",\"priority\":-100}\n"
+//! );
+//! ```
+
+use std::io::{BufRead, Write};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use kcache::workqueue::priority::{
+    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
+    TryGetWithPriority,
+};
+use kcache::workqueue::{FakeClock, QueueConfig};
+use kcache::Key;
+use serde_json::{Map, Value};
+
+use super::workqueue::{
+    delay, delay_ns, item, json_string, ms, parse_wq_op, run_trace, LimiterSpec, WorkqueueSummary,
+    WqOp,
+};
+use super::OpsError;
+
+/// Which priority queue a replay runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PriorityEngine {
+    /// `kcache::workqueue::priority::ReferencePriorityQueue`, controller-runtime's port.
+    Reference,
+    /// `kcache::workqueue::priority::ShardedPriorityQueue` with `shards` shards.
+    Sharded {
+        /// How many shards (rounded up to a power of two).
+        shards: usize,
+    },
+}
+
+/// One line of a priority workqueue trace.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PriorityOp {
+    /// Any op of the workqueue trace format (`add` is an add at the default priority).
+    Base(WqOp),
+    /// `add_with_opts`.
+    AddWithOpts {
+        /// The key.
+        item: Key,
+        /// `priority`, if given.
+        priority: Option<Priority>,
+        /// `after_ms`, in ns (default 0).
+        after_ns: i64,
+        /// `rate_limited` (default false).
+        rate_limited: bool,
+    },
+}
+
+/// The limiter of a trace without a `config` line: controller-runtime's default.
+fn default_limiter() -> LimiterSpec {
+    LimiterSpec::Exponential {
+        base_ns: 5_000_000,
+        max_ns: 1_000_000_000_000,
+    }
+}
+
+fn add_with_opts(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
+    const OP: &str = "add_with_opts";
+    const EXAMPLE: &str =
+        r#"{"op":"add_with_opts","item":"a","priority":-100,"after_ms":5,"rate_limited":true}"#;
+    if let Some(unknown) = obj.keys().find(|k| {
+        !matches!(
+            k.as_str(),
+            "op" | "item" | "priority" | "after_ms" | "rate_limited"
+        )
+    }) {
+        return Err(format!(
+            "{OP}: unexpected field \"{unknown}\" (expected {EXAMPLE})"
+        ));
+    }
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => None,
+        Some(Value::Number(n)) => Some(
+            n.as_i64()
+                .and_then(|p| Priority::try_from(p).ok())
+                .ok_or_else(|| {
+                    format!("{OP}: \"priority\" must be a whole number in 32 bits, got {n}")
+                })?,
+        ),
+        Some(other) => {
+            return Err(format!(
+                "{OP}: \"priority\" must be an integer, got {other} (expected {EXAMPLE})"
+            ))
+        }
+    };
+    let after_ns = match obj.get("after_ms") {
+        None => 0,
+        Some(_) => ms(obj, OP, "after_ms", EXAMPLE)?,
+    };
+    if after_ns < 0 {
+        return Err(format!(
+            "{OP}: \"after_ms\" must not be negative, got {}",
+            obj["after_ms"]
+        ));
+    }
+    let rate_limited = match obj.get("rate_limited") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(format!(
+                "{OP}: \"rate_limited\" must be true or false, got {other} (expected {EXAMPLE})"
+            ))
+        }
+    };
+    Ok(PriorityOp::AddWithOpts {
+        item: item(obj, OP)?,
+        priority,
+        after_ns,
+        rate_limited,
+    })
+}
+
+/// Parses one non-blank line of a priority workqueue trace.
+///
+/// ```
+/// use kcache::Key;
+/// use loadgen::commands::ops::workqueue_priority::{parse_priority_op, PriorityOp};
+/// assert_eq!(
+///     parse_priority_op(r#"{"op":"add_with_opts","item":"a","priority":3}"#),
+///     Ok(PriorityOp::AddWithOpts { item: Key::new("a"), priority: Some(3), after_ns: 0, rate_limited: false })
+/// );
+/// assert!(parse_priority_op(r#"{"op":"add_with_opts","item":"a","priority":1.5}"#).is_err());
+/// ```
+pub fn parse_priority_op(line: &str) -> Result<PriorityOp, String> {
+    let value: Value = serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
+    if let Value::Object(obj) = &value {
+        if obj.get("op") == Some(&Value::String("add_with_opts".into())) {
+            return add_with_opts(obj);
+        }
+    }
+    parse_wq_op(line).map(PriorityOp::Base)
+}
+
+/// The queue a replay drives, with its fake clock.
+struct Replayer {
+    clock: Arc<FakeClock>,
+    queue: Box<dyn PriorityWorkQueue>,
+}
+
+impl Replayer {
+    fn new(engine: PriorityEngine, limiter: Option<LimiterSpec>) -> Self {
+        let clock = Arc::new(FakeClock::new());
+        let config = QueueConfig::new().clock(clock.clone());
+        let limiter = limiter.unwrap_or_else(default_limiter).build();
+        let queue: Box<dyn PriorityWorkQueue> = match engine {
+            PriorityEngine::Reference => {
+                Box::new(ReferencePriorityQueue::with_rate_limiter(&config, limiter))
+            }
+            PriorityEngine::Sharded { shards } => Box::new(
+                ShardedPriorityQueue::with_rate_limiter(shards, &config, limiter),
+            ),
+        };
+        Self { clock, queue }
+    }
+
+    fn apply(&self, op: PriorityOp) -> Result<Option<String>, String> {
+        let q = &*self.queue;
+        let op = match op {
+            PriorityOp::AddWithOpts {
+                item,
+                priority,
+                after_ns,
+                rate_limited,
+            } => {
+                let opts = AddOpts {
+                    after: delay(after_ns),
+                    rate_limited,
+                    priority,
+                };
+                q.add_with_opts(opts, item);
+                return Ok(None);
+            }
+            PriorityOp::Base(op) => op,
+        };
+        Ok(match op {
+            WqOp::Config(_) => None,
+            WqOp::Add(item) => {
+                q.add(item);
+                None
+            }
+            WqOp::AddAfter(item, ns) => {
+                q.add_after(item, delay(ns));
+                None
+            }
+            WqOp::AddRateLimited(item) => {
+                q.add_rate_limited(item);
+                None
+            }
+            WqOp::Forget(item) => {
+                q.forget(&item);
+                None
+            }
+            WqOp::NumRequeues(item) => {
+                Some(format!("{{\"num_requeues\":{}}}", q.num_requeues(&item)))
+            }
+            WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", delay_ns(q.when(&item)))),
+            WqOp::Step(ns) => {
+                self.clock.step(delay(ns));
+                None
+            }
+            WqOp::Get => Some(match q.try_get_with_priority() {
+                TryGetWithPriority::Item(item, priority) => format!(
+                    "{{\"get\":{},\"priority\":{priority}}}",
+                    json_string(item.as_str())
+                ),
+                TryGetWithPriority::Empty => "{\"get\":null,\"empty\":true}".to_string(),
+                TryGetWithPriority::ShutDown => "{\"get\":null,\"shutdown\":true}".to_string(),
+            }),
+            WqOp::Done(item) => {
+                // A key not being processed: nothing, by the priority queue's rule.
+                let _ = q.done(&item);
+                None
+            }
+            WqOp::Len => Some(format!("{{\"len\":{}}}", q.len())),
+            WqOp::ShutDown => {
+                q.shut_down();
+                None
+            }
+            WqOp::ShuttingDown => Some(format!("{{\"shutting_down\":{}}}", q.shutting_down())),
+        })
+    }
+}
+
+/// Replays the priority workqueue trace on `input` through `engine`, writing output lines to
+/// `output`.
+pub fn replay(
+    input: impl BufRead,
+    output: impl Write,
+    log: &mut dyn Write,
+    engine: PriorityEngine,
+) -> Result<WorkqueueSummary, OpsError> {
+    run_trace(
+        input,
+        output,
+        log,
+        parse_priority_op,
+        |op| match op {
+            PriorityOp::Base(WqOp::Config(limiter)) => Some(limiter.clone()),
+            _ => None,
+        },
+        |limiter| Replayer::new(engine, limiter),
+        Replayer::apply,
+    )
+}
+
+/// Runs `loadgen ops` for a priority workqueue engine: stdin → the queue → stdout.
+pub fn main(engine: PriorityEngine) -> ExitCode {
+    super::run_stdio(|stdin, stdout, stderr| replay(stdin, stdout, stderr, engine).map(|_| ()))
+}
