@@ -662,3 +662,53 @@ async fn initial_list_and_resync_keys_go_in_at_low_priority() {
         .iter()
         .all(|(_, p)| *p == NORMAL_PRIORITY));
 }
+
+/// On a queue with priorities, a live change overtakes the initial list's backlog.
+async fn a_live_change_passes_the_initial_lists_backlog(queue: Arc<dyn ControllerQueue>) {
+    let srv = server(1000);
+    for k in 0..50 {
+        srv.upsert(pod(&format!("ns/listed-{k:02}"), k)).unwrap();
+    }
+    let informer = SharedInformer::builder(srv.clone(), key_fn()).build();
+    let gate = Arc::new(Gate::default());
+    let order: Arc<Mutex<Vec<Key>>> = Arc::default();
+    let ctx = Arc::new((gate.clone(), order.clone()));
+    let controller = Controller::builder(&informer)
+        .queue(queue)
+        .workers(1)
+        .run(
+            |request: &Request<Pod>, (gate, order): &(Arc<Gate>, Arc<Mutex<Vec<Key>>>)| {
+                order.lock().unwrap().push(request.key().clone());
+                gate.pass();
+                Ok::<_, String>(Action::Done)
+            },
+            ctx,
+        )
+        .unwrap();
+    informer.start().unwrap();
+    controller.wait_for_sync().await;
+    eventually("one listed key in flight, 49 queued", || {
+        gate.entered.load(Ordering::SeqCst) == 1 && controller.queue().len() == 49
+    })
+    .await;
+    srv.upsert(pod("ns/live", 1)).unwrap();
+    eventually("the live key queued", || controller.queue().len() == 50).await;
+    gate.open();
+    eventually("everything reconciled", || controller.stats().success == 51).await;
+    let order = order.lock().unwrap().clone();
+    assert_eq!(order[1], Key::new("ns/live"), "{order:?}");
+    controller.shutdown().await;
+    informer.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_sharded_priority_queue_a_live_change_goes_first() {
+    let queue = Arc::new(kcache::workqueue::priority::ShardedPriorityQueue::new(4));
+    a_live_change_passes_the_initial_lists_backlog(queue).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_the_reference_priority_queue_a_live_change_goes_first() {
+    let queue = Arc::new(kcache::workqueue::priority::ReferencePriorityQueue::new());
+    a_live_change_passes_the_initial_lists_backlog(queue).await;
+}

@@ -5,26 +5,29 @@
 use std::time::Duration;
 
 use crate::key::Key;
+use crate::workqueue::priority::{
+    AddOpts, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue, DEFAULT_PRIORITY,
+};
 use crate::workqueue::{RateLimiter, RateLimitingQueue, WorkQueue};
 
-/// The priority of an add. Higher is handed out first by a queue that orders by priority;
-/// a queue without priorities ([`RateLimitingQueue`]) ignores it.
-pub type Priority = i32;
+/// The priority of an add (higher is handed out first by a queue that orders by priority; a
+/// queue without priorities, [`RateLimitingQueue`], ignores it), and the low one the
+/// controller gives a key that needs no work unless something else changed: an object of the
+/// informer's initial list, and a resync (an update whose old and new objects have the same
+/// resource version), as controller-runtime's handlers do.
+pub use crate::workqueue::priority::{Priority, LOW_PRIORITY};
 
 /// The priority of a plain add: a live change.
-pub const NORMAL_PRIORITY: Priority = 0;
-
-/// The priority the controller gives a key that needs no work unless something else changed:
-/// an object of the informer's initial list, and a resync (an update whose old and new
-/// objects have the same resource version). controller-runtime's handlers use the same value.
-pub const LOW_PRIORITY: Priority = -100;
+pub const NORMAL_PRIORITY: Priority = DEFAULT_PRIORITY;
 
 /// What a [`Controller`](super::Controller) needs from its workqueue: client-go's
 /// [`WorkQueue`] (`get`, async `get`, `done`, shutdown), the delaying and rate-limited adds,
 /// and an add with a priority.
 ///
 /// Implemented by [`RateLimitingQueue`] (either workqueue underneath), which has no priorities:
-/// there an add's priority is dropped and the order is first in, first out.
+/// there an add's priority is dropped and the order is first in, first out; and by the
+/// priority queues ([`ShardedPriorityQueue`], [`ReferencePriorityQueue`]), which hand live
+/// changes out before low-priority keys.
 pub trait ControllerQueue: WorkQueue {
     /// Adds `key` at `priority` ([`NORMAL_PRIORITY`] for a live change, [`LOW_PRIORITY`] for
     /// an initial list or a resync).
@@ -73,3 +76,36 @@ impl<Q: WorkQueue + 'static, L: RateLimiter<Key>> ControllerQueue for RateLimiti
         false
     }
 }
+
+/// The priority queues: an add's priority is kept; retries and requeues go in at the default
+/// priority (controller-runtime's controller does the same).
+macro_rules! priority_controller_queue {
+    ($queue:ty) => {
+        impl ControllerQueue for $queue {
+            fn add_with_priority(&self, key: Key, priority: Priority) {
+                self.add_with_opts(AddOpts::new().priority(priority), key);
+            }
+            fn add_after(&self, key: Key, delay: Duration) {
+                PriorityWorkQueue::add_after(self, key, delay);
+            }
+            fn add_rate_limited(&self, key: Key) {
+                PriorityWorkQueue::add_rate_limited(self, key);
+            }
+            fn forget(&self, key: &Key) {
+                PriorityWorkQueue::forget(self, key);
+            }
+            fn num_requeues(&self, key: &Key) -> u64 {
+                PriorityWorkQueue::num_requeues(self, key)
+            }
+            fn waiting_len(&self) -> usize {
+                PriorityWorkQueue::waiting_len(self)
+            }
+            fn has_priorities(&self) -> bool {
+                true
+            }
+        }
+    };
+}
+
+priority_controller_queue!(ShardedPriorityQueue);
+priority_controller_queue!(ReferencePriorityQueue);

@@ -15,6 +15,7 @@ use crate::informer::{
 use crate::key::{Key, KeyFn};
 use crate::queue::DeltaQueue;
 use crate::store::Indexer;
+use crate::workqueue::priority::ShardedPriorityQueue;
 use crate::workqueue::{
     default_controller_rate_limiter, DelayingQueue, QueueConfig, RateLimiter, RateLimitingQueue,
     ShardedQueue, DEFAULT_WORKQUEUE_SHARDS,
@@ -66,6 +67,7 @@ pub struct ControllerBuilder<'a, K> {
     queue: Option<Arc<dyn ControllerQueue>>,
     limiter: Option<Box<dyn RateLimiter<Key>>>,
     queue_config: Option<QueueConfig>,
+    priority_queue: bool,
     lookup: Lookup<K>,
     key_fn: KeyFn<K>,
     primary: PrimaryRegistrar<'a, K>,
@@ -112,6 +114,7 @@ impl<K: Versioned + Send + Sync + 'static> Controller<K> {
             queue: None,
             limiter: None,
             queue_config: None,
+            priority_queue: false,
             lookup: Arc::new(move |key: &Key| store.get_by_key(key)),
             key_fn: primary.key_fn(),
             primary: Box::new(move |handler, options| {
@@ -154,6 +157,15 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
     /// to the controller's). Ignored with [`queue`](Self::queue).
     pub fn queue_config(mut self, config: QueueConfig) -> Self {
         self.queue_config = Some(config);
+        self
+    }
+
+    /// Makes the builder's workqueue a [`ShardedPriorityQueue`] (controller-runtime's priority
+    /// queue, sharded) instead of the rate-limiting queue: live changes are handed out before
+    /// the low-priority keys of an initial list or a resync. Ignored with
+    /// [`queue`](Self::queue).
+    pub fn priority_queue(mut self, on: bool) -> Self {
+        self.priority_queue = on;
         self
     }
 
@@ -331,13 +343,22 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
                 let limiter = self
                     .limiter
                     .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
-                Arc::new(RateLimitingQueue::new(
-                    DelayingQueue::with_config(
-                        ShardedQueue::with_config(DEFAULT_WORKQUEUE_SHARDS, &config),
+                let queue: Arc<dyn ControllerQueue> = if self.priority_queue {
+                    Arc::new(ShardedPriorityQueue::with_rate_limiter(
+                        DEFAULT_WORKQUEUE_SHARDS,
                         &config,
-                    ),
-                    limiter,
-                ))
+                        limiter,
+                    ))
+                } else {
+                    Arc::new(RateLimitingQueue::new(
+                        DelayingQueue::with_config(
+                            ShardedQueue::with_config(DEFAULT_WORKQUEUE_SHARDS, &config),
+                            &config,
+                        ),
+                        limiter,
+                    ))
+                };
+                queue
             }
         };
         let metrics = ReconcileMetrics::new(&self.name, self.metrics.as_deref());
