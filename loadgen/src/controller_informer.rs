@@ -36,14 +36,15 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use kcache::controller::{Action, Controller, ControllerQueue, Event, Request};
 use kcache::informer::{MemoryListerWatcher, SharedInformer};
+use kcache::workqueue::priority::{ReferencePriorityQueue, ShardedPriorityQueue};
 use kcache::workqueue::{
-    DelayingQueue, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
+    DelayingQueue, QueueConfig, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 
 use crate::controller_loop::{
-    check_controller, child_args as w6_child_args, phase_summary, reconcile, retry_limiter,
-    ControllerConfig, ControllerRecord, Track, WorkerStats,
+    check_controller, child_args as w6_child_args, last_events, phase_summary, reconcile,
+    retry_limiter, ControllerConfig, ControllerRecord, Track, WorkerStats,
 };
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
@@ -172,6 +173,34 @@ pub(crate) fn wait_controller_idle<K>(controller: &Controller<K>, stopped: impl 
     }
 }
 
+/// How long W7 waits for a reconcile to make progress before it calls the run stuck.
+const STALL: Duration = Duration::from_secs(60);
+
+/// Waits until every key's last event (`last`, see [`Track::reconcile_targets`]) has been
+/// reconciled; an error if no reconcile progressed for [`STALL`] (a key was lost).
+pub(crate) fn wait_all_reconciled(
+    track: &Track,
+    last: &[u64],
+    stopped: impl Fn() -> bool,
+) -> Result<(), String> {
+    let (mut remaining, mut since) = (usize::MAX, Instant::now());
+    loop {
+        let now = track.unreconciled(&track.reconcile_targets(last));
+        if now == 0 || stopped() {
+            return Ok(());
+        }
+        if now < remaining {
+            (remaining, since) = (now, Instant::now());
+        } else if since.elapsed() > STALL {
+            return Err(format!(
+                "{now} keys' last events still unreconciled after {} s without progress",
+                STALL.as_secs()
+            ));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Waits until the controller's primary registration has delivered every notification the
 /// filter saw: each one it let through has made its `add`.
 pub(crate) fn wait_adds_done<K>(
@@ -221,6 +250,41 @@ pub fn execute(
     drops: Drops,
     progress: &dyn Progress,
 ) -> Result<Finished, RunError> {
+    execute_with(engine, gen, cfg, ctl, drops, None, progress)
+}
+
+/// W7's twist on W6 (docs/workloads.md): the informer resyncs every object every `resync`,
+/// and the workqueue is a priority queue or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storm {
+    /// The informer's resync period.
+    pub resync: Duration,
+    /// The workqueue is the engine's priority queue (else its rate-limiting queue).
+    pub priority: bool,
+}
+
+impl Storm {
+    /// The `workload` of W7's rows: `w7/priority` or `w7/fifo`.
+    pub fn label(self) -> &'static str {
+        if self.priority {
+            "w7/priority"
+        } else {
+            "w7/fifo"
+        }
+    }
+}
+
+/// [`execute`], or W7 with a `storm`.
+#[allow(clippy::too_many_arguments)]
+pub fn execute_with(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    storm: Option<Storm>,
+    progress: &dyn Progress,
+) -> Result<Finished, RunError> {
     if u32::try_from(gen.universe.keys.len()).is_err() {
         return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
     }
@@ -228,7 +292,10 @@ pub fn execute(
     let plan = Arc::new(Plan::of(gen));
     let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
-    let builder = informer_builder(&server, cfg, &errors);
+    let mut builder = informer_builder(&server, cfg, &errors);
+    if let Some(storm) = storm {
+        builder = builder.resync_period(storm.resync);
+    }
     let run = Run {
         server: &server,
         gen,
@@ -236,16 +303,33 @@ pub fn execute(
         cfg,
         ctl,
         drops,
+        storm,
         progress,
     };
-    let mut done = match engine {
-        EngineKind::Reference => run.drive(
+    let priority = storm.is_some_and(|s| s.priority);
+    let mut done = match (engine, priority) {
+        (EngineKind::Reference, false) => run.drive(
             builder.build_reference(),
             controller_queue(ReferenceQueue::new()),
         )?,
-        EngineKind::Sharded => run.drive(
+        (EngineKind::Reference, true) => run.drive(
+            builder.build_reference(),
+            Arc::new(ReferencePriorityQueue::with_rate_limiter(
+                &QueueConfig::new(),
+                Box::new(retry_limiter()),
+            )),
+        )?,
+        (EngineKind::Sharded, false) => run.drive(
             builder.build(),
             controller_queue(ShardedQueue::new(cfg.shards)),
+        )?,
+        (EngineKind::Sharded, true) => run.drive(
+            builder.build(),
+            Arc::new(ShardedPriorityQueue::with_rate_limiter(
+                cfg.shards,
+                &QueueConfig::new(),
+                Box::new(retry_limiter()),
+            )),
         )?,
     };
     done.informer.reflector_errors = errors.load(Ordering::Relaxed);
@@ -260,6 +344,7 @@ struct Run<'a> {
     cfg: &'a EngineConfig,
     ctl: &'a ControllerConfig,
     drops: Drops,
+    storm: Option<Storm>,
     progress: &'a dyn Progress,
 }
 
@@ -282,13 +367,15 @@ impl Run<'_> {
             cfg,
             ctl,
             drops,
+            storm,
             progress,
         } = self;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
-        let track = Arc::new(Track::new(gen.universe.keys.len()));
+        let keys = gen.universe.keys.len();
+        let track = Arc::new(Track::new(keys));
         let recorder = Recorder::new(Arc::clone(plan), Duration::ZERO, None);
         let progressing = [recorder.shared()];
         let watch = Arc::new(Watch {
@@ -345,10 +432,18 @@ impl Run<'_> {
                     &mut failures,
                 ));
             }
-            // Every handler `add` has happened (see the module docs), or the run failed.
             let stuck = || !failures.is_empty() || controller.stats().panics > 0;
-            wait_adds_done(&controller, &watch, stuck);
-            wait_controller_idle(&controller, stuck);
+            if storm.is_some() {
+                // Resyncs keep adding keys, so the controller may never be idle: the run ends
+                // once every key's last event has been reconciled.
+                if let Err(e) = wait_all_reconciled(&track, &last_events(&gen.ops, keys), stuck) {
+                    failures.push(e);
+                }
+            } else {
+                // Every handler `add` has happened (see the module docs), or the run failed.
+                wait_adds_done(&controller, &watch, stuck);
+                wait_controller_idle(&controller, stuck);
+            }
             let wall = start.elapsed();
             if let Some(producer) = producer {
                 let produced = producer
@@ -361,7 +456,15 @@ impl Run<'_> {
             wall
         });
         // The record of the workqueue at the end, before the shutdown drops its waiting keys.
-        let record = track.record(&*queue, gen);
+        let mut record = track.record(&*queue, gen);
+        if storm.is_some() {
+            // Under resyncs the queue is not expected to be empty at the end.
+            (
+                record.queued_at_end,
+                record.processing_at_end,
+                record.waiting_at_end,
+            ) = (0, 0, 0);
+        }
         runtime.block_on(controller.shutdown());
         runtime.block_on(informer.shutdown());
         if let Some(why) = informer.failure() {
@@ -445,9 +548,22 @@ pub fn measure(
     drops: Drops,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
+    measure_with(engine, gen, cfg, ctl, drops, None, progress)
+}
+
+/// [`measure`], or W7 with a `storm` (its rows labelled [`Storm::label`]).
+pub fn measure_with(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    storm: Option<Storm>,
+    progress: &dyn Progress,
+) -> Result<RunResult, RunError> {
     let probe = RssProbe::start();
     let cpu = CpuProbe::start();
-    let done = execute(engine, gen, cfg, ctl, drops, progress)?;
+    let done = execute_with(engine, gen, cfg, ctl, drops, storm, progress)?;
     let peak = probe.finish();
     let cpu_spent = cpu.finish();
     let mut failures = done.failures.clone();
@@ -478,7 +594,7 @@ pub fn measure(
     let verdict = Verdict::from_failures(failures);
     Ok(RunResult {
         engine: engine.name().to_string(),
-        workload: LABEL.to_string(),
+        workload: storm.map_or(LABEL, Storm::label).to_string(),
         keys: gen.universe.keys.len(),
         events,
         wall_s,

@@ -327,6 +327,16 @@ impl Track {
             .collect()
     }
 
+    /// How many keys with an event have not had it reconciled: `targets` from
+    /// [`reconcile_targets`](Self::reconcile_targets).
+    pub(crate) fn unreconciled(&self, targets: &[u64]) -> usize {
+        targets
+            .iter()
+            .zip(&self.keys)
+            .filter(|(&target, k)| target != 0 && k.reconciled.load(Ordering::Relaxed) < target)
+            .count()
+    }
+
     /// What the run leaves for W6's verdict, once the workqueue is shut down.
     pub(crate) fn record<Q: ControllerQueue + ?Sized>(
         &self,
