@@ -1,7 +1,8 @@
 //! Loom models of the work queues' own synchronisation: the sharded queue's hand-off through
 //! its lock-free ready-shard scheduler to blocked threads and async waiters, per-item
-//! exclusivity, drain on shutdown, and the pass-on of a wake-up received by a cancelled async
-//! `get` (the reference queue's too).
+//! exclusivity, drain on shutdown, the pass-on of a wake-up received by a cancelled async
+//! `get` (the reference queue's too), the one-searcher wake rule (bursts with sleepers, a woken
+//! worker robbed of its item), and the same for the priority queues' wake-ups.
 //!
 //! Run with:
 //! `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --test loom_workqueue`
@@ -340,5 +341,49 @@ fn priority_a_readded_key_wakes_a_worker_at_done() {
         q.add(k("a"));
         q.done(&a).unwrap();
         assert_eq!(worker.join().unwrap(), Ok(k("a")));
+    });
+}
+
+#[test]
+fn cancelled_async_get_passes_the_wake_up_on_priority_sharded() {
+    model(|| cancelled_get_passes_the_wake_up_on(priority_queue(2)));
+}
+
+#[test]
+fn cancelled_async_get_passes_the_wake_up_on_priority_reference() {
+    model(|| {
+        let config = kcache::workqueue::QueueConfig::new()
+            .clock(Arc::new(kcache::workqueue::FakeClock::new()));
+        cancelled_get_passes_the_wake_up_on(Arc::new(
+            kcache::workqueue::priority::ReferencePriorityQueue::with_config(&config),
+        ))
+    });
+}
+
+/// The sharded priority queue: a woken worker robbed of its entry by a `get` that never slept
+/// gives the searcher's role up as it sleeps again, so the next add wakes it.
+#[test]
+fn priority_a_woken_worker_robbed_of_its_entry_is_woken_by_the_next_add() {
+    model(|| {
+        let q = priority_queue(2);
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        let thief = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.try_get())
+        };
+        q.add(k("a"));
+        q.add(k("c"));
+        let mut got = vec![worker.join().unwrap().unwrap()];
+        if let TryGet::Item(key) = thief.join().unwrap() {
+            got.push(key);
+        }
+        while let TryGet::Item(key) = q.try_get() {
+            got.push(key);
+        }
+        got.sort();
+        assert_eq!(got, [k("a"), k("c")]);
     });
 }

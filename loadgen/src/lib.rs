@@ -17,9 +17,10 @@
 //! | 2 | [`controller_loop`], [`controller_informer`], [`controller_resync`], [`through_informer`], [`harness_floor`] | W6 on the bare queue: DeltaFIFO, indexer, workqueue and workers as one controller; W6 through the shared informer (the default W6) on kcache's `Controller`; W7, that controller under a resync storm, with and without priority; the same events through the whole informer pipeline; the harness floor, a client that drains the same server into nothing |
 //! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
+//! | 2 | [`wq_round_trip`] | the workqueue round trip: a producer and N workers through any work queue, timed, with the workers' context switches |
 //! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart |
 //! | 3 | `serve` (feature wire) | the synthetic Kubernetes API server for pods (docs/wire.md) that `loadgen serve` and `loadgen e2e` run (its command line still lives in `serve/mod.rs`) |
-//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], `e2e` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `e2e` (real clients against `serve`) |
+//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `e2e` (real clients against `serve`) |
 //!
 //! A command never imports another command: what two commands share lives a floor down
 //! (`compare` runs the same [`runs`], [`capacity_search`] and [`scale_sweep`] as `run`,
@@ -64,3 +65,4 @@ pub mod timeline;
 pub mod ui;
 pub mod units;
 pub mod verdict;
+pub mod wq_round_trip;

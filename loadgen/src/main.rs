@@ -50,6 +50,9 @@ enum Command {
     /// Sweep the key count: events/s, paced p99 and bytes per key of each engine, with a
     /// chart.
     Scale(loadgen::commands::scale::ScaleArgs),
+    /// The workqueue round trip: one producer, N workers, no work per key, for each queue
+    /// (client-go's, sharded, and the priority queues); keys/s and context switches.
+    Workqueue(loadgen::commands::workqueue::WorkqueueArgs),
     /// Run kcache's informer (through its kube-rs adapter) and kube-rs' own reflector against
     /// `serve`, and report events/s, lag, memory and a verdict per client.
     #[cfg(feature = "wire")]
@@ -74,6 +77,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "wire")]
         Command::Serve(args) => loadgen::serve::main(args),
         Command::Scale(args) => loadgen::commands::scale::main(args),
+        Command::Workqueue(args) => loadgen::commands::workqueue::main(args),
         #[cfg(feature = "wire")]
         Command::E2e(args) => loadgen::e2e::main(args),
         #[cfg(feature = "wire")]

@@ -149,12 +149,13 @@ impl ReadyShards {
         let mut state = self.state.load(Ordering::Acquire);
         loop {
             if permits(state) > 0 && waiters(state) > 0 {
-                let waker = self.pop_waiter(&mut list);
-                drop(list);
-                if let Some(waker) = waker {
+                // The count and the list agree under the lock, so there is a waiter to pop;
+                // if there were not, clearing the bit below is still correct.
+                if let Some(waker) = self.pop_waiter(&mut list) {
+                    drop(list);
                     waker.wake();
+                    return;
                 }
-                return;
             }
             // Fails if a permit arrived meanwhile (its `schedule` saw the bit and woke nobody):
             // look again.

@@ -7,3 +7,4 @@ pub mod ops;
 pub mod replay;
 pub mod run;
 pub mod scale;
+pub mod workqueue;
