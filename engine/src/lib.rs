@@ -21,7 +21,9 @@
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`]. Around them,
 //! `informer` (feature `informer`, on by default) builds the whole pipeline: a reflector that
 //! lists and watches a source into the queue, consumers that apply what they pop to the store,
-//! and handler registrations that each get the notifications on a thread of their own.
+//! and handler registrations that each get the notifications on a thread of their own; and
+//! `controller` (same feature) is the reconcile loop on top: informers' handlers feed a
+//! workqueue, workers reconcile keys from the indexer (`docs/controller.md`).
 //!
 //! # Usage
 //!
