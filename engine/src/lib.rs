@@ -21,7 +21,9 @@
 //! [`Tombstone`], the key functions, and the consumer's [`process_deltas`]. Around them,
 //! `informer` (feature `informer`, on by default) builds the whole pipeline: a reflector that
 //! lists and watches a source into the queue, consumers that apply what they pop to the store,
-//! and handler registrations that each get the notifications on a thread of their own.
+//! and handler registrations that each get the notifications on a thread of their own; and
+//! `controller` (same feature) is the reconcile loop on top: informers' handlers feed a
+//! workqueue, workers reconcile keys from the indexer (`docs/controller.md`).
 //!
 //! # Usage
 //!
@@ -207,6 +209,7 @@
 //! | 2 | `queue`, `consumer` | the `DeltaQueue` contract and options; the consumer's `process_deltas` |
 //! | 3 | [`reference`](mod@reference), [`sharded`](mod@sharded) | the two engines: client-go's port and the fast one |
 //! | 4 | [`workqueue`], `informer` | client-go's workqueue; the informer pipeline over an engine |
+//! | 5 | `controller` | the reconcile loop: informers' handlers feed a workqueue, workers reconcile |
 //!
 //! # Safety
 //!
@@ -276,6 +279,8 @@ mod queue;
 mod store;
 pub(crate) mod sync;
 
+#[cfg(feature = "informer")]
+pub mod controller;
 #[cfg(feature = "informer")]
 pub mod informer;
 pub mod reference;

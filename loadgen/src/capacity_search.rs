@@ -288,6 +288,10 @@ pub fn check_workload(workload: Workload) -> Result<(), String> {
              which a paced producer does not measure; run it flat out with `loadgen run`"
                 .to_string(),
         ),
+        Workload::W7 => Err(
+            "capacity is measured on w1, w2 and w5: w7 measures a controller's latency under              resyncs at a rate you choose; run it with `loadgen run --workload w7 --rate N`"
+                .to_string(),
+        ),
     }
 }
 

@@ -1,10 +1,9 @@
 //! W6 through the shared informer, the default W6 (docs/workloads.md): a whole controller as a
 //! user of kcache builds one. W1's events go into the in-memory API server
 //! ([`server_feed`](crate::server_feed), as `run --through informer`); a [`SharedInformer`]
-//! lists and watches it; its one registered handler adds each changed object's key to the
-//! workqueue; W6's workers ([`controller_loop::work`]) `get` keys, read the object from the
-//! informer's indexer (`informer.store()`), reconcile (5 µs of CPU, one in 100 failing and
-//! retried with `add_rate_limited`), and `forget`/`done`.
+//! lists and watches it; a [`kcache::controller::Controller`] registers its handler on it and
+//! runs W6's workers: each reconcile gets the object from the informer's indexer, burns 5 µs
+//! of CPU, and one in 100 fails (an error: the controller retries it rate limited).
 //!
 //! - **reference**: `SharedInformer::builder(..).build_reference()` and a [`ReferenceQueue`];
 //! - **sharded**: `.build()` (`--shards`, `--consumers`) and a [`ShardedQueue`];
@@ -14,12 +13,13 @@
 //!
 //! # How a run ends
 //!
-//! The producer writes every event into the server. The handler also keeps the informer path's
-//! record of what it heard ([`Recorder`]), and adds a key to the workqueue *before* recording
-//! the notification; once its view of every key is the server's final state and the reflector
-//! has read the server's last write, every `add` has happened. Then the run waits until the
-//! controller is idle ([`wait_idle`]) and shuts the workqueue down. The wall time runs from the
-//! informer's start (its initial list) to that idle moment.
+//! The producer writes every event into the server. The controller's event filter keeps the
+//! informer path's record of what its handler heard ([`Recorder`]) and counts the
+//! notifications it let through; once the record of every key is the server's final state and
+//! the reflector has read the server's last write, the run waits until the controller's
+//! registration has delivered as many notifications as the filter counted (so every `add` has
+//! happened), then until the controller is idle ([`Controller::is_idle`]), and shuts it down.
+//! The wall time runs from the informer's start (its initial list) to that idle moment.
 //!
 //! # Verdict
 //!
@@ -29,20 +29,22 @@
 //! informer path's checks of the server and the informer's store.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use kcache::controller::{Action, Controller, ControllerQueue, Event, Request};
 use kcache::informer::{MemoryListerWatcher, SharedInformer};
+use kcache::workqueue::priority::{ReferencePriorityQueue, ShardedPriorityQueue};
 use kcache::workqueue::{
-    DelayingQueue, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
+    DelayingQueue, QueueConfig, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
 };
-use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
+use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 
 use crate::controller_loop::{
-    check_controller, child_args as w6_child_args, phase_summary, retry_limiter, wait_idle, work,
-    Controller, ControllerConfig, ControllerRecord, Track, WorkerStats,
+    check_controller, child_args as w6_child_args, last_events, phase_summary, reconcile,
+    retry_limiter, ControllerConfig, ControllerRecord, Track, WorkerStats,
 };
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
@@ -64,6 +66,9 @@ use workloads::{Generated, Pod, WorkloadSpec};
 /// The `workload` of W6's rows through the informer.
 pub const LABEL: &str = "w6/informer";
 
+/// How often the ending thread checks whether the controller is idle.
+const IDLE_POLL: Duration = Duration::from_micros(200);
+
 /// Which keys the handler leaves out of the workqueue: none in a real run. A test passes a
 /// broken handler's choice to see the verdict catch it.
 pub type Drops = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
@@ -73,45 +78,141 @@ pub fn drops_none() -> Drops {
     Arc::new(|_| false)
 }
 
-/// The registered handler: the key into the workqueue, then the informer path's record.
-struct Enqueue<Q: WorkQueue + 'static> {
-    queue: Arc<Controller<Q>>,
-    track: Arc<Track>,
-    recorder: Recorder,
-    drops: Drops,
+/// The controller's event filter: the informer path's record, W6's applied state, and the
+/// count of notifications seen (each one let through becomes an `add` once the filter returns).
+pub(crate) struct Watch {
+    pub(crate) track: Arc<Track>,
+    pub(crate) recorder: Mutex<Recorder>,
+    pub(crate) drops: Drops,
+    /// Notifications the filter was called with.
+    pub(crate) seen: AtomicU64,
 }
 
-impl<Q: WorkQueue + 'static> Enqueue<Q> {
-    fn notify(&self, pod: &Pod, deleted: bool) {
-        if (self.drops)(pod) {
-            return;
+impl Watch {
+    /// Records `event`; whether its key goes into the workqueue.
+    pub(crate) fn filter(&self, event: &Event<'_, ServedPod>) -> bool {
+        // Relaxed: counted before the recorder's lock is released, and the run reads it only
+        // after it has seen, through that lock, the record of the final notification.
+        self.seen.fetch_add(1, Ordering::Relaxed);
+        let mut recorder = crate::sync::lock(&self.recorder);
+        let (pod, deleted) = match event {
+            Event::Add { object, initial } => {
+                recorder.on_add(object, *initial);
+                (Some(&object.pod), false)
+            }
+            Event::Update { old, new } => {
+                recorder.on_update(old, new);
+                (Some(&new.pod), false)
+            }
+            Event::Delete(obj) => {
+                recorder.on_delete(obj);
+                match obj {
+                    DeltaObject::Object(o) => (Some(&o.pod), true),
+                    DeltaObject::Tombstone(t) => (t.last_known.as_ref().map(|o| &o.pod), true),
+                }
+            }
+        };
+        drop(recorder);
+        if let Some(pod) = pod {
+            if (self.drops)(pod) {
+                return false;
+            }
+            self.track.notified(pod, deleted);
         }
-        self.track.notified(pod, deleted);
-        self.queue.add(pod.key.clone());
+        // A deletion noticed on a relist with no last state still needs its key reconciled.
+        true
     }
 }
 
-impl<Q: WorkQueue + 'static> EventHandler<ServedPod> for Enqueue<Q> {
-    fn on_add(&mut self, obj: &Arc<ServedPod>, is_in_initial_list: bool) {
-        self.notify(&obj.pod, false);
-        self.recorder.on_add(obj, is_in_initial_list);
-    }
+/// What each reconcile needs: W6's record, its knobs, and one tally per worker (a worker
+/// locks only its own, so the locks are never contended).
+pub(crate) struct Reconciler {
+    pub(crate) track: Arc<Track>,
+    pub(crate) cost: Duration,
+    pub(crate) seed: u64,
+    pub(crate) start: Instant,
+    pub(crate) stats: Vec<Mutex<WorkerStats>>,
+}
 
-    fn on_update(&mut self, old: &Arc<ServedPod>, new: &Arc<ServedPod>) {
-        self.notify(&new.pod, false);
-        self.recorder.on_update(old, new);
+/// W6's reconcile as a controller's: an error is a failed draw.
+pub(crate) fn reconcile_w6(
+    request: &Request<ServedPod>,
+    r: &Reconciler,
+) -> Result<Action, &'static str> {
+    let object = request.object().map(|served| Arc::clone(&served.pod));
+    let mut stats = crate::sync::lock(&r.stats[request.worker()]);
+    if reconcile(
+        request.key(),
+        object,
+        &r.track,
+        r.cost,
+        r.seed,
+        r.start,
+        &mut stats,
+    ) {
+        Err("W6's failure draw")
+    } else {
+        Ok(Action::Done)
     }
+}
 
-    fn on_delete(&mut self, obj: &DeltaObject<ServedPod>) {
-        match obj {
-            DeltaObject::Object(o) => self.notify(&o.pod, true),
-            DeltaObject::Tombstone(t) => match &t.last_known {
-                Some(o) => self.notify(&o.pod, true),
-                // A deletion noticed on a relist still needs its key reconciled.
-                None => self.queue.add(t.key.clone()),
-            },
+/// The workqueue of W6 through the informer: `workqueue` under the delaying and rate-limiting
+/// layers and W6's retry limiter.
+pub(crate) fn controller_queue<W: WorkQueue + 'static>(workqueue: W) -> Arc<dyn ControllerQueue> {
+    Arc::new(RateLimitingQueue::new(
+        DelayingQueue::new(workqueue),
+        retry_limiter(),
+    ))
+}
+
+/// Waits until `controller` is idle, once every `add` its handler will make has happened;
+/// returns early if `stopped` says the run cannot finish.
+pub(crate) fn wait_controller_idle<K>(controller: &Controller<K>, stopped: impl Fn() -> bool) {
+    while !controller.is_idle() && !stopped() {
+        thread::sleep(IDLE_POLL);
+    }
+}
+
+/// How long W7 waits for a reconcile to make progress before it calls the run stuck.
+const STALL: Duration = Duration::from_secs(60);
+
+/// Waits until every key's last event (`last`, see [`Track::reconcile_targets`]) has been
+/// reconciled; an error if no reconcile progressed for [`STALL`] (a key was lost).
+pub(crate) fn wait_all_reconciled(
+    track: &Track,
+    last: &[u64],
+    stopped: impl Fn() -> bool,
+) -> Result<(), String> {
+    let (mut remaining, mut since) = (usize::MAX, Instant::now());
+    loop {
+        let now = track.unreconciled(&track.reconcile_targets(last));
+        if now == 0 || stopped() {
+            return Ok(());
         }
-        self.recorder.on_delete(obj);
+        if now < remaining {
+            (remaining, since) = (now, Instant::now());
+        } else if since.elapsed() > STALL {
+            return Err(format!(
+                "{now} keys' last events still unreconciled after {} s without progress",
+                STALL.as_secs()
+            ));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until the controller's primary registration has delivered every notification the
+/// filter saw: each one it let through has made its `add`.
+pub(crate) fn wait_adds_done<K>(
+    controller: &Controller<K>,
+    watch: &Watch,
+    stopped: impl Fn() -> bool,
+) {
+    let registration = &controller.registrations()[0];
+    // The registration's count is raised after the handler calls return, so once it reaches
+    // the filter's count every add has returned.
+    while registration.delivered() < watch.seen.load(Ordering::Relaxed) && !stopped() {
+        thread::sleep(IDLE_POLL);
     }
 }
 
@@ -149,6 +250,41 @@ pub fn execute(
     drops: Drops,
     progress: &dyn Progress,
 ) -> Result<Finished, RunError> {
+    execute_with(engine, gen, cfg, ctl, drops, None, progress)
+}
+
+/// W7's twist on W6 (docs/workloads.md): the informer resyncs every object every `resync`,
+/// and the workqueue is a priority queue or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Storm {
+    /// The informer's resync period.
+    pub resync: Duration,
+    /// The workqueue is the engine's priority queue (else its rate-limiting queue).
+    pub priority: bool,
+}
+
+impl Storm {
+    /// The `workload` of W7's rows: `w7/priority` or `w7/fifo`.
+    pub fn label(self) -> &'static str {
+        if self.priority {
+            "w7/priority"
+        } else {
+            "w7/fifo"
+        }
+    }
+}
+
+/// [`execute`], or W7 with a `storm`.
+#[allow(clippy::too_many_arguments)]
+pub fn execute_with(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    storm: Option<Storm>,
+    progress: &dyn Progress,
+) -> Result<Finished, RunError> {
     if u32::try_from(gen.universe.keys.len()).is_err() {
         return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
     }
@@ -156,7 +292,10 @@ pub fn execute(
     let plan = Arc::new(Plan::of(gen));
     let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
-    let builder = informer_builder(&server, cfg, &errors);
+    let mut builder = informer_builder(&server, cfg, &errors);
+    if let Some(storm) = storm {
+        builder = builder.resync_period(storm.resync);
+    }
     let run = Run {
         server: &server,
         gen,
@@ -164,11 +303,34 @@ pub fn execute(
         cfg,
         ctl,
         drops,
+        storm,
         progress,
     };
-    let mut done = match engine {
-        EngineKind::Reference => run.drive(builder.build_reference(), ReferenceQueue::new())?,
-        EngineKind::Sharded => run.drive(builder.build(), ShardedQueue::new(cfg.shards))?,
+    let priority = storm.is_some_and(|s| s.priority);
+    let mut done = match (engine, priority) {
+        (EngineKind::Reference, false) => run.drive(
+            builder.build_reference(),
+            controller_queue(ReferenceQueue::new()),
+        )?,
+        (EngineKind::Reference, true) => run.drive(
+            builder.build_reference(),
+            Arc::new(ReferencePriorityQueue::with_rate_limiter(
+                &QueueConfig::new(),
+                Box::new(retry_limiter()),
+            )),
+        )?,
+        (EngineKind::Sharded, false) => run.drive(
+            builder.build(),
+            controller_queue(ShardedQueue::new(cfg.shards)),
+        )?,
+        (EngineKind::Sharded, true) => run.drive(
+            builder.build(),
+            Arc::new(ShardedPriorityQueue::with_rate_limiter(
+                cfg.shards,
+                &QueueConfig::new(),
+                Box::new(retry_limiter()),
+            )),
+        )?,
     };
     done.informer.reflector_errors = errors.load(Ordering::Relaxed);
     Ok(done)
@@ -182,21 +344,21 @@ struct Run<'a> {
     cfg: &'a EngineConfig,
     ctl: &'a ControllerConfig,
     drops: Drops,
+    storm: Option<Storm>,
     progress: &'a dyn Progress,
 }
 
 impl Run<'_> {
-    /// Starts the informer and the workers, feeds the server, waits for the handler to hear
+    /// Starts the informer and the controller, feeds the server, waits for the handler to hear
     /// the final state and for the controller to be idle, and collects what everyone saw.
-    fn drive<Q, I, W>(
+    fn drive<Q, I>(
         self,
         informer: SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
-        workqueue: W,
+        queue: Arc<dyn ControllerQueue>,
     ) -> Result<Finished, RunError>
     where
         Q: DeltaQueue<ServedPod> + 'static,
         I: Indexer<ServedPod> + 'static,
-        W: WorkQueue + 'static,
     {
         let Run {
             server,
@@ -205,39 +367,45 @@ impl Run<'_> {
             cfg,
             ctl,
             drops,
+            storm,
             progress,
         } = self;
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
-        let queue = Arc::new(RateLimitingQueue::new(
-            DelayingQueue::new(workqueue),
-            retry_limiter(),
-        ));
-        let track = Arc::new(Track::new(gen.universe.keys.len()));
+        let keys = gen.universe.keys.len();
+        let track = Arc::new(Track::new(keys));
         let recorder = Recorder::new(Arc::clone(plan), Duration::ZERO, None);
         let progressing = [recorder.shared()];
-        informer
-            .add_event_handler(Enqueue {
-                queue: Arc::clone(&queue),
-                track: Arc::clone(&track),
-                recorder,
-                drops,
-            })
-            .map_err(|e| RunError::Informer(format!("cannot register the handler: {e}")))?;
-        let reader = informer.store();
-        let read = |key: &Key| reader.get_by_key(key).map(|s| Arc::clone(&s.pod));
+        let watch = Arc::new(Watch {
+            track: Arc::clone(&track),
+            recorder: Mutex::new(recorder),
+            drops,
+            seen: AtomicU64::new(0),
+        });
+        let start = Instant::now();
+        let reconciler = Arc::new(Reconciler {
+            track: Arc::clone(&track),
+            cost: ctl.reconcile_cost,
+            seed: ctl.seed,
+            start,
+            stats: (0..ctl.workers)
+                .map(|_| Mutex::new(WorkerStats::new()))
+                .collect(),
+        });
+        let filter = Arc::clone(&watch);
+        let controller = Controller::builder(&informer)
+            .name("w6")
+            .workers(ctl.workers)
+            .queue(Arc::clone(&queue))
+            .event_filter(move |event| filter.filter(event))
+            .run(reconcile_w6, Arc::clone(&reconciler))
+            .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();
         let produced = AtomicBool::new(false);
         let producer_failed = AtomicBool::new(false);
-        let (seed, cost) = (ctl.seed, ctl.reconcile_cost);
-        let start = Instant::now();
-        let (wall, workers) = thread::scope(|scope| {
-            let (queue, track, read) = (&*queue, &*track, &read);
-            let workers: Vec<_> = (0..ctl.workers)
-                .map(|_| scope.spawn(move || work(queue, read, track, cost, seed, start)))
-                .collect();
+        let wall = thread::scope(|scope| {
             let started = runtime.block_on(async {
                 informer.start()?;
                 informer.wait_for_sync().await;
@@ -264,17 +432,19 @@ impl Run<'_> {
                     &mut failures,
                 ));
             }
-            // Every handler `add` has happened (see the module docs), or the run failed.
-            wait_idle(queue, track, || workers.iter().any(|w| w.is_finished()));
+            let stuck = || !failures.is_empty() || controller.stats().panics > 0;
+            if storm.is_some() {
+                // Resyncs keep adding keys, so the controller may never be idle: the run ends
+                // once every key's last event has been reconciled.
+                if let Err(e) = wait_all_reconciled(&track, &last_events(&gen.ops, keys), stuck) {
+                    failures.push(e);
+                }
+            } else {
+                // Every handler `add` has happened (see the module docs), or the run failed.
+                wait_adds_done(&controller, &watch, stuck);
+                wait_controller_idle(&controller, stuck);
+            }
             let wall = start.elapsed();
-            queue.shut_down();
-            let workers: Vec<WorkerStats> = workers
-                .into_iter()
-                .map(|h| {
-                    h.join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-                })
-                .collect();
             if let Some(producer) = producer {
                 let produced = producer
                     .join()
@@ -283,11 +453,26 @@ impl Run<'_> {
                     failures.push(format!("the server refused the workload: {e}"));
                 }
             }
-            (wall, workers)
+            wall
         });
+        // The record of the workqueue at the end, before the shutdown drops its waiting keys.
+        let mut record = track.record(&*queue, gen);
+        if storm.is_some() {
+            // Under resyncs the queue is not expected to be empty at the end.
+            (
+                record.queued_at_end,
+                record.processing_at_end,
+                record.waiting_at_end,
+            ) = (0, 0, 0);
+        }
+        runtime.block_on(controller.shutdown());
         runtime.block_on(informer.shutdown());
         if let Some(why) = informer.failure() {
             failures.push(format!("the informer failed: {why}"));
+        }
+        let stats = controller.stats();
+        if stats.panics > 0 {
+            failures.push(format!("{} reconciles panicked", stats.panics));
         }
         let server_final = server_views(server, gen.universe.keys.len());
         let differ = server_final
@@ -301,6 +486,11 @@ impl Run<'_> {
             ));
         }
         check_store(&informer.store(), &server_final, &mut failures);
+        // The filter (and the recorder in it) is released with the informer's registration;
+        // dropping the last handle hands the record over.
+        drop(controller);
+        drop(informer);
+        drop(watch);
         let [progressing] = progressing;
         let handler = progressing
             .record
@@ -317,7 +507,8 @@ impl Run<'_> {
             });
         let mut latency = new_histogram();
         let (mut reconciles, mut retries) = (0, 0);
-        for w in &workers {
+        for w in &reconciler.stats {
+            let w = crate::sync::lock(w);
             reconciles += w.reconciles;
             retries += w.failures;
             latency.add(&w.latency).unwrap_or_default();
@@ -327,14 +518,11 @@ impl Run<'_> {
             latency,
             reconciles,
             retries,
-            record: {
+            record: ControllerRecord {
                 // A deletion may reach the handler as an older tombstone after an unplanned
                 // relist: see `Track::reconcile_targets`.
-                let record = track.record(&queue, gen);
-                ControllerRecord {
-                    last_event: track.reconcile_targets(&record.last_event),
-                    ..record
-                }
+                last_event: track.reconcile_targets(&record.last_event),
+                ..record
             },
             handler,
             failures,
@@ -360,9 +548,22 @@ pub fn measure(
     drops: Drops,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
+    measure_with(engine, gen, cfg, ctl, drops, None, progress)
+}
+
+/// [`measure`], or W7 with a `storm` (its rows labelled [`Storm::label`]).
+pub fn measure_with(
+    engine: EngineKind,
+    gen: &Generated,
+    cfg: &EngineConfig,
+    ctl: &ControllerConfig,
+    drops: Drops,
+    storm: Option<Storm>,
+    progress: &dyn Progress,
+) -> Result<RunResult, RunError> {
     let probe = RssProbe::start();
     let cpu = CpuProbe::start();
-    let done = execute(engine, gen, cfg, ctl, drops, progress)?;
+    let done = execute_with(engine, gen, cfg, ctl, drops, storm, progress)?;
     let peak = probe.finish();
     let cpu_spent = cpu.finish();
     let mut failures = done.failures.clone();
@@ -393,7 +594,7 @@ pub fn measure(
     let verdict = Verdict::from_failures(failures);
     Ok(RunResult {
         engine: engine.name().to_string(),
-        workload: LABEL.to_string(),
+        workload: storm.map_or(LABEL, Storm::label).to_string(),
         keys: gen.universe.keys.len(),
         events,
         wall_s,

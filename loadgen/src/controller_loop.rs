@@ -32,6 +32,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use kcache::controller::ControllerQueue;
 use kcache::workqueue::{
     DelayingQueue, ExponentialFailureRateLimiter, RateLimitingQueue, ReferenceQueue, ShardedQueue,
     WorkQueue,
@@ -326,10 +327,20 @@ impl Track {
             .collect()
     }
 
+    /// How many keys with an event have not had it reconciled: `targets` from
+    /// [`reconcile_targets`](Self::reconcile_targets).
+    pub(crate) fn unreconciled(&self, targets: &[u64]) -> usize {
+        targets
+            .iter()
+            .zip(&self.keys)
+            .filter(|(&target, k)| target != 0 && k.reconciled.load(Ordering::Relaxed) < target)
+            .count()
+    }
+
     /// What the run leaves for W6's verdict, once the workqueue is shut down.
-    pub(crate) fn record<Q: WorkQueue>(
+    pub(crate) fn record<Q: ControllerQueue + ?Sized>(
         &self,
-        queue: &Controller<Q>,
+        queue: &Q,
         gen: &Generated,
     ) -> ControllerRecord {
         ControllerRecord {
@@ -343,7 +354,7 @@ impl Track {
             done_errors: self.done_errors.load(Ordering::Relaxed),
             queued_at_end: queue.len(),
             processing_at_end: queue.processing_len(),
-            waiting_at_end: queue.delaying().waiting_len(),
+            waiting_at_end: queue.waiting_len(),
         }
     }
 }
@@ -396,6 +407,16 @@ pub(crate) struct WorkerStats {
     pub(crate) latency: Histogram<u64>,
 }
 
+impl WorkerStats {
+    pub(crate) fn new() -> Self {
+        Self {
+            reconciles: 0,
+            failures: 0,
+            latency: new_histogram(),
+        }
+    }
+}
+
 /// The workqueue of one pipeline: the delaying and rate-limiting layers over `Q`.
 pub(crate) type Controller<Q> = RateLimitingQueue<Q, ExponentialFailureRateLimiter<Key>>;
 
@@ -409,61 +430,13 @@ pub(crate) fn work<Q: WorkQueue, R: Fn(&Key) -> Option<Arc<Pod>> + ?Sized>(
     seed: u64,
     start: Instant,
 ) -> WorkerStats {
-    let mut stats = WorkerStats {
-        reconciles: 0,
-        failures: 0,
-        latency: new_histogram(),
-    };
+    let mut stats = WorkerStats::new();
     while let Ok(key) = queue.get() {
-        stats.reconciles += 1;
-        let id = key_id(&key);
-        let slot = id.and_then(|id| track.slot(id));
-        if let Some(slot) = slot {
-            // Relaxed: the flag only detects overlap; the workqueue's own hand-off orders a
-            // legitimate previous holder's clear before this swap.
-            if slot.in_progress.swap(true, Ordering::Relaxed) {
-                track.overlaps.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        // Acquire pairs with the handler's Release store: the indexer holds at least this
-        // state, so what the read below returns is this state or a newer one.
-        let applied = slot.map_or(0, |s| s.applied.load(Ordering::Acquire));
-        let seen = match read(&key) {
-            Some(pod) => {
-                // The sampled object's enqueue stamp, consumed by the first reconcile to read
-                // it: event-to-reconcile latency.
-                let stamped = pod.enqueued_ns.swap(0, Ordering::Relaxed);
-                if stamped != 0 {
-                    let now = elapsed_ns(start) + 1;
-                    stats
-                        .latency
-                        .saturating_record(now.saturating_sub(stamped).max(1));
-                }
-                state_code(pod.version, false)
-            }
-            // Gone: which deletion it saw is the newest the handler had announced.
-            None => applied,
-        };
-        burn(cost);
-        let failed = match (id, slot) {
-            (Some(id), Some(slot)) => {
-                let attempt = slot.attempts.fetch_add(1, Ordering::Relaxed);
-                fails(seed, id, attempt)
-            }
-            _ => false,
-        };
-        if let Some(slot) = slot {
-            if !failed {
-                slot.reconciled.fetch_max(seen, Ordering::Relaxed);
-            }
-            // Cleared before `done`: once `done` returns another worker may hold the key.
-            slot.in_progress.store(false, Ordering::Relaxed);
-        }
+        let failed = reconcile(&key, read(&key), track, cost, seed, start, &mut stats);
         // SeqCst, like every access to `finishing` and `finished`: `wait_idle` relies on one
         // total order of these and its own reads (see there).
         track.finishing.fetch_add(1, Ordering::SeqCst);
         if failed {
-            stats.failures += 1;
             queue.add_rate_limited(key.clone());
         } else {
             queue.forget(&key);
@@ -475,6 +448,70 @@ pub(crate) fn work<Q: WorkQueue, R: Fn(&Key) -> Option<Arc<Pod>> + ?Sized>(
         track.finishing.fetch_sub(1, Ordering::SeqCst);
     }
     stats
+}
+
+/// One reconcile of `key`, whose object the indexer holds as `object` (`None`: deleted):
+/// W6's bookkeeping (overlap flag, event-to-reconcile latency, the state read), the reconcile's
+/// CPU, and the failure draw. Returns whether it failed (the caller retries it rate limited).
+/// Shared by the bare-queue loop ([`work`]) and the [`Controller`](kcache::controller::Controller)
+/// of W6 through the informer.
+pub(crate) fn reconcile(
+    key: &Key,
+    object: Option<Arc<Pod>>,
+    track: &Track,
+    cost: Duration,
+    seed: u64,
+    start: Instant,
+    stats: &mut WorkerStats,
+) -> bool {
+    stats.reconciles += 1;
+    let id = key_id(key);
+    let slot = id.and_then(|id| track.slot(id));
+    if let Some(slot) = slot {
+        // Relaxed: the flag only detects overlap; the workqueue's own hand-off orders a
+        // legitimate previous holder's clear before this swap.
+        if slot.in_progress.swap(true, Ordering::Relaxed) {
+            track.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    // Acquire pairs with the handler's Release store: the indexer holds at least this
+    // state, so what the read below returns is this state or a newer one.
+    let applied = slot.map_or(0, |s| s.applied.load(Ordering::Acquire));
+    let seen = match object {
+        Some(pod) => {
+            // The sampled object's enqueue stamp, consumed by the first reconcile to read
+            // it: event-to-reconcile latency.
+            let stamped = pod.enqueued_ns.swap(0, Ordering::Relaxed);
+            if stamped != 0 {
+                let now = elapsed_ns(start) + 1;
+                stats
+                    .latency
+                    .saturating_record(now.saturating_sub(stamped).max(1));
+            }
+            state_code(pod.version, false)
+        }
+        // Gone: which deletion it saw is the newest the handler had announced.
+        None => applied,
+    };
+    burn(cost);
+    let failed = match (id, slot) {
+        (Some(id), Some(slot)) => {
+            let attempt = slot.attempts.fetch_add(1, Ordering::Relaxed);
+            fails(seed, id, attempt)
+        }
+        _ => false,
+    };
+    if let Some(slot) = slot {
+        if !failed {
+            slot.reconciled.fetch_max(seen, Ordering::Relaxed);
+        }
+        // Cleared before `done`: once `done` returns another worker may hold the key.
+        slot.in_progress.store(false, Ordering::Relaxed);
+    }
+    if failed {
+        stats.failures += 1;
+    }
+    failed
 }
 
 /// Spins for `cost` (the reconcile's CPU).

@@ -197,9 +197,9 @@ fn w3_relists_everything_then_runs_rounds_that_miss_one_percent_of_deletions() {
 }
 
 #[test]
-fn w4_w5_and_w6_replay_w1s_stream() {
+fn w4_w5_w6_and_w7_replay_w1s_stream() {
     let w1 = generate(&small(Workload::W1));
-    for w in [Workload::W4, Workload::W5, Workload::W6] {
+    for w in [Workload::W4, Workload::W5, Workload::W6, Workload::W7] {
         assert_eq!(stream(&generate(&small(w))), stream(&w1), "{w}");
     }
 }
@@ -207,8 +207,8 @@ fn w4_w5_and_w6_replay_w1s_stream() {
 #[test]
 fn workload_names_parse_case_insensitively() {
     assert_eq!("W3".parse::<Workload>(), Ok(Workload::W3));
-    assert_eq!("W6".parse::<Workload>(), Ok(Workload::W6));
-    assert!("w7".parse::<Workload>().is_err());
+    assert_eq!("W7".parse::<Workload>(), Ok(Workload::W7));
+    assert!("w8".parse::<Workload>().is_err());
 }
 
 #[test]

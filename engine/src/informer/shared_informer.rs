@@ -213,6 +213,7 @@ where
         Q: DeltaQueue<T> + 'static,
         I: Indexer<T> + 'static,
     {
+        let key_fn = Arc::clone(&self.key_fn);
         let store = Arc::new(make_store(Arc::clone(&self.key_fn), self.indexers));
         let mut options = QueueOptions::new(self.key_fn)
             .known_objects(Arc::clone(&store) as Arc<dyn KnownObjects<T>>)
@@ -231,6 +232,7 @@ where
         };
         SharedInformer {
             close_queue,
+            key_fn,
             failure: Arc::default(),
             lister_watcher: Mutex::new(Some(self.lister_watcher)),
             queue,
@@ -316,6 +318,8 @@ pub struct SharedInformer<T, L, Q, I> {
     failure: Arc<Mutex<Option<String>>>,
     /// `queue.close()`, callable from `Drop` where the queue's trait bounds are not in scope.
     close_queue: Box<dyn Fn() + Send + Sync>,
+    /// The key function the queue and the store use, for handlers that key objects too.
+    key_fn: KeyFn<T>,
 }
 
 impl<T, L> SharedInformer<T, L, sharded::DeltaFifo<T>, sharded::IndexedStore<T>>
@@ -580,6 +584,11 @@ where
         while !self.has_synced() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// The key function of the informer's queue and store.
+    pub fn key_fn(&self) -> KeyFn<T> {
+        Arc::clone(&self.key_fn)
     }
 
     /// Read handles on the store.

@@ -31,7 +31,8 @@
 //!
 //! # A controller loop
 //!
-//! An event handler adds the key of every object that changed; workers take keys, reconcile,
+//! `kcache::controller` (feature `informer`) packages this loop with an informer, retries,
+//! requeues, metrics and shutdown; by hand, on the queue alone, it is this. An event handler adds the key of every object that changed; workers take keys, reconcile,
 //! and on failure put the key back rate limited; on success they `forget` its failures. A key
 //! added while a worker holds it is handed out again once that worker is done, never to two
 //! workers at once.

@@ -48,6 +48,13 @@ pub struct RunArgs {
     /// W6: CPU microseconds each reconcile burns.
     #[arg(long, default_value_t = crate::controller_loop::DEFAULT_RECONCILE_US)]
     pub reconcile_us: u64,
+    /// W7: the informer's resync period, in milliseconds (at least 1000).
+    #[arg(long, default_value_t = crate::controller_resync::DEFAULT_RESYNC_MS)]
+    pub resync_ms: u64,
+    /// W7: which workqueues to run: each engine's rate-limiting queue (`off`), its priority
+    /// queue (`on`), or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub priority: crate::controller_resync::PriorityChoice,
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
     pub handler_us: Option<u64>,
@@ -160,6 +167,20 @@ impl RunArgs {
 
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    if args.workload == Workload::W7 {
+        return crate::controller_resync::run_spec(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.config(),
+            &args.controller(),
+            &crate::controller_resync::ResyncConfig {
+                resync: Duration::from_millis(args.resync_ms),
+                priority: args.priority,
+            },
+            args.in_process,
+            ui,
+        );
+    }
     let through = args.through();
     if args.workload == Workload::W6 && through == Through::Informer {
         return crate::controller_informer::run_spec(

@@ -25,17 +25,21 @@ pub enum Workload {
     /// Controller loop: W1 through the queue and indexer, a handler that adds every key to a
     /// workqueue, and workers that reconcile from the indexer.
     W6,
+    /// Resync storm: W6's controller through the shared informer while the informer resyncs
+    /// every object every few seconds; the latency of live changes, with and without priority.
+    W7,
 }
 
 impl Workload {
     /// All workloads, in order.
-    pub const ALL: [Workload; 6] = [
+    pub const ALL: [Workload; 7] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
         Workload::W4,
         Workload::W5,
         Workload::W6,
+        Workload::W7,
     ];
 
     /// `w1` .. `w5`.
@@ -47,6 +51,7 @@ impl Workload {
             Workload::W4 => "w4",
             Workload::W5 => "w5",
             Workload::W6 => "w6",
+            Workload::W7 => "w7",
         }
     }
 
@@ -59,6 +64,7 @@ impl Workload {
             Workload::W4 => "read heavy",
             Workload::W5 => "slow handlers",
             Workload::W6 => "controller loop",
+            Workload::W7 => "resync storm",
         }
     }
 
@@ -93,7 +99,7 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6")]
+#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6, w7")]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {

@@ -1,0 +1,280 @@
+//! What a controller counts about its reconciles, under controller-runtime's names:
+//! `controller_runtime_reconcile_total{controller, result}`,
+//! `controller_runtime_reconcile_errors_total{controller}` and
+//! `controller_runtime_reconcile_time_seconds{controller}`. The workqueue's own metrics
+//! (client-go's `workqueue_*`) come from the queue's [`QueueConfig`](crate::workqueue::QueueConfig).
+//!
+//! The counts are always kept ([`ReconcileStats`], a few relaxed atomic adds per reconcile);
+//! a [`ReconcileMetricsProvider`] exports them as well (with the `prometheus` feature,
+//! [`ControllerPrometheus`]).
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::workqueue::{CounterMetric, HistogramMetric};
+
+/// How a reconcile ended, as controller-runtime's `result` label says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReconcileResult {
+    /// `Action::Done`: `success`.
+    Success,
+    /// `Action::RequeueAfter`: `requeue_after`.
+    RequeueAfter,
+    /// An error (or a panic): `error`.
+    Error,
+}
+
+impl ReconcileResult {
+    /// The `result` label's value.
+    pub fn label(self) -> &'static str {
+        match self {
+            ReconcileResult::Success => "success",
+            ReconcileResult::RequeueAfter => "requeue_after",
+            ReconcileResult::Error => "error",
+        }
+    }
+
+    const ALL: [ReconcileResult; 3] = [
+        ReconcileResult::Success,
+        ReconcileResult::RequeueAfter,
+        ReconcileResult::Error,
+    ];
+}
+
+/// Makes the exported reconcile metrics of a controller named `controller`.
+pub trait ReconcileMetricsProvider: Send + Sync {
+    /// `controller_runtime_reconcile_total{controller, result}`.
+    fn new_reconcile_total_metric(
+        &self,
+        controller: &str,
+        result: ReconcileResult,
+    ) -> Arc<dyn CounterMetric>;
+    /// `controller_runtime_reconcile_errors_total{controller}`.
+    fn new_reconcile_errors_metric(&self, controller: &str) -> Arc<dyn CounterMetric>;
+    /// `controller_runtime_reconcile_time_seconds{controller}`.
+    fn new_reconcile_time_metric(&self, controller: &str) -> Arc<dyn HistogramMetric>;
+}
+
+/// A snapshot of a controller's reconcile counts ([`Controller::stats`](super::Controller::stats)).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReconcileStats {
+    /// Reconciles that returned `Action::Done`.
+    pub success: u64,
+    /// Reconciles that returned `Action::RequeueAfter`.
+    pub requeue_after: u64,
+    /// Reconciles that returned an error or panicked (each retried, rate limited).
+    pub errors: u64,
+    /// Of `errors`, the reconciles that panicked.
+    pub panics: u64,
+    /// Keys a worker took from the queue while the controller was stopping, and left
+    /// unreconciled.
+    pub skipped_at_shutdown: u64,
+    /// Time spent in reconciles, all of them.
+    pub total_time: Duration,
+}
+
+impl ReconcileStats {
+    /// Every reconcile that ran.
+    pub fn reconciles(&self) -> u64 {
+        self.success + self.requeue_after + self.errors
+    }
+}
+
+/// The counters the workers update, and the exported metrics they feed.
+pub(crate) struct ReconcileMetrics {
+    counts: [AtomicU64; 3],
+    panics: AtomicU64,
+    skipped: AtomicU64,
+    time_ns: AtomicU64,
+    exported: Option<Exported>,
+}
+
+struct Exported {
+    totals: [Arc<dyn CounterMetric>; 3],
+    errors: Arc<dyn CounterMetric>,
+    time: Arc<dyn HistogramMetric>,
+}
+
+impl ReconcileMetrics {
+    pub(crate) fn new(controller: &str, provider: Option<&dyn ReconcileMetricsProvider>) -> Self {
+        let exported = provider.map(|p| Exported {
+            totals: ReconcileResult::ALL.map(|r| p.new_reconcile_total_metric(controller, r)),
+            errors: p.new_reconcile_errors_metric(controller),
+            time: p.new_reconcile_time_metric(controller),
+        });
+        Self {
+            counts: Default::default(),
+            panics: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            time_ns: AtomicU64::new(0),
+            exported,
+        }
+    }
+
+    /// One reconcile ended as `result` after `took`.
+    pub(crate) fn observe(&self, result: ReconcileResult, took: Duration, panicked: bool) {
+        let index = result as usize;
+        // Relaxed, like every count here: they are statistics, read with no other memory
+        // depending on them.
+        self.counts[index].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        self.time_ns.fetch_add(nanos, Ordering::Relaxed);
+        if panicked {
+            self.panics.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(exported) = &self.exported {
+            exported.totals[index].inc();
+            if result == ReconcileResult::Error {
+                exported.errors.inc();
+            }
+            exported.time.observe(took.as_secs_f64());
+        }
+    }
+
+    pub(crate) fn skipped(&self) {
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> ReconcileStats {
+        let count = |r: ReconcileResult| self.counts[r as usize].load(Ordering::Relaxed);
+        ReconcileStats {
+            success: count(ReconcileResult::Success),
+            requeue_after: count(ReconcileResult::RequeueAfter),
+            errors: count(ReconcileResult::Error),
+            panics: self.panics.load(Ordering::Relaxed),
+            skipped_at_shutdown: self.skipped.load(Ordering::Relaxed),
+            total_time: Duration::from_nanos(self.time_ns.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+impl fmt::Debug for ReconcileMetrics {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReconcileMetrics")
+            .field("stats", &self.snapshot())
+            .field("exported", &self.exported.is_some())
+            .finish()
+    }
+}
+
+#[cfg(feature = "prometheus")]
+pub use self::prometheus::ControllerPrometheus;
+
+#[cfg(feature = "prometheus")]
+mod prometheus {
+    use std::sync::Arc;
+
+    use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::metrics::family::Family;
+    use prometheus_client::metrics::histogram::Histogram;
+    use prometheus_client::registry::Registry;
+
+    use super::{ReconcileMetricsProvider, ReconcileResult};
+    use crate::workqueue::{CounterMetric, HistogramMetric};
+
+    type Labels = Vec<(String, String)>;
+
+    /// controller-runtime's buckets for `reconcile_time_seconds`, 5 ms to 60 s.
+    const RECONCILE_TIME_BUCKETS: [f64; 40] = [
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8,
+        0.9, 1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0,
+        15.0, 20.0, 25.0, 30.0, 40.0, 50.0, 60.0,
+    ];
+
+    fn reconcile_time_histogram() -> Histogram {
+        Histogram::new(RECONCILE_TIME_BUCKETS.into_iter())
+    }
+
+    /// A [`ReconcileMetricsProvider`] that feeds a `prometheus_client` registry under
+    /// controller-runtime's names (the `controller_runtime_` prefix).
+    ///
+    /// ```
+    /// use kcache::controller::ControllerPrometheus;
+    /// use prometheus_client::registry::Registry;
+    ///
+    /// let mut registry = Registry::default();
+    /// let metrics = ControllerPrometheus::new(&mut registry);
+    /// # let _ = metrics;
+    /// ```
+    #[derive(Debug, Clone)]
+    pub struct ControllerPrometheus {
+        totals: Family<Labels, Counter>,
+        errors: Family<Labels, Counter>,
+        time: Family<Labels, Histogram, fn() -> Histogram>,
+    }
+
+    impl ControllerPrometheus {
+        /// Registers the metrics in `registry` under the `controller_runtime` prefix.
+        pub fn new(registry: &mut Registry) -> Self {
+            let metrics = Self {
+                totals: Family::default(),
+                errors: Family::default(),
+                time: Family::new_with_constructor(reconcile_time_histogram),
+            };
+            let r = registry.sub_registry_with_prefix("controller_runtime");
+            // prometheus_client appends `_total` to counters.
+            r.register(
+                "reconcile",
+                "Total number of reconciliations per controller",
+                metrics.totals.clone(),
+            );
+            r.register(
+                "reconcile_errors",
+                "Total number of reconciliation errors per controller",
+                metrics.errors.clone(),
+            );
+            r.register(
+                "reconcile_time_seconds",
+                "Length of time per reconciliation per controller",
+                metrics.time.clone(),
+            );
+            metrics
+        }
+    }
+
+    struct Count(Counter);
+    impl CounterMetric for Count {
+        fn inc(&self) {
+            self.0.inc();
+        }
+    }
+
+    struct Hist(Histogram);
+    impl HistogramMetric for Hist {
+        fn observe(&self, value: f64) {
+            self.0.observe(value);
+        }
+    }
+
+    fn controller_label(controller: &str) -> Labels {
+        vec![("controller".to_string(), controller.to_string())]
+    }
+
+    impl ReconcileMetricsProvider for ControllerPrometheus {
+        fn new_reconcile_total_metric(
+            &self,
+            controller: &str,
+            result: ReconcileResult,
+        ) -> Arc<dyn CounterMetric> {
+            let mut labels = controller_label(controller);
+            labels.push(("result".to_string(), result.label().to_string()));
+            Arc::new(Count(self.totals.get_or_create(&labels).clone()))
+        }
+        fn new_reconcile_errors_metric(&self, controller: &str) -> Arc<dyn CounterMetric> {
+            Arc::new(Count(
+                self.errors
+                    .get_or_create(&controller_label(controller))
+                    .clone(),
+            ))
+        }
+        fn new_reconcile_time_metric(&self, controller: &str) -> Arc<dyn HistogramMetric> {
+            Arc::new(Hist(
+                self.time
+                    .get_or_create(&controller_label(controller))
+                    .clone(),
+            ))
+        }
+    }
+}
