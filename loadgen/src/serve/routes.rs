@@ -11,12 +11,13 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 use tokio::sync::watch;
 
 use super::churn::ChurnSummary;
+use super::format::Format;
 use super::objects::{self, Status};
 use super::store::{Page, Store};
 use super::watch::{WatchOptions, Watcher};
@@ -40,17 +41,24 @@ pub struct App {
 }
 
 /// Every request.
-pub async fn handle(State(app): State<App>, method: Method, uri: Uri) -> Response {
+pub async fn handle(
+    State(app): State<App>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|a| a.to_str().ok());
+    let errors = Format::for_errors(accept);
     if method != Method::GET && method != Method::HEAD {
-        return status_response(&Status::method_not_allowed(method.as_str()));
+        return status_response_as(errors, &Status::method_not_allowed(method.as_str()));
     }
-    match route(&app, &uri) {
+    match route(&app, &uri, accept) {
         Ok(response) => response,
-        Err(status) => status_response(&status),
+        Err(status) => status_response_as(errors, &status),
     }
 }
 
-fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
+fn route(app: &App, uri: &Uri, accept: Option<&str>) -> Result<Response, Status> {
     let path = uri.path().trim_end_matches('/');
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let query = Query::parse(uri.query().unwrap_or(""));
@@ -61,13 +69,17 @@ fn route(app: &App, uri: &Uri) -> Result<Response, Status> {
         ["apis"] => Ok(json_response(&objects::api_group_list())),
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
-        ["api", "v1", "pods"] => collection(app, None, &query),
+        ["api", "v1", "pods"] => collection(app, None, &query, Format::negotiate(accept)?),
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
-            collection(app, Some(ns), &query)
+            collection(app, Some(ns), &query, Format::negotiate(accept)?)
         }
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            let format = Format::negotiate(accept)?;
             match app.store.get(ns, name) {
-                Some(pod) => Ok(raw_json_response(StatusCode::OK, pod.object.clone())),
+                Some(pod) => Ok(match format {
+                    Format::Json => raw_json_response(StatusCode::OK, pod.object.clone()),
+                    Format::Protobuf => body_response(format, pod.protobuf().body()),
+                }),
                 None => Err(Status::pod_not_found(name)),
             }
         }
@@ -176,14 +188,33 @@ impl Query {
     }
 }
 
-fn collection(app: &App, namespace: Option<&str>, query: &Query) -> Result<Response, Status> {
+fn collection(
+    app: &App,
+    namespace: Option<&str>,
+    query: &Query,
+    format: Format,
+) -> Result<Response, Status> {
     query.no_selectors()?;
     let resource_version = query.resource_version()?;
     let version_match = query.resource_version_match()?;
     if query.flag("watch")? {
-        watch(app, namespace, query, resource_version, version_match)
+        watch(
+            app,
+            namespace,
+            query,
+            resource_version,
+            version_match,
+            format,
+        )
     } else {
-        list(app, namespace, query, resource_version, version_match)
+        list(
+            app,
+            namespace,
+            query,
+            resource_version,
+            version_match,
+            format,
+        )
     }
 }
 
@@ -193,6 +224,7 @@ fn list(
     query: &Query,
     resource_version: Option<u64>,
     version_match: Option<&str>,
+    format: Format,
 ) -> Result<Response, Status> {
     // 0 (or none) is no limit.
     let limit = query.number("limit")?.unwrap_or(0) as usize;
@@ -227,7 +259,10 @@ fn list(
             app.store.first_page(namespace, limit)
         }
     };
-    Ok(raw_json_response(StatusCode::OK, list_body(&page).into()))
+    Ok(match format {
+        Format::Json => raw_json_response(StatusCode::OK, list_body(&page).into()),
+        Format::Protobuf => body_response(format, super::protobuf::list_body(&page).into()),
+    })
 }
 
 fn list_body(page: &Page) -> Vec<u8> {
@@ -259,6 +294,7 @@ fn watch(
     query: &Query,
     resource_version: Option<u64>,
     version_match: Option<&str>,
+    format: Format,
 ) -> Result<Response, Status> {
     let bookmarks = query.flag("allowWatchBookmarks")?;
     let timeout = query.number("timeoutSeconds")?.map(Duration::from_secs);
@@ -309,6 +345,7 @@ fn watch(
         initial_events_end: send_initial_events && initial_events,
         timeout,
         bookmark_interval: app.bookmark_interval,
+        format,
     };
     let body = match app.store.watch(namespace, from) {
         Ok(start) => {
@@ -325,12 +362,12 @@ fn watch(
         }
         // The real server answers a watch from a version it no longer has with 200 and one
         // ERROR event; other refusals are plain error responses.
-        Err(status) if status.code == 410 => Body::from(objects::error_line(&status)),
+        Err(status) if status.code == 410 => Body::from(format.error(&status)),
         Err(status) => return Err(status),
     };
     Ok(Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, format.watch_content_type())
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .expect("a static header is valid"))
@@ -349,14 +386,23 @@ fn raw_json_response(status: StatusCode, body: bytes::Bytes) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn status_response(status: &Status) -> Response {
-    let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    raw_json_response(
-        code,
-        serde_json::to_vec(&status.to_json())
-            .expect("a JSON value always serialises")
-            .into(),
+fn body_response(format: Format, body: bytes::Bytes) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
     )
+        .into_response()
+}
+
+fn status_response_as(format: Format, status: &Status) -> Response {
+    let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        code,
+        [(header::CONTENT_TYPE, format.content_type())],
+        format.status_body(status),
+    )
+        .into_response()
 }
 
 #[cfg(test)]
