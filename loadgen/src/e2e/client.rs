@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kcache::informer::wire::{proto_key_fn, Proto, WireListerWatcher};
+use kcache::informer::wire::{proto_key_fn, JsonCodec, Proto, WireListerWatcher};
 use kcache::informer::{
     kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
     Versioned, WatchEvent, WatchOptions, WatchStream,
@@ -44,6 +44,10 @@ pub enum OneClient {
     /// kcache's SharedInformer through its own wire client, over protobuf.
     #[value(name = "kcache-protobuf")]
     KcacheProtobuf,
+    /// kcache's SharedInformer through its own wire client, over JSON (its own decoding into
+    /// the `k8s-openapi` pod rather than kube-rs').
+    #[value(name = "kcache-json")]
+    KcacheJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
@@ -61,6 +65,7 @@ impl OneClient {
         match self {
             OneClient::Kcache => "kcache",
             OneClient::KcacheProtobuf => "kcache-protobuf",
+            OneClient::KcacheJson => "kcache-json",
             OneClient::KubeRs => "kube-rs",
             OneClient::ServeAlone => "serve-alone",
             OneClient::ServeAloneProtobuf => "serve-alone-protobuf",
@@ -306,6 +311,23 @@ fn start_client(
             let reader = Arc::clone(&informer);
             Ok((
                 Box::new(move || proto_state_of(reader.store().list().iter().map(|p| &**p))),
+                Box::pin(async move { registration.wait_for_sync().await }),
+                Box::new(move || Box::pin(async move { informer.shutdown().await })),
+            ))
+        }
+        OneClient::KcacheJson => {
+            let lw = Counting {
+                inner: WireListerWatcher::<JsonCodec<Pod>>::json(kube_client),
+                received: Arc::clone(received),
+            };
+            let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
+            let registration = informer
+                .add_event_handler(Handler(Arc::clone(seen)))
+                .map_err(|e| e.to_string())?;
+            informer.start().map_err(|e| e.to_string())?;
+            let reader = Arc::clone(&informer);
+            Ok((
+                Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
                 Box::pin(async move { registration.wait_for_sync().await }),
                 Box::new(move || Box::pin(async move { informer.shutdown().await })),
             ))

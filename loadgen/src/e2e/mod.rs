@@ -39,6 +39,9 @@ pub enum ClientChoice {
     /// kcache's SharedInformer through its own wire client, over protobuf.
     #[value(name = "kcache-protobuf")]
     KcacheProtobuf,
+    /// kcache's SharedInformer through its own wire client, over JSON.
+    #[value(name = "kcache-json")]
+    KcacheJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
@@ -172,12 +175,14 @@ pub fn main(args: E2eArgs) -> ExitCode {
         ClientChoice::All => &[
             OneClient::Kcache,
             OneClient::KcacheProtobuf,
+            OneClient::KcacheJson,
             OneClient::KubeRs,
             OneClient::ServeAlone,
             OneClient::ServeAloneProtobuf,
         ],
         ClientChoice::Kcache => &[OneClient::Kcache],
         ClientChoice::KcacheProtobuf => &[OneClient::KcacheProtobuf],
+        ClientChoice::KcacheJson => &[OneClient::KcacheJson],
         ClientChoice::KubeRs => &[OneClient::KubeRs],
         ClientChoice::ServeAlone => &[OneClient::ServeAlone, OneClient::ServeAloneProtobuf],
     };

@@ -10,7 +10,7 @@
 //!
 //! - [`ProtobufCodec<T>`]: protobuf straight into the generated `k8s-pb` message `T` (for pods,
 //!   `k8s_pb::api::core::v1::Pod`), stored as a [`Proto<T>`]: the message itself, made
-//!   [`Versioned`], with no conversion into another type. The object type was chosen for speed:
+//!   [`Versioned`](super::Versioned), with no conversion into another type. The object type was chosen for speed:
 //!   converting into `k8s_openapi`'s types would cost a second walk and a second set of
 //!   allocations per event, as much as the decoding it follows.
 //! - [`JsonCodec<K>`]: JSON through serde into any `kube::Resource` (custom resources, or a
