@@ -393,3 +393,75 @@ async fn a_truncated_frame_reaches_the_error_handler_and_makes_a_relist() {
     );
     informer.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streaming_list_is_the_paged_list_and_an_informer_syncs_from_it() {
+    let server = start(400, 2_000, 50_000.0, 100_000).await;
+    churn_done(&server, Duration::from_secs(60)).await;
+    let url = server.url();
+    let (paged, paged_rv) = list_all(&protobuf(&url), 100).await;
+    for streaming in [true, false] {
+        let lw = protobuf(&url).streaming_list(streaming);
+        let page = lw
+            .list(ListOptions {
+                limit: 100,
+                ..ListOptions::default()
+            })
+            .await
+            .expect("a list");
+        assert_eq!(page.resource_version, paged_rv);
+        if streaming {
+            assert!(page.continue_token.is_none(), "one page");
+            assert_eq!(page.items.len(), paged.len());
+            let sorted = |items: &[Arc<Proto<Pod>>]| {
+                let mut pods: Vec<Pod> = items.iter().map(|p| p.0.clone()).collect();
+                pods.sort_by_key(|p| {
+                    let m = p.metadata.as_ref().unwrap();
+                    key_of(m.namespace.as_deref(), m.name.as_deref())
+                });
+                pods
+            };
+            assert_eq!(
+                sorted(&page.items),
+                sorted(&paged),
+                "the same pods, field by field"
+            );
+        } else {
+            assert_eq!(page.items.len(), 100, "paged when streaming is off");
+        }
+    }
+    let (json_stream, json_rv) = list_all(&json(&url).streaming_list(true), 0).await;
+    assert_eq!(
+        (json_stream.len(), json_rv),
+        (paged.len(), paged_rv.clone())
+    );
+
+    // An informer that lists by streaming syncs to the server's state and follows it.
+    let informer =
+        SharedInformer::builder(protobuf(&url).streaming_list(true), proto_key_fn::<Pod>()).build();
+    informer.start().unwrap();
+    let expected = server_state(&server);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let state: BTreeMap<String, u64> = informer
+            .store()
+            .list()
+            .iter()
+            .map(|p| {
+                let m = p.metadata.as_ref().unwrap();
+                (
+                    key_of(m.namespace.as_deref(), m.name.as_deref()),
+                    p.resource_version().parse().unwrap(),
+                )
+            })
+            .collect();
+        if state == expected {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never synced by streaming");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(informer.last_sync_resource_version(), paged_rv);
+    informer.shutdown().await;
+    server.stop().await.unwrap();
+}

@@ -16,6 +16,10 @@
 //! - [`JsonCodec<K>`]: JSON through serde into any `kube::Resource` (custom resources, or a
 //!   `k8s_openapi` type against a server without protobuf), asking for `application/json` only.
 //!
+//! Lists are paged, or, with [`WireListerWatcher::streaming_list`], streamed as client-go's
+//! `WatchListClient` does (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
+//! bookmark).
+//!
 //! A watch body is cut into frames ([`frames`]: length-prefixed protobuf, or JSON lines) as its
 //! chunks arrive. Bytes that cannot be cut or decoded (a truncated frame, one over 16 MiB, bad
 //! magic, a malformed message) end the watch with an [`Error::Decode`] saying what was wrong;
@@ -33,11 +37,16 @@ use http_body_util::BodyExt;
 use kube::client::Body;
 
 use super::kube::MAX_WATCH_TIMEOUT_SECS;
-use super::lister_watcher::{Error, ListOptions, ListerWatcher, Page, WatchOptions, WatchStream};
+use super::lister_watcher::{
+    Error, ListOptions, ListerWatcher, Page, WatchEvent, WatchOptions, WatchStream,
+};
 pub use codec::{
     proto_key, proto_key_fn, Codec, Format, JsonCodec, Proto, ProtobufCodec, ResourcePath,
 };
 use frames::{Frames, Framing};
+
+/// The annotation of the bookmark that ends a streaming list's initial events.
+pub const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// Lists and watches one resource through a [`kube::Client`], decoding with `C`.
 pub struct WireListerWatcher<C> {
@@ -46,6 +55,7 @@ pub struct WireListerWatcher<C> {
     collection: String,
     label_selector: Option<String>,
     field_selector: Option<String>,
+    streaming_list: bool,
 }
 
 impl<T> WireListerWatcher<ProtobufCodec<T>>
@@ -78,7 +88,19 @@ impl<C: Codec> WireListerWatcher<C> {
             collection,
             label_selector: None,
             field_selector: None,
+            streaming_list: false,
         }
+    }
+
+    /// Lists by streaming (client-go's `WatchListClient`): a list is a watch with
+    /// `sendInitialEvents=true` and `resourceVersionMatch=NotOlderThan`, whose `ADDED` events
+    /// up to the bookmark annotated `k8s.io/initial-events-end` are the list, at that
+    /// bookmark's version. The body is decoded event by event as it arrives instead of being
+    /// held whole, and the server sends from its watch cache rather than building a list. A
+    /// server that refuses the parameters (400, 403, 405, 422, 501) gets a paged list instead.
+    pub fn streaming_list(mut self, on: bool) -> Self {
+        self.streaming_list = on;
+        self
     }
 
     /// Only `namespace`.
@@ -143,6 +165,57 @@ impl<C: Codec> WireListerWatcher<C> {
         self.request(query.finish(), self.codec.watch_accept())
     }
 
+    fn streaming_list_request(&self, options: &ListOptions) -> Result<http::Request<Body>, Error> {
+        let mut query = self.query();
+        query.append_pair("watch", "true");
+        query.append_pair("sendInitialEvents", "true");
+        query.append_pair("resourceVersionMatch", "NotOlderThan");
+        query.append_pair("allowWatchBookmarks", "true");
+        if !options.resource_version.is_empty() {
+            query.append_pair("resourceVersion", &options.resource_version);
+        }
+        self.request(query.finish(), self.codec.watch_accept())
+    }
+
+    /// A list by streaming (see [`Self::streaming_list`]); `Ok(None)` when the server refuses
+    /// the parameters.
+    async fn list_by_streaming(
+        &self,
+        options: &ListOptions,
+    ) -> Result<Option<Page<C::Object>>, Error> {
+        use futures_util::StreamExt;
+        let (format, body) = match self.send(self.streaming_list_request(options)?).await {
+            Ok(answer) => answer,
+            Err(Error::Api(s)) if matches!(s.code, 400 | 403 | 405 | 422 | 501) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let mut events = watch_stream_marking_end(self.codec.clone(), format, body);
+        let mut items = Vec::new();
+        while let Some(event) = events.next().await {
+            match event? {
+                (WatchEvent::Added(obj), _) => items.push(obj),
+                (WatchEvent::Bookmark { resource_version }, true) => {
+                    return Ok(Some(Page {
+                        items,
+                        resource_version,
+                        continue_token: None,
+                    }))
+                }
+                (WatchEvent::Bookmark { .. }, false) => {}
+                (WatchEvent::Error(status), _) => return Err(Error::Api(status)),
+                (WatchEvent::Modified(_) | WatchEvent::Deleted(_), _) => {
+                    return Err(Error::Decode(
+                        "a streaming list sent a change before its initial-events-end bookmark"
+                            .to_owned(),
+                    ))
+                }
+            }
+        }
+        Err(Error::Transport(
+            "the streaming list ended before its initial-events-end bookmark".to_owned(),
+        ))
+    }
+
     fn request(&self, query: String, accept: &str) -> Result<http::Request<Body>, Error> {
         let uri = if query.is_empty() {
             self.collection.clone()
@@ -202,6 +275,12 @@ impl<C: Codec> ListerWatcher<C::Object> for WireListerWatcher<C> {
     ) -> impl Future<Output = Result<Page<C::Object>, Error>> + Send {
         let request = self.list_request(&options);
         async move {
+            // A streaming list is one page; the pages of a paged list follow their token.
+            if self.streaming_list && options.continue_token.is_none() {
+                if let Some(page) = self.list_by_streaming(&options).await? {
+                    return Ok(page);
+                }
+            }
             let (format, body) = self.send(request?).await?;
             let bytes = body
                 .collect_bytes()
@@ -226,6 +305,37 @@ impl<C: Codec> ListerWatcher<C::Object> for WireListerWatcher<C> {
 /// The events of a watch body: frames cut as chunks arrive, each decoded; a framing or decode
 /// error is the stream's last item.
 fn watch_stream<C: Codec>(codec: C, format: Format, body: Body) -> WatchStream<C::Object> {
+    use futures_util::StreamExt;
+    Box::pin(watch_stream_marking_end(codec, format, body).map(|e| e.map(|(event, _)| event)))
+}
+
+/// Whether a bookmark's frame carries the `k8s.io/initial-events-end` annotation. Bookmarks
+/// are small and rare, so the frame's bytes are searched rather than decoded: the key is
+/// written as it is in JSON and in protobuf, and the server only ever sets it to `"true"`.
+fn ends_initial_events(frame: &[u8]) -> bool {
+    frame
+        .windows(INITIAL_EVENTS_END.len())
+        .any(|w| w == INITIAL_EVENTS_END.as_bytes())
+}
+
+/// What [`watch_stream_marking_end`] yields.
+type MarkedEvents<T> = std::pin::Pin<
+    Box<dyn futures_util::Stream<Item = Result<(WatchEvent<T>, bool), Error>> + Send>,
+>;
+
+/// [`watch_stream`], each event with whether it is the bookmark that ends a streaming list's
+/// initial events.
+fn watch_stream_marking_end<C: Codec>(
+    codec: C,
+    format: Format,
+    body: Body,
+) -> MarkedEvents<C::Object> {
+    let decode = move |codec: &C, frame: &[u8]| {
+        codec.event(format, frame).map(|event| {
+            let end = matches!(event, WatchEvent::Bookmark { .. }) && ends_initial_events(frame);
+            (event, end)
+        })
+    };
     let framing = match format {
         Format::Json => Framing::Lines,
         Format::Protobuf => Framing::LengthPrefixed,
@@ -238,7 +348,7 @@ fn watch_stream<C: Codec>(codec: C, format: Format, body: Body) -> WatchStream<C
             loop {
                 match frames.next_frame() {
                     Ok(Some(frame)) => {
-                        let event = codec.event(format, &frame);
+                        let event = decode(&codec, &frame);
                         let next = event.is_ok().then_some((body, frames));
                         return Some((event, next));
                     }
@@ -254,7 +364,7 @@ fn watch_stream<C: Codec>(codec: C, format: Format, body: Body) -> WatchStream<C
                     Some(Err(e)) => return Some((Err(Error::Transport(e.to_string())), None)),
                     None => {
                         return match frames.finish() {
-                            Ok(Some(last)) => Some((codec.event(format, &last), None)),
+                            Ok(Some(last)) => Some((decode(&codec, &last), None)),
                             Ok(None) => None,
                             Err(e) => Some((Err(Error::Decode(e.to_string())), None)),
                         }
