@@ -465,3 +465,66 @@ async fn a_streaming_list_is_the_paged_list_and_an_informer_syncs_from_it() {
     informer.shutdown().await;
     server.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_only_lists_watches_and_informers_carry_exactly_the_metadata() {
+    use kcache::informer::wire::MetadataCodec;
+    use kube::core::PartialObjectMeta;
+
+    let server = start(300, 3_000, 50_000.0, 100_000).await;
+    let url = server.url();
+    let meta_lw = || WireListerWatcher::<MetadataCodec<openapi::Pod>>::metadata(client(&url));
+    let informer = Arc::new(
+        SharedInformer::builder(meta_lw(), kube_key_fn::<PartialObjectMeta<openapi::Pod>>())
+            .build(),
+    );
+    informer.start().unwrap();
+    churn_done(&server, Duration::from_secs(60)).await;
+
+    // A metadata-only list is the full list's metadata, pod by pod, typed PartialObjectMetadata.
+    let (partial, partial_rv) = list_all(&meta_lw(), 70).await;
+    let (full, full_rv) = list_all(&json(&url), 70).await;
+    assert_eq!(partial_rv, full_rv);
+    assert_eq!(partial.len(), full.len());
+    for (p, f) in partial.iter().zip(&full) {
+        assert_eq!(p.metadata, f.metadata, "metadata only, all of it");
+        let types = p.types.as_ref().expect("kind and apiVersion on each item");
+        assert_eq!(types.kind, "PartialObjectMetadata");
+        assert_eq!(types.api_version, "meta.k8s.io/v1");
+    }
+
+    // The informer over metadata-only watches ends with the server's state.
+    let expected = server_state(&server);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let state: BTreeMap<String, u64> = informer
+            .store()
+            .list()
+            .iter()
+            .map(|p| {
+                (
+                    key_of(p.metadata.namespace.as_deref(), p.metadata.name.as_deref()),
+                    p.resource_version().parse().unwrap(),
+                )
+            })
+            .collect();
+        if state == expected {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the metadata informer never synced"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for pod in &full {
+        let key = kcache::Key::new(&key_of(
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        ));
+        let cached = informer.store().get_by_key(&key).expect("cached");
+        assert_eq!(cached.metadata, pod.metadata);
+    }
+    informer.shutdown().await;
+    server.stop().await.unwrap();
+}

@@ -78,8 +78,15 @@ fn has_creation_time(state: &PodState<'_>) -> bool {
 
 /// The pod as JSON (starting with [`super::objects::POD_HEAD`]), written directly.
 pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
+    pod_json_parts(state).0
+}
+
+/// [`pod_json`], and where its `metadata` object is in it (for metadata-only answers).
+pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>) {
     let mut out = Vec::with_capacity(320);
-    out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","metadata":{"#);
+    out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
+    let metadata_start = out.len();
+    out.push(b'{');
     if has_creation_time(state) {
         out.extend_from_slice(br#""creationTimestamp":""#);
         push_rfc3339(&mut out, state.created);
@@ -97,7 +104,9 @@ pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
     push_u64(&mut out, state.resource_version);
     out.extend_from_slice(br#"","uid":""#);
     out.extend_from_slice(uid(state).as_bytes());
-    out.extend_from_slice(br#""},"spec":{"containers":[{"image":""#);
+    out.extend_from_slice(b"\"}");
+    let metadata = metadata_start..out.len();
+    out.extend_from_slice(br#","spec":{"containers":[{"image":""#);
     out.extend_from_slice(CONTAINER_IMAGE.as_bytes());
     out.extend_from_slice(br#"","name":""#);
     out.extend_from_slice(CONTAINER_NAME.as_bytes());
@@ -107,7 +116,7 @@ pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
         push_json_str(&mut out, node);
     }
     out.extend_from_slice(b"}}");
-    out
+    (out, metadata)
 }
 
 /// `s` as a JSON string: copied as it is when nothing in it needs escaping (the workload's
@@ -329,6 +338,10 @@ mod tests {
             prop_assert_eq!(
                 String::from_utf8_lossy(&template), String::from_utf8_lossy(&typed));
             prop_assert_eq!(pod_protobuf(&s), typed_pod(&s).encode_to_vec());
+            let (json, metadata) = pod_json_parts(&s);
+            let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+            let slice: serde_json::Value = serde_json::from_slice(&json[metadata]).unwrap();
+            prop_assert_eq!(&value["metadata"], &slice);
         }
     }
 

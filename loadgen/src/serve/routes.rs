@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use super::churn::ChurnSummary;
 use super::format::Format;
 use super::objects::{self, Status};
-use super::store::{Page, Store};
+use super::store::Store;
 use super::watch::{WatchOptions, Watcher};
 use kcache::informer::apiserver::ContinueError;
 
@@ -76,10 +76,7 @@ fn route(app: &App, uri: &Uri, accept: Option<&str>) -> Result<Response, Status>
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
             let format = Format::negotiate(accept)?;
             match app.store.get(ns, name) {
-                Some(pod) => Ok(match format {
-                    Format::Json => raw_json_response(StatusCode::OK, pod.object.clone()),
-                    Format::Protobuf => body_response(format, pod.protobuf().body()),
-                }),
+                Some(pod) => Ok(body_response(format, format.pod_body(&pod))),
                 None => Err(Status::pod_not_found(name)),
             }
         }
@@ -259,33 +256,7 @@ fn list(
             app.store.first_page(namespace, limit)
         }
     };
-    Ok(match format {
-        Format::Json => raw_json_response(StatusCode::OK, list_body(&page).into()),
-        Format::Protobuf => body_response(format, super::protobuf::list_body(&page).into()),
-    })
-}
-
-fn list_body(page: &Page) -> Vec<u8> {
-    let pods = page.items();
-    let mut metadata =
-        serde_json::json!({ "resourceVersion": page.snapshot.resource_version.to_string() });
-    if let Some(next) = &page.continue_token {
-        metadata["continue"] = next.as_str().into();
-        metadata["remainingItemCount"] = page.remaining().into();
-    }
-    let head = format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{metadata},"items":["#);
-    let size = head.len() + pods.iter().map(|p| p.object.len()).sum::<usize>() + pods.len() + 2;
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(head.as_bytes());
-    for (i, pod) in pods.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.push(b'{');
-        body.extend_from_slice(pod.list_item());
-    }
-    body.extend_from_slice(b"]}");
-    body
+    Ok(body_response(format, format.list_body(&page)))
 }
 
 fn watch(

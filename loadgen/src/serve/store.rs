@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
-use super::encode::{pod_json, pod_protobuf, PodFields};
+use super::encode::{pod_json_parts, pod_protobuf, PodFields};
 use super::objects::{event_line, EventType, Status, POD_HEAD};
 use super::protobuf::ProtobufPod;
 use crate::sync::lock;
@@ -48,6 +48,8 @@ pub struct StoredPod {
     pub line: Bytes,
     /// What made this state.
     pub kind: EventType,
+    /// Where `metadata` is in `object` (metadata-only answers send only it).
+    metadata: std::ops::Range<usize>,
     /// What the protobuf form is written from.
     fields: PodFields,
     /// The protobuf forms, made by the first protobuf reader and then shared by all.
@@ -58,7 +60,7 @@ impl StoredPod {
     /// The pod with `fields`, made by a `kind` event: its JSON watch line is written once (the
     /// stored object is a slice of it); its protobuf forms when first asked for.
     pub fn new(kind: EventType, fields: PodFields) -> StoredPod {
-        let json = pod_json(&fields.state());
+        let (json, metadata) = pod_json_parts(&fields.state());
         let (line, object) = event_line(kind, &json);
         StoredPod {
             namespace: Arc::clone(&fields.namespace),
@@ -67,6 +69,7 @@ impl StoredPod {
             object: line.slice(object),
             line,
             kind,
+            metadata,
             fields,
             protobuf: OnceLock::new(),
         }
@@ -85,6 +88,11 @@ impl StoredPod {
         self.protobuf.get_or_init(|| {
             ProtobufPod::new(self.kind.as_str(), &pod_protobuf(&self.fields.state()))
         })
+    }
+
+    /// The pod's `metadata` object, as JSON.
+    pub fn metadata_json(&self) -> &[u8] {
+        &self.object[self.metadata.clone()]
     }
 
     /// The fields it was written from.

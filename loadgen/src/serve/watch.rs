@@ -155,7 +155,7 @@ impl Watcher {
             .as_deref()
             .is_none_or(|ns| *event.object.namespace == *ns)
         {
-            chunk.extend_from_slice(self.options.format.event(&event.object));
+            self.options.format.push_event(chunk, &event.object);
         }
     }
 

@@ -425,6 +425,70 @@ where
     }
 }
 
+/// Metadata only, as client-go's metadata informers: asks for
+/// `application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1` (lists) and
+/// `…;as=PartialObjectMetadata;…` (watches), with plain `application/json` as the fallback,
+/// and decodes into `kube`'s `PartialObjectMeta<K>` (the object's `metadata`, nothing else;
+/// from a server that sends whole objects anyway, the rest is skipped while decoding).
+pub struct MetadataCodec<K>(PhantomData<fn() -> K>);
+
+impl<K> MetadataCodec<K> {
+    /// The codec.
+    pub fn new() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<K> Clone for MetadataCodec<K> {
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl<K> Default for MetadataCodec<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<K> fmt::Debug for MetadataCodec<K> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "MetadataCodec<{}>", std::any::type_name::<K>())
+    }
+}
+
+impl<K> Codec for MetadataCodec<K>
+where
+    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
+    JsonCodec<kube::core::PartialObjectMeta<K>>: Codec<Object = kube::core::PartialObjectMeta<K>>,
+{
+    type Object = kube::core::PartialObjectMeta<K>;
+
+    fn accept(&self) -> &'static str {
+        "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+    }
+
+    fn watch_accept(&self) -> &'static str {
+        "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1, application/json"
+    }
+
+    fn resource(&self) -> ResourcePath {
+        ResourcePath {
+            group: K::group(&()).into_owned(),
+            version: K::version(&()).into_owned(),
+            plural: K::plural(&()).into_owned(),
+        }
+    }
+
+    fn list(&self, format: Format, body: &[u8]) -> Result<Page<Self::Object>, Error> {
+        JsonCodec::<Self::Object>::new().list(format, body)
+    }
+
+    fn event(&self, format: Format, frame: &[u8]) -> Result<WatchEvent<Self::Object>, Error> {
+        JsonCodec::<Self::Object>::new().event(format, frame)
+    }
+}
+
 /// The `Status` of an error answer, in whichever format it came; a body that is no status
 /// still gives one, with the HTTP code and the body's start as its message.
 pub fn error_status(code: u16, format: Result<Format, Error>, body: &[u8]) -> Status {

@@ -15,6 +15,8 @@
 //!   allocations per event, as much as the decoding it follows.
 //! - [`JsonCodec<K>`]: JSON through serde into any `kube::Resource` (custom resources, or a
 //!   `k8s_openapi` type against a server without protobuf), asking for `application/json` only.
+//! - [`MetadataCodec<K>`]: metadata only (`PartialObjectMetadata`, as client-go's metadata
+//!   informers), into `kube`'s `PartialObjectMeta<K>`.
 //!
 //! Lists are paged, or, with [`WireListerWatcher::streaming_list`], streamed as client-go's
 //! `WatchListClient` does (`sendInitialEvents=true`, ended by the `k8s.io/initial-events-end`
@@ -41,7 +43,8 @@ use super::lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, WatchEvent, WatchOptions, WatchStream,
 };
 pub use codec::{
-    proto_key, proto_key_fn, Codec, Format, JsonCodec, Proto, ProtobufCodec, ResourcePath,
+    proto_key, proto_key_fn, Codec, Format, JsonCodec, MetadataCodec, Proto, ProtobufCodec,
+    ResourcePath,
 };
 use frames::{Frames, Framing};
 
@@ -75,6 +78,16 @@ where
     /// Any resource over JSON (see [`JsonCodec`]), across all namespaces.
     pub fn json(client: kube::Client) -> Self {
         Self::new(client, JsonCodec::new())
+    }
+}
+
+impl<K> WireListerWatcher<MetadataCodec<K>>
+where
+    MetadataCodec<K>: Codec,
+{
+    /// Only the metadata of a resource (see [`MetadataCodec`]), across all namespaces.
+    pub fn metadata(client: kube::Client) -> Self {
+        Self::new(client, MetadataCodec::new())
     }
 }
 
