@@ -368,6 +368,16 @@ fn json_error(what: &str, e: serde_json::Error) -> Error {
     Error::Decode(format!("{what} is not valid JSON for the type: {e}"))
 }
 
+/// Decodes JSON after one UTF-8 check of the whole input: serde_json then reads every string
+/// from a `&str` without checking each again, 11% fewer instructions per watch event than
+/// decoding from the bytes (engine/examples/decode_cost.rs under callgrind, for a served pod:
+/// 20.5k against 23.1k instructions).
+fn from_json<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Error> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| Error::Decode(format!("{what} is not UTF-8: {e}")))?;
+    serde_json::from_str(text).map_err(|e| json_error(what, e))
+}
+
 impl<K> Codec for JsonCodec<K>
 where
     K: kube::Resource<DynamicType = ()> + DeserializeOwned + Versioned + Send + Sync + 'static,
@@ -396,8 +406,7 @@ where
                 "the server answered protobuf to a JSON-only request".to_owned(),
             ));
         }
-        let list: JsonList<K> =
-            serde_json::from_slice(body).map_err(|e| json_error("a list", e))?;
+        let list: JsonList<K> = from_json("a list", body)?;
         Ok(Page {
             items: list.items.into_iter().map(Arc::new).collect(),
             resource_version: list.metadata.resource_version.unwrap_or_default(),
@@ -411,8 +420,7 @@ where
                 "the server answered protobuf to a JSON-only watch".to_owned(),
             ));
         }
-        let event: JsonEvent<K> =
-            serde_json::from_slice(frame).map_err(|e| json_error("a watch event", e))?;
+        let event: JsonEvent<K> = from_json("a watch event", frame)?;
         Ok(match event {
             JsonEvent::Added(o) => WatchEvent::Added(Arc::new(o)),
             JsonEvent::Modified(o) => WatchEvent::Modified(Arc::new(o)),
