@@ -97,6 +97,9 @@ pub struct E2eClientArgs {
     /// Where to write what the handler saw.
     #[arg(long)]
     pub seen: PathBuf,
+    /// kcache's own client lists by streaming (`sendInitialEvents`).
+    #[arg(long)]
+    pub streaming_lists: bool,
 }
 
 /// What the child reports on its stdout.
@@ -292,13 +295,14 @@ fn start_client(
     client: OneClient,
     api: Api<Pod>,
     kube_client: Client,
+    streaming_lists: bool,
     seen: &Arc<Seen>,
     received: &Arc<AtomicU64>,
 ) -> Result<(ReadCache, Synced, Stop), String> {
     match client {
         OneClient::KcacheProtobuf => {
             let lw = Counting {
-                inner: WireListerWatcher::protobuf(kube_client),
+                inner: WireListerWatcher::protobuf(kube_client).streaming_list(streaming_lists),
                 received: Arc::clone(received),
             };
             let informer = Arc::new(
@@ -317,7 +321,8 @@ fn start_client(
         }
         OneClient::KcacheJson => {
             let lw = Counting {
-                inner: WireListerWatcher::<JsonCodec<Pod>>::json(kube_client),
+                inner: WireListerWatcher::<JsonCodec<Pod>>::json(kube_client)
+                    .streaming_list(streaming_lists),
                 received: Arc::clone(received),
             };
             let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
@@ -402,8 +407,14 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
     let api: Api<Pod> = Api::all(kube_client.clone());
     let seen = Arc::new(Seen::default());
     let received = Arc::new(AtomicU64::new(0));
-    let (read_cache, synced, stop) =
-        start_client(args.client, api.clone(), kube_client, &seen, &received)?;
+    let (read_cache, synced, stop) = start_client(
+        args.client,
+        api.clone(),
+        kube_client,
+        args.streaming_lists,
+        &seen,
+        &received,
+    )?;
     synced.await;
     say_synced()?;
     wait_for_churned().await?;

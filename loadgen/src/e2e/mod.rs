@@ -80,6 +80,11 @@ pub struct E2eArgs {
     /// Give up on a client whose cache does not match this many seconds after the churn.
     #[arg(long, default_value_t = 60.0)]
     pub settle_seconds: f64,
+    /// kcache's own client (`kcache-protobuf`, `kcache-json`) lists by streaming
+    /// (`sendInitialEvents`) instead of in pages: compare the rows' peak MB to see what the
+    /// initial sync costs either way.
+    #[arg(long)]
+    pub streaming_lists: bool,
     /// Instead of one run at `--rate`: find the highest rate each client keeps up with, starting
     /// from `--rate` (server on schedule, lag p99 within `--max-lag-ms`, verdict ok), and what
     /// limits it.
@@ -194,7 +199,13 @@ pub fn main(args: E2eArgs) -> ExitCode {
         let mut config = ServeConfig::new(spec, args.rate);
         config.window = args.window;
         config.bookmark_interval = Duration::from_secs(1);
-        match runtime.block_on(run_client(&exe, client, config, args.settle_seconds)) {
+        match runtime.block_on(run_client(
+            &exe,
+            client,
+            config,
+            args.settle_seconds,
+            args.streaming_lists,
+        )) {
             Ok(report) => reports.push(report),
             Err(e) => {
                 eprintln!("loadgen e2e: {}: {e}", client.name());
@@ -244,14 +255,19 @@ fn find_capacity(
             let mut config = ServeConfig::new(spec.events(events), rate);
             config.window = args.window;
             config.bookmark_interval = Duration::from_secs(1);
-            let report =
-                match runtime.block_on(run_client(exe, client, config, args.settle_seconds)) {
-                    Ok(report) => report,
-                    Err(e) => {
-                        eprintln!("loadgen e2e: {}: {e}", client.name());
-                        return ExitCode::FAILURE;
-                    }
-                };
+            let report = match runtime.block_on(run_client(
+                exe,
+                client,
+                config,
+                args.settle_seconds,
+                args.streaming_lists,
+            )) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("loadgen e2e: {}: {e}", client.name());
+                    return ExitCode::FAILURE;
+                }
+            };
             let probe = capacity::Probe::judge(rate, events, args.max_lag_ms, report);
             eprintln!(
                 "{:<20} {:>9.0}/s  lag p50 {:>8.2} ms  p99 {:>8.2} ms  client cpu {:>5.0}%  srv µs/ev {:>6}  {}",
@@ -451,6 +467,7 @@ async fn run_client(
     client: OneClient,
     mut config: ServeConfig,
     settle_seconds: f64,
+    streaming_lists: bool,
 ) -> Result<ClientReport, String> {
     config.record_publications = true;
     config.hold_churn = true;
@@ -462,6 +479,7 @@ async fn run_client(
         .arg("e2e-client")
         .args(["--url", &server.url(), "--client", client.name()])
         .args(["--settle-seconds", &settle_seconds.to_string()])
+        .args(streaming_lists.then_some("--streaming-lists"))
         .arg("--seen")
         .arg(&seen)
         .stdin(Stdio::piped())
