@@ -18,6 +18,9 @@
 //!   resync.
 //! - `KubeListerWatcher` (feature `kube`): the same over kube-rs' `Api<K>`, against a real
 //!   API server.
+//! - `wire` (feature `wire`): kcache's own client for a real API server, over kube-rs'
+//!   `Client` but decoding itself: protobuf for built-in types (as client-go), JSON for the
+//!   rest (`WireListerWatcher`).
 //! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
 //!   bounded buffer and delivery thread (or inline on the consumers, or an
 //!   [`AsyncEventHandler`]'s task), `has_synced` and resync period ([`HandlerOptions`]);
@@ -37,6 +40,8 @@ mod reflector;
 mod shared_informer;
 mod stop;
 mod turns;
+#[cfg(feature = "wire")]
+pub mod wire;
 
 #[cfg(feature = "kube")]
 pub use self::kube::{

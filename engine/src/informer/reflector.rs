@@ -492,6 +492,14 @@ where
                         break;
                     }
                     Some(Ok(event)) => event,
+                    Some(Err(err @ Error::Decode(_))) => {
+                        // Bytes that could not be decoded (a truncated or oversized frame, bad
+                        // magic): events may be lost in them, so only a fresh list makes the
+                        // cache whole again. client-go does the same: its decoder's error
+                        // becomes an ERROR event, which ends the round and relists.
+                        tail = Some(WatchEnd::Failed(err));
+                        break;
+                    }
                     Some(Err(err)) => {
                         // A broken connection ends the watch like a close: re-open from the
                         // last version (unless it was very short, below).

@@ -179,6 +179,8 @@ mod tests {
             peak_bytes: None,
             client_cpu_seconds: Some(client_cpu),
             server_cpu_seconds: Some(0.5),
+            client_cpu_us_per_event: None,
+            server_cpu_us_per_event: None,
             settle_seconds: 0.0,
             ok,
             pods: (10, if ok { 10 } else { 9 }),

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
+use kcache::informer::wire::{proto_key_fn, JsonCodec, Proto, WireListerWatcher};
 use kcache::informer::{
     kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
     Versioned, WatchEvent, WatchOptions, WatchStream,
@@ -30,6 +31,7 @@ use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, Config, ResourceExt};
 use serde::{Deserialize, Serialize};
 
+use super::discard::{Reader, Wire};
 use crate::rss::status_field_bytes;
 use crate::serve::store::unix_nanos;
 use crate::sync::lock;
@@ -37,11 +39,24 @@ use crate::sync::lock;
 /// The client a child runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum OneClient {
-    /// kcache's SharedInformer through its kube-rs adapter.
+    /// kcache's SharedInformer through its kube-rs adapter (JSON).
     Kcache,
+    /// kcache's SharedInformer through its own wire client, over protobuf.
+    #[value(name = "kcache-protobuf")]
+    KcacheProtobuf,
+    /// kcache's SharedInformer through its own wire client, over JSON (its own decoding into
+    /// the `k8s-openapi` pod rather than kube-rs').
+    #[value(name = "kcache-json")]
+    KcacheJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
+    /// A raw HTTP client that reads the JSON watch and discards it: the server's own limit.
+    #[value(name = "serve-alone")]
+    ServeAlone,
+    /// The same over protobuf.
+    #[value(name = "serve-alone-protobuf")]
+    ServeAloneProtobuf,
 }
 
 impl OneClient {
@@ -49,7 +64,20 @@ impl OneClient {
     pub fn name(self) -> &'static str {
         match self {
             OneClient::Kcache => "kcache",
+            OneClient::KcacheProtobuf => "kcache-protobuf",
+            OneClient::KcacheJson => "kcache-json",
             OneClient::KubeRs => "kube-rs",
+            OneClient::ServeAlone => "serve-alone",
+            OneClient::ServeAloneProtobuf => "serve-alone-protobuf",
+        }
+    }
+
+    /// The wire of a discarding reader; `None` for the real clients.
+    pub fn discards(self) -> Option<Wire> {
+        match self {
+            OneClient::ServeAlone => Some(Wire::Json),
+            OneClient::ServeAloneProtobuf => Some(Wire::Protobuf),
+            _ => None,
         }
     }
 }
@@ -69,6 +97,9 @@ pub struct E2eClientArgs {
     /// Where to write what the handler saw.
     #[arg(long)]
     pub seen: PathBuf,
+    /// kcache's own client lists by streaming (`sendInitialEvents`).
+    #[arg(long)]
+    pub streaming_lists: bool,
 }
 
 /// What the child reports on its stdout.
@@ -80,9 +111,9 @@ pub struct ClientOutcome {
     pub applied: u64,
     /// Seconds from the parent's `churned` until the cache matched (or until giving up).
     pub settle_seconds: f64,
-    /// Pods the server listed after the churn.
+    /// Pods the server listed after the churn (a discarding reader: the events it expected).
     pub served: usize,
-    /// Pods in the client's cache at the end.
+    /// Pods in the client's cache at the end (a discarding reader: the events it counted).
     pub cached: usize,
     /// Whether the cache equals the server's list (name and resource version of every pod).
     pub ok: bool,
@@ -137,7 +168,7 @@ struct Seen {
 }
 
 impl Seen {
-    fn record(&self, pod: &Pod) {
+    fn record(&self, pod: &impl Versioned) {
         if let Ok(rv) = Versioned::resource_version(pod).parse::<u64>() {
             lock(&self.events).push((rv, unix_nanos()));
         }
@@ -171,43 +202,43 @@ pub fn read_seen(path: &PathBuf) -> std::io::Result<Vec<(u64, u64)>> {
 
 struct Handler(Arc<Seen>);
 
-impl EventHandler<Pod> for Handler {
-    fn on_add(&mut self, obj: &Arc<Pod>, is_in_initial_list: bool) {
+impl<T: Versioned + Send + Sync + 'static> EventHandler<T> for Handler {
+    fn on_add(&mut self, obj: &Arc<T>, is_in_initial_list: bool) {
         if !is_in_initial_list {
-            self.0.record(obj);
+            self.0.record(&**obj);
         }
     }
 
-    fn on_update(&mut self, _old: &Arc<Pod>, new: &Arc<Pod>) {
-        self.0.record(new);
+    fn on_update(&mut self, _old: &Arc<T>, new: &Arc<T>) {
+        self.0.record(&**new);
     }
 
-    fn on_delete(&mut self, obj: &DeltaObject<Pod>) {
+    fn on_delete(&mut self, obj: &DeltaObject<T>) {
         if let Some(obj) = obj.object() {
-            self.0.record(obj);
+            self.0.record(&**obj);
         }
     }
 }
 
-/// The adapter, counting the object events its watches deliver.
-struct Counting {
-    inner: KubeListerWatcher<Pod>,
+/// A client's `ListerWatcher`, counting the object events its watches deliver.
+struct Counting<L> {
+    inner: L,
     received: Arc<AtomicU64>,
 }
 
-impl ListerWatcher<Pod> for Counting {
-    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
+impl<T: Send + Sync + 'static, L: ListerWatcher<T>> ListerWatcher<T> for Counting<L> {
+    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<T>, Error>> + Send {
         self.inner.list(options)
     }
 
     fn watch(
         &self,
         options: WatchOptions,
-    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
+    ) -> impl Future<Output = Result<WatchStream<T>, Error>> + Send {
         let received = Arc::clone(&self.received);
         let watch = self.inner.watch(options);
         async move {
-            let stream: WatchStream<Pod> = watch
+            let stream: WatchStream<T> = watch
                 .await?
                 .inspect(move |event| {
                     if let Ok(
@@ -240,14 +271,75 @@ fn state_of<'a>(pods: impl Iterator<Item = &'a Pod>) -> BTreeMap<String, String>
     .collect()
 }
 
+/// The cache of the protobuf client, as [`state_of`] reads the JSON ones'.
+fn proto_state_of<'a>(
+    pods: impl Iterator<Item = &'a Proto<k8s_pb::api::core::v1::Pod>>,
+) -> BTreeMap<String, String> {
+    pods.map(|p| {
+        let meta = p.metadata.as_ref();
+        let field = |f: Option<&String>| f.cloned().unwrap_or_default();
+        (
+            format!(
+                "{}/{}",
+                field(meta.and_then(|m| m.namespace.as_ref())),
+                field(meta.and_then(|m| m.name.as_ref()))
+            ),
+            p.resource_version().to_owned(),
+        )
+    })
+    .collect()
+}
+
 /// Starts `client` against `api`; returns how to read its cache and how to stop it.
 fn start_client(
     client: OneClient,
     api: Api<Pod>,
+    kube_client: Client,
+    streaming_lists: bool,
     seen: &Arc<Seen>,
     received: &Arc<AtomicU64>,
 ) -> Result<(ReadCache, Synced, Stop), String> {
     match client {
+        OneClient::KcacheProtobuf => {
+            let lw = Counting {
+                inner: WireListerWatcher::protobuf(kube_client).streaming_list(streaming_lists),
+                received: Arc::clone(received),
+            };
+            let informer = Arc::new(
+                SharedInformer::builder(lw, proto_key_fn::<k8s_pb::api::core::v1::Pod>()).build(),
+            );
+            let registration = informer
+                .add_event_handler(Handler(Arc::clone(seen)))
+                .map_err(|e| e.to_string())?;
+            informer.start().map_err(|e| e.to_string())?;
+            let reader = Arc::clone(&informer);
+            Ok((
+                Box::new(move || proto_state_of(reader.store().list().iter().map(|p| &**p))),
+                Box::pin(async move { registration.wait_for_sync().await }),
+                Box::new(move || Box::pin(async move { informer.shutdown().await })),
+            ))
+        }
+        OneClient::KcacheJson => {
+            let lw = Counting {
+                inner: WireListerWatcher::<JsonCodec<Pod>>::json(kube_client)
+                    .streaming_list(streaming_lists),
+                received: Arc::clone(received),
+            };
+            let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
+            let registration = informer
+                .add_event_handler(Handler(Arc::clone(seen)))
+                .map_err(|e| e.to_string())?;
+            informer.start().map_err(|e| e.to_string())?;
+            let reader = Arc::clone(&informer);
+            Ok((
+                Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
+                Box::pin(async move { registration.wait_for_sync().await }),
+                Box::new(move || Box::pin(async move { informer.shutdown().await })),
+            ))
+        }
+        OneClient::ServeAlone | OneClient::ServeAloneProtobuf => {
+            Err("the discarding readers keep no cache (run_discarding runs them)".to_owned())
+        }
         OneClient::Kcache => {
             let lw = Counting {
                 inner: KubeListerWatcher::new(api),
@@ -309,30 +401,23 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         .map_err(|e| format!("the server's url {:?}: {e}", args.url))?;
     let kube_client = Client::try_from(Config::new(url))
         .map_err(|e| format!("cannot make a kube client: {e}"))?;
-    let api: Api<Pod> = Api::all(kube_client);
+    if let Some(wire) = args.client.discards() {
+        return run_discarding(args, wire).await;
+    }
+    let api: Api<Pod> = Api::all(kube_client.clone());
     let seen = Arc::new(Seen::default());
     let received = Arc::new(AtomicU64::new(0));
-    let (read_cache, synced, stop) = start_client(args.client, api.clone(), &seen, &received)?;
+    let (read_cache, synced, stop) = start_client(
+        args.client,
+        api.clone(),
+        kube_client,
+        args.streaming_lists,
+        &seen,
+        &received,
+    )?;
     synced.await;
-    // The parent holds the churn until this line.
-    {
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "synced")
-            .and_then(|()| out.flush())
-            .map_err(|e| format!("writing stdout: {e}"))?;
-    }
-
-    // The parent's word that the churn is over (end of input: the parent is gone).
-    let word = tokio::task::spawn_blocking(|| {
-        let mut line = String::new();
-        std::io::stdin().lock().read_line(&mut line).map(|_| line)
-    })
-    .await
-    .map_err(|e| e.to_string())?
-    .map_err(|e| format!("reading stdin: {e}"))?;
-    if word.trim() != "churned" {
-        return Err(format!("expected `churned` on stdin, got {word:?}"));
-    }
+    say_synced()?;
+    wait_for_churned().await?;
     let churn_end = Instant::now();
     // The churn is over, so one list is the server's final state.
     let expected = state_of(
@@ -364,6 +449,53 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         ok: cache == expected,
         peak_bytes,
         cpu_seconds,
+    })
+}
+
+/// Tells the parent, which holds the churn until this line, that the client is ready.
+fn say_synced() -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "synced")
+        .and_then(|()| out.flush())
+        .map_err(|e| format!("writing stdout: {e}"))
+}
+
+/// Waits for the parent's word that the churn is over (end of input: the parent is gone).
+async fn wait_for_churned() -> Result<(), String> {
+    let word = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        std::io::stdin().lock().read_line(&mut line).map(|_| line)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("reading stdin: {e}"))?;
+    if word.trim() != "churned" {
+        return Err(format!("expected `churned` on stdin, got {word:?}"));
+    }
+    Ok(())
+}
+
+/// A discarding reader ([`super::discard`]): complete when it counted every event.
+async fn run_discarding(args: &E2eClientArgs, wire: Wire) -> Result<ClientOutcome, String> {
+    let reader = Reader::start(&args.url, wire).await?;
+    say_synced()?;
+    wait_for_churned().await?;
+    let done = reader
+        .finish(Duration::from_secs_f64(args.settle_seconds))
+        .await?;
+    let seen = Seen::default();
+    *lock(&seen.events) = done.seen;
+    seen.write(&args.seen)
+        .map_err(|e| format!("writing {}: {e}", args.seen.display()))?;
+    Ok(ClientOutcome {
+        received: done.events,
+        applied: done.events,
+        settle_seconds: done.settle_seconds,
+        served: usize::try_from(done.expected).unwrap_or(usize::MAX),
+        cached: usize::try_from(done.events).unwrap_or(usize::MAX),
+        ok: done.events == done.expected,
+        peak_bytes: status_field_bytes("VmHWM"),
+        cpu_seconds: process_cpu_seconds(),
     })
 }
 

@@ -16,6 +16,7 @@
 
 pub mod capacity;
 pub mod client;
+pub mod discard;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -33,12 +34,22 @@ use workloads::{Workload, WorkloadSpec};
 /// Which clients to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientChoice {
-    /// kcache's SharedInformer through its kube-rs adapter.
+    /// kcache's SharedInformer through its kube-rs adapter (JSON).
     Kcache,
+    /// kcache's SharedInformer through its own wire client, over protobuf.
+    #[value(name = "kcache-protobuf")]
+    KcacheProtobuf,
+    /// kcache's SharedInformer through its own wire client, over JSON.
+    #[value(name = "kcache-json")]
+    KcacheJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
-    /// Both, one after the other.
+    /// The server alone: a raw client that reads the watch and discards it, over JSON and
+    /// over protobuf (two rows).
+    #[value(name = "serve-alone")]
+    ServeAlone,
+    /// Every row, one after the other.
     All,
 }
 
@@ -69,6 +80,11 @@ pub struct E2eArgs {
     /// Give up on a client whose cache does not match this many seconds after the churn.
     #[arg(long, default_value_t = 60.0)]
     pub settle_seconds: f64,
+    /// kcache's own client (`kcache-protobuf`, `kcache-json`) lists by streaming
+    /// (`sendInitialEvents`) instead of in pages: compare the rows' peak MB to see what the
+    /// initial sync costs either way.
+    #[arg(long)]
+    pub streaming_lists: bool,
     /// Instead of one run at `--rate`: find the highest rate each client keeps up with, starting
     /// from `--rate` (server on schedule, lag p99 within `--max-lag-ms`, verdict ok), and what
     /// limits it.
@@ -104,6 +120,11 @@ pub struct ClientReport {
     pub client_cpu_seconds: Option<f64>,
     /// CPU seconds this process (the server and its churn) used while the client ran.
     pub server_cpu_seconds: Option<f64>,
+    /// The client's CPU per event it received, microseconds.
+    pub client_cpu_us_per_event: Option<f64>,
+    /// The server's CPU per event it published, microseconds (the churn included: writing
+    /// each event's encodings once, then sending them).
+    pub server_cpu_us_per_event: Option<f64>,
     /// Seconds from the end of the churn until the cache matched (or until giving up).
     pub settle_seconds: f64,
     /// Whether the cache ended equal to the server's final state.
@@ -156,9 +177,19 @@ pub fn main(args: E2eArgs) -> ExitCode {
         }
     };
     let clients: &[OneClient] = match args.client {
-        ClientChoice::All => &[OneClient::Kcache, OneClient::KubeRs],
+        ClientChoice::All => &[
+            OneClient::Kcache,
+            OneClient::KcacheProtobuf,
+            OneClient::KcacheJson,
+            OneClient::KubeRs,
+            OneClient::ServeAlone,
+            OneClient::ServeAloneProtobuf,
+        ],
         ClientChoice::Kcache => &[OneClient::Kcache],
+        ClientChoice::KcacheProtobuf => &[OneClient::KcacheProtobuf],
+        ClientChoice::KcacheJson => &[OneClient::KcacheJson],
         ClientChoice::KubeRs => &[OneClient::KubeRs],
+        ClientChoice::ServeAlone => &[OneClient::ServeAlone, OneClient::ServeAloneProtobuf],
     };
     if args.find_capacity {
         return find_capacity(&args, spec, &exe, &runtime, clients);
@@ -168,7 +199,13 @@ pub fn main(args: E2eArgs) -> ExitCode {
         let mut config = ServeConfig::new(spec, args.rate);
         config.window = args.window;
         config.bookmark_interval = Duration::from_secs(1);
-        match runtime.block_on(run_client(&exe, client, config, args.settle_seconds)) {
+        match runtime.block_on(run_client(
+            &exe,
+            client,
+            config,
+            args.settle_seconds,
+            args.streaming_lists,
+        )) {
             Ok(report) => reports.push(report),
             Err(e) => {
                 eprintln!("loadgen e2e: {}: {e}", client.name());
@@ -218,17 +255,22 @@ fn find_capacity(
             let mut config = ServeConfig::new(spec.events(events), rate);
             config.window = args.window;
             config.bookmark_interval = Duration::from_secs(1);
-            let report =
-                match runtime.block_on(run_client(exe, client, config, args.settle_seconds)) {
-                    Ok(report) => report,
-                    Err(e) => {
-                        eprintln!("loadgen e2e: {}: {e}", client.name());
-                        return ExitCode::FAILURE;
-                    }
-                };
+            let report = match runtime.block_on(run_client(
+                exe,
+                client,
+                config,
+                args.settle_seconds,
+                args.streaming_lists,
+            )) {
+                Ok(report) => report,
+                Err(e) => {
+                    eprintln!("loadgen e2e: {}: {e}", client.name());
+                    return ExitCode::FAILURE;
+                }
+            };
             let probe = capacity::Probe::judge(rate, events, args.max_lag_ms, report);
             eprintln!(
-                "{:<8} {:>9.0}/s  lag p50 {:>8.2} ms  p99 {:>8.2} ms  client cpu {:>5.0}%  {}",
+                "{:<20} {:>9.0}/s  lag p50 {:>8.2} ms  p99 {:>8.2} ms  client cpu {:>5.0}%  srv µs/ev {:>6}  {}",
                 client.name(),
                 rate,
                 probe.report.lag_us.0 as f64 / 1e3,
@@ -238,6 +280,10 @@ fn find_capacity(
                     .client_cpu_seconds
                     .map_or(f64::NAN, |c| 100.0 * c
                         / probe.report.churn_seconds.max(1e-9)),
+                probe
+                    .report
+                    .server_cpu_us_per_event
+                    .map_or("n/a".to_owned(), |c| format!("{c:.2}")),
                 if probe.passed() {
                     "kept up".to_owned()
                 } else {
@@ -249,7 +295,7 @@ fn find_capacity(
         searches.push(capacity::Search::from_probes(client.name(), probes));
     }
     println!(
-        "client   capacity (lag p99 ≤ {} ms)  lag p50/p99 at capacity  peak MB  limit above it",
+        "client               capacity (lag p99 ≤ {} ms)  lag p50/p99 at capacity  peak MB  limit above it",
         args.max_lag_ms
     );
     for search in &searches {
@@ -257,7 +303,7 @@ fn find_capacity(
             .capacity
             .and_then(|c| search.probes.iter().find(|p| p.rate == c && p.passed()));
         println!(
-            "{:<8} {:>27}  {:>23}  {:>7}  {}",
+            "{:<20} {:>27}  {:>23}  {:>7}  {}",
             search.client,
             search
                 .capacity
@@ -297,7 +343,7 @@ fn find_capacity(
 
 fn print_reports(reports: &[ClientReport], rate: f64) {
     println!(
-        "{:<8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8}  verdict",
+        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8}  verdict",
         "client",
         "received",
         "recv/s",
@@ -309,6 +355,8 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
         "peak MB",
         "cpu s",
         "srv cpu",
+        "cpu µs/ev",
+        "srv µs/ev",
         "settle"
     );
     for r in reports {
@@ -320,10 +368,19 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
         let verdict = if r.ok {
             "ok".to_owned()
         } else {
-            format!("MISMATCH ({} pods served, {} cached)", r.pods.0, r.pods.1)
+            format!(
+                "MISMATCH ({} served, {} {})",
+                r.pods.0,
+                r.pods.1,
+                if r.client.starts_with("serve-alone") {
+                    "events counted"
+                } else {
+                    "cached"
+                }
+            )
         };
         println!(
-            "{:<8} {:>10} {:>10.0} {:>10} {:>10.0} {:>7}µs {:>7}µs {:>7}µs {:>8} {:>8} {:>8} {:>7.2}s  {verdict}",
+            "{:<20} {:>10} {:>10.0} {:>10} {:>10.0} {:>7}µs {:>7}µs {:>7}µs {:>8} {:>8} {:>8} {:>9} {:>9} {:>7.2}s  {verdict}",
             r.client,
             r.received,
             per_s(r.received),
@@ -335,6 +392,8 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
             peak,
             cpu(r.client_cpu_seconds),
             cpu(r.server_cpu_seconds),
+            cpu(r.client_cpu_us_per_event),
+            cpu(r.server_cpu_us_per_event),
             r.settle_seconds,
         );
     }
@@ -408,6 +467,7 @@ async fn run_client(
     client: OneClient,
     mut config: ServeConfig,
     settle_seconds: f64,
+    streaming_lists: bool,
 ) -> Result<ClientReport, String> {
     config.record_publications = true;
     config.hold_churn = true;
@@ -419,6 +479,7 @@ async fn run_client(
         .arg("e2e-client")
         .args(["--url", &server.url(), "--client", client.name()])
         .args(["--settle-seconds", &settle_seconds.to_string()])
+        .args(streaming_lists.then_some("--streaming-lists"))
         .arg("--seen")
         .arg(&seen)
         .stdin(Stdio::piped())
@@ -485,7 +546,10 @@ async fn run_client(
     }
     // The child compared its cache with a list from the server; check the count against the
     // server's own state too.
-    let served = server.store().snapshot(None).pods.len();
+    let served = match client.discards() {
+        Some(_) => outcome.served,
+        None => server.store().snapshot(None).pods.len(),
+    };
     let report = ClientReport {
         client: client.name(),
         received: outcome.received,
@@ -499,8 +563,19 @@ async fn run_client(
         peak_bytes: outcome.peak_bytes,
         client_cpu_seconds: outcome.cpu_seconds,
         server_cpu_seconds,
+        client_cpu_us_per_event: crate::cpu::cpu_figures(
+            outcome.cpu_seconds.map(Duration::from_secs_f64),
+            outcome.received,
+        )
+        .1,
+        server_cpu_us_per_event: crate::cpu::cpu_figures(
+            server_cpu_seconds.map(|s| Duration::from_secs_f64(s.max(0.0))),
+            summary.events,
+        )
+        .1,
         settle_seconds: outcome.settle_seconds,
-        ok: outcome.ok && outcome.served == served,
+        // A discarding reader checked its own count against the server's final version.
+        ok: outcome.ok && (client.discards().is_some() || outcome.served == served),
         pods: (served, outcome.cached),
     };
     server

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::objects::{pod_json, EventType, PodState};
+use super::encode::PodFields;
+use super::objects::EventType;
 use super::store::{Change, Store, StoredPod};
 use workloads::{Generated, Op, Pod};
 
@@ -80,15 +81,8 @@ impl Churn {
         let initial_pod = |churn: &mut Self, pod: &Arc<Pod>, initial: &mut Vec<Arc<StoredPod>>| {
             churn.resource_version += 1;
             churn.mark(pod, true);
-            let (namespace, name) = churn.names(pod);
-            let json = churn.json(pod, &namespace, &name, churn.resource_version);
-            initial.push(Arc::new(StoredPod::new(
-                EventType::Added,
-                namespace,
-                name,
-                churn.resource_version,
-                &json,
-            )));
+            let fields = churn.fields(pod, churn.resource_version);
+            initial.push(Arc::new(StoredPod::new(EventType::Added, fields)));
         };
         let ops = std::mem::take(&mut churn.generated.ops);
         match ops.first() {
@@ -136,17 +130,18 @@ impl Churn {
         self.last[id] = alive.then(|| Arc::clone(pod));
     }
 
-    fn json(&self, pod: &Pod, namespace: &str, name: &str, resource_version: u64) -> Vec<u8> {
-        pod_json(&PodState {
+    fn fields(&self, pod: &Pod, resource_version: u64) -> PodFields {
+        let (namespace, name) = self.names(pod);
+        PodFields {
             namespace,
             name,
-            node: pod.node.as_ref().map(|n| n.as_str()),
+            node: pod.node.as_ref().map(|n| Arc::from(n.as_str())),
             id: pod.id,
             incarnation: self.incarnation[pod.id as usize],
             version: pod.version,
             resource_version,
             created: self.created[pod.id as usize],
-        })
+        }
     }
 
     /// The next event for `pod`.
@@ -157,9 +152,7 @@ impl Churn {
         }
         self.mark(pod, kind != EventType::Deleted);
         self.resource_version += 1;
-        let (namespace, name) = self.names(pod);
-        let json = self.json(pod, &namespace, &name, self.resource_version);
-        Change::new(kind, namespace, name, self.resource_version, &json)
+        Change::new(kind, self.fields(pod, self.resource_version))
     }
 
     /// The events of the next op into `out`; false when the workload is done.

@@ -4,7 +4,10 @@
 //!
 //! | module | what it does |
 //! |---|---|
-//! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents |
+//! | [`encode`] | a pod written from its varying fields, JSON and protobuf, without a typed object |
+//! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents (JSON) |
+//! | [`protobuf`] | the protobuf envelope, watch frames, lists, `Status` |
+//! | [`format`] | JSON or protobuf, chosen from `Accept` |
 //! | [`store`] | the pods in the engine's simulated API server (`kcache::informer::apiserver`: the window of recent events, paged lists, the fan-out to watches) |
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
@@ -18,10 +21,13 @@
 //! it in-process); `loadgen serve` is the same behind a command line.
 
 pub mod churn;
+pub mod encode;
 pub mod faults;
+pub mod format;
 pub mod limits;
 pub mod objects;
 pub mod params;
+pub mod protobuf;
 mod restart;
 pub mod routes;
 pub mod store;
@@ -175,6 +181,7 @@ pub struct Server {
     /// What every request sees; `restart` serves it again behind a new shutdown signal.
     app: App,
     initial_pods: usize,
+    initial_resource_version: u64,
     /// While the churn is held: dropping it lets the churn begin.
     churn_gate: Option<std::sync::mpsc::Sender<()>>,
     /// What it was started with (a restart without state starts over from it).
@@ -238,6 +245,7 @@ impl Server {
             http,
             app,
             initial_pods,
+            initial_resource_version: resource_version,
             churn_gate,
             config,
         })
@@ -291,6 +299,11 @@ impl Server {
     /// How many pods were present at start.
     pub fn initial_pods(&self) -> usize {
         self.initial_pods
+    }
+
+    /// The resource version before the first churn event.
+    pub fn initial_resource_version(&self) -> u64 {
+        self.initial_resource_version
     }
 
     /// The state it serves (for tests that compare a client's view to it).
@@ -481,6 +494,19 @@ fn workload_label(config: &ServeConfig) -> String {
     )
 }
 
+/// `serve CPU X s, Y µs per event` since `probe`, for `events` events.
+fn cpu_per_event(probe: &crate::cpu::CpuProbe, events: u64) -> String {
+    match probe.finish() {
+        Some(cpu) if events > 0 => format!(
+            "serve CPU {:.2} s, {:.2} µs per event",
+            cpu.as_secs_f64(),
+            cpu.as_secs_f64() * 1e6 / events as f64
+        ),
+        Some(cpu) => format!("serve CPU {:.2} s", cpu.as_secs_f64()),
+        None => "serve CPU unknown (no /proc/self/stat)".to_owned(),
+    }
+}
+
 async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCode {
     let label = workload_label(&config);
     let server = match Server::start(config).await {
@@ -506,17 +532,26 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
         server.store().resource_version(),
         server.url()
     );
+    // The server's own cost: what it spends per event it serves, from here on (generating the
+    // workload is not counted).
+    let cpu = crate::cpu::CpuProbe::start();
     tokio::select! {
         summary = server.churn_finished() => {
             eprintln!(
-                "loadgen serve: churn done: {} events in {:.1} s, {} pods at resourceVersion {}; still serving (Ctrl-C stops)",
-                summary.events, summary.seconds, summary.pods, summary.resource_version
+                "loadgen serve: churn done: {} events in {:.1} s, {} pods at resourceVersion {}; {}; still serving (Ctrl-C stops)",
+                summary.events, summary.seconds, summary.pods, summary.resource_version,
+                cpu_per_event(&cpu, summary.events)
             );
             wait_for_ctrl_c().await;
         }
         _ = wait_for_ctrl_c() => {}
     }
-    eprintln!("loadgen serve: stopping; faults: {}", server.faults());
+    let events = server.store().resource_version() - server.initial_resource_version();
+    eprintln!(
+        "loadgen serve: stopping; {}; faults: {}",
+        cpu_per_event(&cpu, events),
+        server.faults()
+    );
     match server.stop().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

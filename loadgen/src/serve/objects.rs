@@ -1,5 +1,6 @@
-//! What `loadgen serve` writes on the wire: pods (built with the `k8s-openapi` types, serialised
-//! once per change), watch-event lines, bookmarks, `Status` errors and the discovery documents.
+//! What `loadgen serve` writes on the wire as JSON: pods (written from a template once per
+//! change, [`super::encode`], and held to the `k8s-openapi` types), watch-event lines,
+//! bookmarks, `Status` errors and the discovery documents.
 
 use std::net::SocketAddr;
 
@@ -71,16 +72,16 @@ pub struct PodState<'a> {
     pub created: i64,
 }
 
-/// The `v1.Pod` for `state`, serialised (starting with [`POD_HEAD`]).
-pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
+pub use super::encode::pod_json;
+
+/// The `v1.Pod` for `state` built as a `k8s_openapi` object and serialised by serde (starting
+/// with [`POD_HEAD`]): the reference the template [`pod_json`] is tested against.
+pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
     let pod = Pod {
         metadata: ObjectMeta {
             namespace: Some(state.namespace.to_string()),
             name: Some(state.name.to_string()),
-            uid: Some(format!(
-                "{:08x}-0000-4000-8000-{:012x}",
-                state.incarnation, state.id
-            )),
+            uid: Some(super::encode::uid(state)),
             resource_version: Some(state.resource_version.to_string()),
             creation_timestamp: k8s_openapi::jiff::Timestamp::from_second(state.created)
                 .ok()

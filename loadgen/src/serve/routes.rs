@@ -17,6 +17,7 @@ use tokio::sync::watch;
 
 use super::churn::ChurnSummary;
 use super::faults::Faults;
+use super::format::Format;
 use super::limits::WatchProgress;
 use super::objects::{self, Status};
 use super::params;
@@ -48,11 +49,16 @@ pub struct App {
 /// Every request. The body is never read: every served verb is a read.
 pub async fn handle(State(app): State<App>, request: Request) -> Response {
     let (method, uri) = (request.method(), request.uri());
+    let accept = request
+        .headers()
+        .get(header::ACCEPT)
+        .and_then(|a| a.to_str().ok());
+    let errors = Format::for_errors(accept);
     if method != Method::GET && method != Method::HEAD {
-        return status_response(&Status::method_not_allowed(method.as_str()));
+        return status_response_as(errors, &Status::method_not_allowed(method.as_str()));
     }
     if let Some(status) = app.faults.on_request(uri.query()) {
-        return status_response(&status);
+        return status_response_as(errors, &status);
     }
     let progress = request.extensions().get::<Arc<WatchProgress>>();
     // A resource version newer than the server's: wait for it a while, as the API server
@@ -67,16 +73,21 @@ pub async fn handle(State(app): State<App>, request: Request) -> Response {
             super::faults::bump(&app.faults.counts.too_large_versions);
         }
     }
-    match route(&app, uri, progress) {
+    match route(&app, uri, accept, progress) {
         Ok(response) => response,
-        Err(status) => status_response(&status),
+        Err(status) => status_response_as(errors, &status),
     }
 }
 
 /// How often a request for a too-new version looks whether the server has reached it.
 const TOO_LARGE_POLL: Duration = Duration::from_millis(50);
 
-fn route(app: &App, uri: &Uri, progress: Option<&Arc<WatchProgress>>) -> Result<Response, Status> {
+fn route(
+    app: &App,
+    uri: &Uri,
+    accept: Option<&str>,
+    progress: Option<&Arc<WatchProgress>>,
+) -> Result<Response, Status> {
     let path = uri.path().trim_end_matches('/');
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let query = Query::parse(uri.query().unwrap_or(""));
@@ -87,13 +98,14 @@ fn route(app: &App, uri: &Uri, progress: Option<&Arc<WatchProgress>>) -> Result<
         ["apis"] => Ok(json_response(&objects::api_group_list())),
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
-        ["api", "v1", "pods"] => collection(app, None, &query, progress),
+        ["api", "v1", "pods"] => collection(app, None, &query, Format::negotiate(accept)?, progress),
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
-            collection(app, Some(ns), &query, progress)
+            collection(app, Some(ns), &query, Format::negotiate(accept)?, progress)
         }
         ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            let format = Format::negotiate(accept)?;
             match app.store.get(ns, name) {
-                Some(pod) => Ok(raw_json_response(StatusCode::OK, pod.object.clone())),
+                Some(pod) => Ok(body_response(format, format.pod_body(&pod))),
                 None => Err(Status::pod_not_found(name)),
             }
         }
@@ -208,6 +220,7 @@ fn collection(
     app: &App,
     namespace: Option<&str>,
     query: &Query,
+    format: Format,
     progress: Option<&Arc<WatchProgress>>,
 ) -> Result<Response, Status> {
     query.no_selectors()?;
@@ -220,6 +233,7 @@ fn collection(
             query,
             resource_version,
             version_match,
+            format,
             progress,
         )
     } else {
@@ -229,7 +243,14 @@ fn collection(
                 "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
             ));
         }
-        list(app, namespace, query, resource_version, version_match)
+        list(
+            app,
+            namespace,
+            query,
+            resource_version,
+            version_match,
+            format,
+        )
     }
 }
 
@@ -239,6 +260,7 @@ fn list(
     query: &Query,
     resource_version: Option<u64>,
     version_match: Option<&str>,
+    format: Format,
 ) -> Result<Response, Status> {
     // 0 (or none) is no limit.
     let limit = query.number("limit")?.unwrap_or(0) as usize;
@@ -273,30 +295,7 @@ fn list(
             app.store.first_page(namespace, limit)
         }
     };
-    Ok(raw_json_response(StatusCode::OK, list_body(&page).into()))
-}
-
-fn list_body(page: &Page) -> Vec<u8> {
-    let pods = page.items();
-    let mut metadata =
-        serde_json::json!({ "resourceVersion": page.snapshot.resource_version.to_string() });
-    if let Some(next) = &page.continue_token {
-        metadata["continue"] = next.as_str().into();
-        metadata["remainingItemCount"] = page.remaining().into();
-    }
-    let head = format!(r#"{{"kind":"PodList","apiVersion":"v1","metadata":{metadata},"items":["#);
-    let size = head.len() + pods.iter().map(|p| p.object.len()).sum::<usize>() + pods.len() + 2;
-    let mut body = Vec::with_capacity(size);
-    body.extend_from_slice(head.as_bytes());
-    for (i, pod) in pods.iter().enumerate() {
-        if i > 0 {
-            body.push(b',');
-        }
-        body.push(b'{');
-        body.extend_from_slice(pod.list_item());
-    }
-    body.extend_from_slice(b"]}");
-    body
+    Ok(body_response(format, format.list_body(&page)))
 }
 
 fn watch(
@@ -305,6 +304,7 @@ fn watch(
     query: &Query,
     resource_version: Option<u64>,
     version_match: Option<&str>,
+    format: Format,
     progress: Option<&Arc<WatchProgress>>,
 ) -> Result<Response, Status> {
     let bookmarks = query.flag("allowWatchBookmarks")?;
@@ -356,6 +356,7 @@ fn watch(
         initial_events_end: send_initial_events && initial_events,
         timeout,
         bookmark_interval: app.bookmark_interval,
+        format,
     };
     let body = match app.store.watch(namespace, from) {
         Ok(start) => {
@@ -377,12 +378,12 @@ fn watch(
         }
         // The real server answers a watch from a version it no longer has with 200 and one
         // ERROR event; other refusals are plain error responses.
-        Err(status) if status.code == 410 => Body::from(objects::error_line(&status)),
+        Err(status) if status.code == 410 => Body::from(format.error(&status)),
         Err(status) => return Err(status),
     };
     Ok(Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, format.watch_content_type())
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .expect("a static header is valid"))
@@ -401,14 +402,23 @@ fn raw_json_response(status: StatusCode, body: bytes::Bytes) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
-fn status_response(status: &Status) -> Response {
+fn body_response(format: Format, body: bytes::Bytes) -> Response {
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, format.content_type())],
+        body,
+    )
+        .into_response()
+}
+
+fn status_response_as(format: Format, status: &Status) -> Response {
     let code = StatusCode::from_u16(status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    let mut response = raw_json_response(
+    let mut response = (
         code,
-        serde_json::to_vec(&status.to_json())
-            .expect("a JSON value always serialises")
-            .into(),
-    );
+        [(header::CONTENT_TYPE, format.content_type())],
+        format.status_body(status),
+    )
+        .into_response();
     // As the API server does for every status that says when to retry (429s, 5xx).
     if let Some(seconds) = status.retry_after_seconds() {
         response

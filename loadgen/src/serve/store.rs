@@ -4,20 +4,24 @@
 //!
 //! The engine's server keeps the resource version, the current pods, the window of recent
 //! events (and its `410 Expired`), the snapshots of paged lists, and the fan-out to every open
-//! watch. What this module adds is what only the HTTP server needs: the pods' JSON (an event's
-//! line is built once, by the churn, and every watch sends the same bytes; the stored pod is a
-//! slice of it), namespaces as list and watch views, and the timeline of publications.
+//! watch. What this module adds is what only the HTTP server needs: the pods' encodings (an
+//! event's JSON line is written once, by the churn, and every watch sends the same bytes; the
+//! stored pod is a slice of it; the protobuf frame is written once, by the first protobuf
+//! reader, and shared the same way), namespaces as list and watch views, and the timeline of
+//! publications.
 //!
 //! Resource versions count events: event `n` has resource version `n`, so the window's events
 //! are contiguous.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
+use super::encode::{pod_json_parts, pod_protobuf, PodFields};
 use super::objects::{event_line, EventType, Status, POD_HEAD};
+use super::protobuf::ProtobufPod;
 use crate::sync::lock;
 
 /// Now, in nanoseconds since the Unix epoch: the clock the server and its clients' processes
@@ -42,25 +46,32 @@ pub struct StoredPod {
     /// `{"type":…,"object":…}\n`: the event that made this state, as every watch sends it
     /// (for the initial population, which had no event, an `ADDED`).
     pub line: Bytes,
+    /// What made this state.
+    pub kind: EventType,
+    /// Where `metadata` is in `object` (metadata-only answers send only it).
+    metadata: std::ops::Range<usize>,
+    /// What the protobuf form is written from.
+    fields: PodFields,
+    /// The protobuf forms, made by the first protobuf reader and then shared by all.
+    protobuf: OnceLock<ProtobufPod>,
 }
 
 impl StoredPod {
-    /// The pod serialised as `json` at `resource_version`, made by a `kind` event: the watch
-    /// line is built once, and the stored object is a slice of it.
-    pub fn new(
-        kind: EventType,
-        namespace: Arc<str>,
-        name: Arc<str>,
-        resource_version: u64,
-        json: &[u8],
-    ) -> StoredPod {
-        let (line, object) = event_line(kind, json);
+    /// The pod with `fields`, made by a `kind` event: its JSON watch line is written once (the
+    /// stored object is a slice of it); its protobuf forms when first asked for.
+    pub fn new(kind: EventType, fields: PodFields) -> StoredPod {
+        let (json, metadata) = pod_json_parts(&fields.state());
+        let (line, object) = event_line(kind, &json);
         StoredPod {
-            namespace,
-            name,
-            resource_version,
+            namespace: Arc::clone(&fields.namespace),
+            name: Arc::clone(&fields.name),
+            resource_version: fields.resource_version,
             object: line.slice(object),
             line,
+            kind,
+            metadata,
+            fields,
+            protobuf: OnceLock::new(),
         }
     }
 
@@ -69,6 +80,24 @@ impl StoredPod {
         // `object` starts with POD_HEAD, which ends with the comma after `kind`; what follows
         // is the rest of the object, so `{` + rest is the object without the two fields.
         &self.object[POD_HEAD.len()..]
+    }
+
+    /// The protobuf forms (the event's frame, the pod's body, the bare pod), encoded by the
+    /// first caller and shared after.
+    pub fn protobuf(&self) -> &ProtobufPod {
+        self.protobuf.get_or_init(|| {
+            ProtobufPod::new(self.kind.as_str(), &pod_protobuf(&self.fields.state()))
+        })
+    }
+
+    /// The pod's `metadata` object, as JSON.
+    pub fn metadata_json(&self) -> &[u8] {
+        &self.object[self.metadata.clone()]
+    }
+
+    /// The fields it was written from.
+    pub fn fields(&self) -> &PodFields {
+        &self.fields
     }
 
     fn in_namespace(&self, namespace: Option<&str>) -> bool {
@@ -86,23 +115,11 @@ pub struct Change {
 }
 
 impl Change {
-    /// The `kind` event of the pod serialised as `json`, at `resource_version`.
-    pub fn new(
-        kind: EventType,
-        namespace: Arc<str>,
-        name: Arc<str>,
-        resource_version: u64,
-        json: &[u8],
-    ) -> Change {
+    /// The `kind` event of the pod with `fields`.
+    pub fn new(kind: EventType, fields: PodFields) -> Change {
         Change {
             kind,
-            pod: Arc::new(StoredPod::new(
-                kind,
-                namespace,
-                name,
-                resource_version,
-                json,
-            )),
+            pod: Arc::new(StoredPod::new(kind, fields)),
         }
     }
 }
@@ -291,22 +308,22 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::objects::{pod_json, PodState};
     use kcache::informer::apiserver::Item;
 
     fn change(kind: EventType, i: u32, rv: u64) -> Change {
-        let (namespace, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
-        let json = pod_json(&PodState {
-            namespace: &namespace,
-            name: &name,
-            node: None,
-            id: i,
-            incarnation: 0,
-            version: rv,
-            resource_version: rv,
-            created: 0,
-        });
-        Change::new(kind, namespace.into(), name.into(), rv, &json)
+        Change::new(
+            kind,
+            PodFields {
+                namespace: format!("ns-{}", i % 2).into(),
+                name: format!("pod-{i}").into(),
+                node: None,
+                id: i,
+                incarnation: 0,
+                version: rv,
+                resource_version: rv,
+                created: 0,
+            },
+        )
     }
 
     #[test]

@@ -2,9 +2,10 @@
 //! reads (the window's events after its version, then live ones), bookmarks, the timeout, and
 //! the 410 that ends a watcher that fell out of the window.
 //!
-//! Lines are coalesced into chunks (up to [`CHUNK`] bytes) so that a busy stream costs one
-//! write per batch rather than one per event; each line is a shared `Bytes` copied only into
-//! the chunk.
+//! The events are JSON lines or protobuf frames ([`Format`]); either way they are coalesced
+//! into chunks (up to [`CHUNK`] bytes) so that a busy stream costs one
+//! write per batch rather than one per event; each event is a shared `Bytes`, encoded once per
+//! format for every watcher, copied only into the chunk.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +15,8 @@ use kcache::informer::apiserver::{Cursor, Event, Item};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::objects::{bookmark_line, error_line, Status};
+use super::format::Format;
+use super::objects::Status;
 use super::store::{StoredPod, WatchStart};
 
 /// Roughly how many bytes one chunk of the stream carries at most.
@@ -36,6 +38,8 @@ pub struct WatchOptions {
     pub timeout: Option<Duration>,
     /// How often to send a bookmark.
     pub bookmark_interval: Duration,
+    /// JSON lines or protobuf frames.
+    pub format: Format,
 }
 
 /// A watch in progress; [`Watcher::next_chunk`] produces its body.
@@ -69,7 +73,7 @@ impl Watcher {
         };
         let initial_end = options
             .initial_events_end
-            .then(|| bookmark_line(start.resource_version, true));
+            .then(|| options.format.bookmark(start.resource_version, true));
         Self {
             added: start.initial.into_iter(),
             initial_end,
@@ -96,9 +100,7 @@ impl Watcher {
         }
         let mut chunk = BytesMut::new();
         for pod in self.added.by_ref() {
-            chunk.extend_from_slice(br#"{"type":"ADDED","object":"#);
-            chunk.extend_from_slice(&pod.object);
-            chunk.extend_from_slice(b"}\n");
+            self.options.format.push_added(&mut chunk, &pod);
             if chunk.len() >= CHUNK {
                 return Some(chunk.freeze());
             }
@@ -158,7 +160,7 @@ impl Watcher {
             .as_deref()
             .is_none_or(|ns| *event.object.namespace == *ns)
         {
-            chunk.extend_from_slice(&event.object.line);
+            self.options.format.push_event(chunk, &event.object);
         }
     }
 
@@ -185,7 +187,7 @@ impl Watcher {
     fn bookmark(&mut self, mut chunk: BytesMut) -> Bytes {
         self.drain(&mut chunk);
         if !self.done {
-            chunk.extend_from_slice(&bookmark_line(self.resource_version, false));
+            chunk.extend_from_slice(&self.options.format.bookmark(self.resource_version, false));
         }
         chunk.freeze()
     }
@@ -193,7 +195,7 @@ impl Watcher {
     /// The watcher fell out of the window: what it has, then a 410, then the end.
     fn expire(&mut self, mut chunk: BytesMut) -> Bytes {
         self.done = true;
-        chunk.extend_from_slice(&error_line(&Status::expired(format!(
+        chunk.extend_from_slice(&self.options.format.error(&Status::expired(format!(
             "too old resource version: {} (the watch fell more than the window behind)",
             self.resource_version
         ))));
@@ -212,23 +214,25 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::objects::{pod_json, EventType, PodState};
+    use crate::serve::encode::PodFields;
+    use crate::serve::objects::EventType;
     use crate::serve::store::{Change, Store};
     use serde_json::Value;
 
     fn change(i: u32, rv: u64) -> Change {
-        let (namespace, name) = (format!("ns-{}", i % 2), format!("pod-{i}"));
-        let json = pod_json(&PodState {
-            namespace: &namespace,
-            name: &name,
-            node: None,
-            id: i,
-            incarnation: 0,
-            version: 1,
-            resource_version: rv,
-            created: 0,
-        });
-        Change::new(EventType::Added, namespace.into(), name.into(), rv, &json)
+        Change::new(
+            EventType::Added,
+            PodFields {
+                namespace: format!("ns-{}", i % 2).into(),
+                name: format!("pod-{i}").into(),
+                node: None,
+                id: i,
+                incarnation: 0,
+                version: 1,
+                resource_version: rv,
+                created: 0,
+            },
+        )
     }
 
     fn options(namespace: Option<&str>, bookmarks: bool) -> WatchOptions {
@@ -238,6 +242,7 @@ mod tests {
             initial_events_end: false,
             timeout: None,
             bookmark_interval: Duration::from_millis(50),
+            format: Format::Json,
         }
     }
 

@@ -1,0 +1,381 @@
+//! A served pod written straight from its few varying fields, in JSON and in protobuf, without
+//! building a typed object per event.
+//!
+//! Every pod `serve` sends has the same shape (namespace, name, uid, resource version, creation
+//! time, two labels, one container, maybe a node); only those fields vary. Building a
+//! `k8s_openapi::Pod` (a dozen `String`s and a map) and serialising it cost more than the rest
+//! of an event together, so the churn writes the bytes from a template instead. The templates
+//! are held to the typed encoders by the tests below: the JSON is byte for byte what serde
+//! writes for the `k8s_openapi` pod ([`super::objects::pod_json`]), the protobuf byte for byte
+//! what prost writes for the `k8s-pb` pod ([`typed_pod`]).
+
+use std::sync::Arc;
+
+use k8s_pb::api::core::v1 as core;
+use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
+
+use super::objects::{PodState, VERSION_LABEL};
+
+/// The one container every served pod runs.
+pub const CONTAINER_NAME: &str = "app";
+/// Its image.
+pub const CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
+/// The label every pod carries besides [`VERSION_LABEL`].
+pub const APP_LABEL: (&str, &str) = ("app", "loadgen");
+
+/// A pod's varying fields, owned, so an event can be encoded again later (the protobuf form is
+/// made the first time a protobuf watcher or list asks for it).
+#[derive(Debug, Clone)]
+pub struct PodFields {
+    /// `metadata.namespace`.
+    pub namespace: Arc<str>,
+    /// `metadata.name`.
+    pub name: Arc<str>,
+    /// `spec.nodeName`.
+    pub node: Option<Arc<str>>,
+    /// See [`PodState::id`].
+    pub id: u32,
+    /// See [`PodState::incarnation`].
+    pub incarnation: u32,
+    /// See [`PodState::version`].
+    pub version: u64,
+    /// `metadata.resourceVersion`.
+    pub resource_version: u64,
+    /// See [`PodState::created`].
+    pub created: i64,
+}
+
+impl PodFields {
+    /// The borrowed form the encoders take.
+    pub fn state(&self) -> PodState<'_> {
+        PodState {
+            namespace: &self.namespace,
+            name: &self.name,
+            node: self.node.as_deref(),
+            id: self.id,
+            incarnation: self.incarnation,
+            version: self.version,
+            resource_version: self.resource_version,
+            created: self.created,
+        }
+    }
+}
+
+/// `metadata.uid`: the incarnation and the key, so a pod created again gets a new uid.
+pub fn uid(state: &PodState<'_>) -> String {
+    format!("{:08x}-0000-4000-8000-{:012x}", state.incarnation, state.id)
+}
+
+/// The latest second a four-digit year can write: 9999-12-31T23:59:59Z.
+const MAX_RFC3339_SECOND: i64 = 253_402_300_799;
+
+/// Whether the pod carries a creation time: the churn's are always now, so the template writes
+/// the years 1970..=9999 and leaves the field out otherwise (the typed encoder would write
+/// years before 1970 too; the churn never makes one).
+fn has_creation_time(state: &PodState<'_>) -> bool {
+    (0..=MAX_RFC3339_SECOND).contains(&state.created)
+}
+
+/// The pod as JSON (starting with [`super::objects::POD_HEAD`]), written directly.
+pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
+    pod_json_parts(state).0
+}
+
+/// [`pod_json`], and where its `metadata` object is in it (for metadata-only answers).
+pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>) {
+    let mut out = Vec::with_capacity(320);
+    out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
+    let metadata_start = out.len();
+    out.push(b'{');
+    if has_creation_time(state) {
+        out.extend_from_slice(br#""creationTimestamp":""#);
+        push_rfc3339(&mut out, state.created);
+        out.extend_from_slice(b"\",");
+    }
+    out.extend_from_slice(br#""labels":{"app":"loadgen",""#);
+    out.extend_from_slice(VERSION_LABEL.as_bytes());
+    out.extend_from_slice(br#"":""#);
+    push_u64(&mut out, state.version);
+    out.extend_from_slice(br#""},"name":"#);
+    push_json_str(&mut out, state.name);
+    out.extend_from_slice(br#","namespace":"#);
+    push_json_str(&mut out, state.namespace);
+    out.extend_from_slice(br#","resourceVersion":""#);
+    push_u64(&mut out, state.resource_version);
+    out.extend_from_slice(br#"","uid":""#);
+    out.extend_from_slice(uid(state).as_bytes());
+    out.extend_from_slice(b"\"}");
+    let metadata = metadata_start..out.len();
+    out.extend_from_slice(br#","spec":{"containers":[{"image":""#);
+    out.extend_from_slice(CONTAINER_IMAGE.as_bytes());
+    out.extend_from_slice(br#"","name":""#);
+    out.extend_from_slice(CONTAINER_NAME.as_bytes());
+    out.extend_from_slice(b"\"}]");
+    if let Some(node) = state.node {
+        out.extend_from_slice(br#","nodeName":"#);
+        push_json_str(&mut out, node);
+    }
+    out.extend_from_slice(b"}}");
+    (out, metadata)
+}
+
+/// `s` as a JSON string: copied as it is when nothing in it needs escaping (the workload's
+/// names never do), through serde_json otherwise.
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        serde_json::to_writer(&mut *out, s).expect("writing a string into a Vec cannot fail");
+    }
+}
+
+fn push_u64(out: &mut Vec<u8>, n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    let mut n = n;
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// `YYYY-MM-DDTHH:MM:SSZ` for a second in 0001..=9999 (Howard Hinnant's `civil_from_days`).
+fn push_rfc3339(out: &mut Vec<u8>, second: i64) {
+    let days = second.div_euclid(86_400);
+    let of_day = second.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let two = |out: &mut Vec<u8>, n: i64| {
+        out.push(b'0' + (n / 10) as u8);
+        out.push(b'0' + (n % 10) as u8);
+    };
+    two(out, year / 100);
+    two(out, year % 100);
+    out.push(b'-');
+    two(out, month);
+    out.push(b'-');
+    two(out, day);
+    out.push(b'T');
+    two(out, of_day / 3_600);
+    out.push(b':');
+    two(out, of_day / 60 % 60);
+    out.push(b':');
+    two(out, of_day % 60);
+    out.push(b'Z');
+}
+
+/// The bare `v1.Pod` protobuf message (no envelope), written directly.
+pub fn pod_protobuf(state: &PodState<'_>) -> Vec<u8> {
+    let mut metadata = Vec::with_capacity(160);
+    string_field(&mut metadata, 1, state.name);
+    string_field(&mut metadata, 3, state.namespace);
+    string_field(&mut metadata, 5, &uid(state));
+    let mut number = Vec::with_capacity(20);
+    push_u64(&mut number, state.resource_version);
+    bytes_field(&mut metadata, 6, &number);
+    if has_creation_time(state) {
+        // Time{seconds}: field 1, varint (an int64's two's complement, as prost writes it).
+        let mut time = Vec::with_capacity(11);
+        key(&mut time, 1, VARINT);
+        varint(&mut time, state.created as u64);
+        bytes_field(&mut metadata, 8, &time);
+    }
+    // Labels: map entries in key order (prost's BTreeMap), each {1: key, 2: value}.
+    number.clear();
+    push_u64(&mut number, state.version);
+    for (k, v) in [
+        (APP_LABEL.0, APP_LABEL.1.as_bytes()),
+        (VERSION_LABEL, &number),
+    ] {
+        let mut entry = Vec::with_capacity(k.len() + v.len() + 4);
+        string_field(&mut entry, 1, k);
+        bytes_field(&mut entry, 2, v);
+        bytes_field(&mut metadata, 11, &entry);
+    }
+
+    let mut container = Vec::with_capacity(48);
+    string_field(&mut container, 1, CONTAINER_NAME);
+    string_field(&mut container, 2, CONTAINER_IMAGE);
+    let mut spec = Vec::with_capacity(80);
+    bytes_field(&mut spec, 2, &container);
+    if let Some(node) = state.node {
+        string_field(&mut spec, 10, node);
+    }
+
+    let mut pod = Vec::with_capacity(metadata.len() + spec.len() + 8);
+    bytes_field(&mut pod, 1, &metadata);
+    bytes_field(&mut pod, 2, &spec);
+    pod
+}
+
+/// The `k8s-pb` pod for `state`: what the protobuf template must equal when prost encodes it,
+/// and what a client decodes the template into.
+pub fn typed_pod(state: &PodState<'_>) -> core::Pod {
+    core::Pod {
+        metadata: Some(meta::ObjectMeta {
+            name: Some(state.name.to_owned()),
+            namespace: Some(state.namespace.to_owned()),
+            uid: Some(uid(state)),
+            resource_version: Some(state.resource_version.to_string()),
+            creation_timestamp: has_creation_time(state).then_some(meta::Time {
+                seconds: Some(state.created),
+                nanos: None,
+            }),
+            labels: [
+                (APP_LABEL.0.to_owned(), APP_LABEL.1.to_owned()),
+                (VERSION_LABEL.to_owned(), state.version.to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            ..meta::ObjectMeta::default()
+        }),
+        spec: Some(core::PodSpec {
+            containers: vec![core::Container {
+                name: Some(CONTAINER_NAME.to_owned()),
+                image: Some(CONTAINER_IMAGE.to_owned()),
+                ..core::Container::default()
+            }],
+            node_name: state.node.map(str::to_owned),
+            ..core::PodSpec::default()
+        }),
+        status: None,
+    }
+}
+
+/// Protobuf wire type of a varint field.
+pub const VARINT: u8 = 0;
+/// Protobuf wire type of a length-delimited field (strings, bytes, messages).
+pub const LEN: u8 = 2;
+
+/// A field's key: its number and wire type.
+pub fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
+    varint(out, u64::from(field) << 3 | u64::from(wire_type));
+}
+
+/// A base-128 varint, as protobuf writes integers and lengths.
+pub fn varint(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push((n as u8 & 0x7f) | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+/// How many bytes [`varint`] writes for `n`.
+pub fn varint_len(n: u64) -> usize {
+    // 1 byte per started 7 bits, at least one.
+    (64 - (n | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+/// A length-delimited field.
+pub fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    key(out, field, LEN);
+    varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// A string field.
+pub fn string_field(out: &mut Vec<u8>, field: u32, s: &str) {
+    bytes_field(out, field, s.as_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::serve::objects;
+    use proptest::prelude::*;
+    use prost::Message;
+
+    fn state<'a>(
+        namespace: &'a str,
+        name: &'a str,
+        node: Option<&'a str>,
+        numbers: (u32, u32, u64, u64, i64),
+    ) -> PodState<'a> {
+        let (id, incarnation, version, resource_version, created) = numbers;
+        PodState {
+            namespace,
+            name,
+            node,
+            id,
+            incarnation,
+            version,
+            resource_version,
+            created,
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_templates_write_what_the_typed_encoders_write(
+            namespace in "[a-z0-9-]{1,20}|.{0,8}",
+            name in "[a-z0-9.-]{1,40}|.{0,8}",
+            node in proptest::option::of("[a-z0-9-]{1,20}|.{0,6}"),
+            id: u32,
+            incarnation: u32,
+            version: u64,
+            resource_version: u64,
+            created in prop_oneof![0i64..=4_102_444_800, 0i64..=MAX_RFC3339_SECOND],
+        ) {
+            let s = state(&namespace, &name, node.as_deref(),
+                (id, incarnation, version, resource_version, created));
+            let typed = objects::typed_pod_json(&s);
+            let template = pod_json(&s);
+            prop_assert_eq!(
+                String::from_utf8_lossy(&template), String::from_utf8_lossy(&typed));
+            prop_assert_eq!(pod_protobuf(&s), typed_pod(&s).encode_to_vec());
+            let (json, metadata) = pod_json_parts(&s);
+            let value: serde_json::Value = serde_json::from_slice(&json).unwrap();
+            let slice: serde_json::Value = serde_json::from_slice(&json[metadata]).unwrap();
+            prop_assert_eq!(&value["metadata"], &slice);
+        }
+    }
+
+    #[test]
+    fn the_protobuf_pod_decodes_to_the_served_fields() {
+        let s = state(
+            "ns-1",
+            "pod-7",
+            Some("node-2"),
+            (7, 3, 12, 345, 1_700_000_000),
+        );
+        let pod = core::Pod::decode(&pod_protobuf(&s)[..]).unwrap();
+        let metadata = pod.metadata.unwrap();
+        assert_eq!(metadata.name.as_deref(), Some("pod-7"));
+        assert_eq!(metadata.namespace.as_deref(), Some("ns-1"));
+        assert_eq!(metadata.resource_version.as_deref(), Some("345"));
+        assert_eq!(
+            metadata.uid.as_deref(),
+            Some("00000003-0000-4000-8000-000000000007")
+        );
+        assert_eq!(metadata.labels[VERSION_LABEL], "12");
+        assert_eq!(
+            metadata.creation_timestamp.unwrap().seconds,
+            Some(1_700_000_000)
+        );
+        assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("node-2"));
+    }
+
+    #[test]
+    fn varint_lengths() {
+        for n in [0, 1, 127, 128, 16_383, 16_384, u64::MAX >> 1, u64::MAX] {
+            let mut out = Vec::new();
+            varint(&mut out, n);
+            assert_eq!(out.len(), varint_len(n), "{n}");
+        }
+    }
+}
