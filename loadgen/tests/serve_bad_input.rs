@@ -18,8 +18,9 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
+use loadgen::serve::encode::PodFields;
 use loadgen::serve::faults::{FaultPlan, Faults};
-use loadgen::serve::objects::{pod_json, EventType, PodState};
+use loadgen::serve::objects::EventType;
 use loadgen::serve::routes::{self, App};
 use loadgen::serve::store::{Change, Store};
 use loadgen::serve::{ServeConfig, Server};
@@ -290,22 +291,18 @@ fn app() -> App {
     let changes = (1..=20u32)
         .map(|i| {
             let (namespace, name) = (format!("ns-{}", i % 3), format!("pod-{i}"));
-            let json = pod_json(&PodState {
-                namespace: &namespace,
-                name: &name,
-                node: None,
-                id: i,
-                incarnation: 0,
-                version: 1,
-                resource_version: u64::from(i),
-                created: 0,
-            });
             Change::new(
                 EventType::Added,
-                namespace.into(),
-                name.into(),
-                u64::from(i),
-                &json,
+                PodFields {
+                    namespace: namespace.into(),
+                    name: name.into(),
+                    node: None,
+                    id: i,
+                    incarnation: 0,
+                    version: 1,
+                    resource_version: u64::from(i),
+                    created: 0,
+                },
             )
         })
         .collect();

@@ -21,7 +21,7 @@ use super::format::Format;
 use super::limits::WatchProgress;
 use super::objects::{self, Status};
 use super::params;
-use super::store::{Page, Store};
+use super::store::Store;
 use super::watch::{WatchOptions, Watcher};
 use kcache::informer::apiserver::ContinueError;
 
@@ -98,7 +98,9 @@ fn route(
         ["apis"] => Ok(json_response(&objects::api_group_list())),
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
-        ["api", "v1", "pods"] => collection(app, None, &query, Format::negotiate(accept)?, progress),
+        ["api", "v1", "pods"] => {
+            collection(app, None, &query, Format::negotiate(accept)?, progress)
+        }
         ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => {
             collection(app, Some(ns), &query, Format::negotiate(accept)?, progress)
         }
