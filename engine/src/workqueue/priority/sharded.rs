@@ -276,6 +276,12 @@ impl Shared {
                 return Poll::Ready(Ok(taken));
             }
             let mut list = lock(&self.waiting);
+            // Under the list's lock: `close` sets the flag before it takes this lock to wake
+            // every waiter, so a shut-down that emptied the list before we register is seen
+            // here (without this, a `get` could register after it and sleep forever).
+            if self.shutting_down.load(Ordering::Acquire) {
+                continue;
+            }
             if list.contains(slot) {
                 // Polled again before a wake-up: still counted, just refresh the waker.
                 list.register(slot, cx.waker());
