@@ -154,6 +154,15 @@ async fn run(scenario: Scenario) -> Outcome {
         .collect();
     informer.start().expect("the informer starts");
 
+    // A fault that strikes once strikes kcache's informer: the kube-rs anchor starts after it.
+    if scenario.until_first {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while server.faults() == FaultReport::default() {
+            assert!(Instant::now() < deadline, "the fault never happened");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        server.set_faults(FaultPlan::default());
+    }
     let (reader, writer) = kube::runtime::reflector::store::<Pod>();
     let anchor = scenario.anchor.then(|| {
         use kube::runtime::{watcher, WatchStreamExt};
@@ -167,14 +176,6 @@ async fn run(scenario: Scenario) -> Outcome {
         })
     });
 
-    if scenario.until_first {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while server.faults() == FaultReport::default() {
-            assert!(Instant::now() < deadline, "the fault never happened");
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        server.set_faults(FaultPlan::default());
-    }
     // The churn starts once the informer has listed, so the faults hit watches and lists
     // alike.
     let deadline = Instant::now() + Duration::from_secs(60);
