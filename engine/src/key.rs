@@ -238,7 +238,13 @@ pub trait ObjectMeta {
 /// assert!(meta_namespace_key(&nameless).is_err());
 /// ```
 pub fn meta_namespace_key<T: ObjectMeta + ?Sized>(obj: &T) -> Result<Key, KeyError> {
-    let (namespace, name) = (obj.namespace(), obj.name());
+    namespace_name_key(obj.namespace(), obj.name())
+}
+
+/// The key of an object in `namespace` (empty for a cluster-scoped one) named `name`: the rule
+/// of [`meta_namespace_key`], for objects whose metadata is read some other way (kube-rs'
+/// types, protobuf messages).
+pub fn namespace_name_key(namespace: &str, name: &str) -> Result<Key, KeyError> {
     if name.is_empty() {
         return Err(KeyError::new("object has no name"));
     }

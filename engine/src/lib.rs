@@ -291,8 +291,8 @@ pub use consumer::{apply_deltas_coalesced, process_deltas, EventHandler, NoopHan
 pub use delta::{Delta, DeltaObject, DeltaType, Deltas, FinalState, Tombstone};
 pub use footprint::{Footprint, FootprintPart};
 pub use key::{
-    meta_namespace_key, split_meta_namespace_key, BuildKeyHasher, Key, KeyError, KeyFn, KeyHasher,
-    KeyMap, KeySet, ObjectMeta,
+    meta_namespace_key, namespace_name_key, split_meta_namespace_key, BuildKeyHasher, Key,
+    KeyError, KeyFn, KeyHasher, KeyMap, KeySet, ObjectMeta,
 };
 pub use queue::{
     BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformError,

@@ -31,7 +31,7 @@ use super::lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,
 };
-use crate::key::{Key, KeyError, KeyFn};
+use crate::key::{namespace_name_key, Key, KeyError, KeyFn};
 
 /// The longest `timeoutSeconds` kube-rs accepts for a watch (it refuses 295 and above, because
 /// its HTTP client gives up on a silent connection after 295 s). Longer asks are shortened.
@@ -47,14 +47,10 @@ impl<K: Resource> Versioned for K {
 /// cluster-scoped ones; an object without a name has no key.
 pub fn kube_key<K: Resource>(obj: &K) -> Result<Key, KeyError> {
     let meta = obj.meta();
-    let name = meta.name.as_deref().unwrap_or("");
-    if name.is_empty() {
-        return Err(KeyError::new("object has no metadata.name"));
-    }
-    match meta.namespace.as_deref() {
-        Some(namespace) if !namespace.is_empty() => Ok(Key::new(&format!("{namespace}/{name}"))),
-        _ => Ok(Key::new(name)),
-    }
+    namespace_name_key(
+        meta.namespace.as_deref().unwrap_or(""),
+        meta.name.as_deref().unwrap_or(""),
+    )
 }
 
 /// [`kube_key`] as a [`KeyFn`], for [`SharedInformer::builder`](super::SharedInformer::builder).

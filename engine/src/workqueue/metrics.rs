@@ -279,7 +279,7 @@ pub(crate) struct QueueMetrics {
 
 /// Seconds as client-go reports them: float64 nanoseconds over 1e9 (not
 /// `Duration::as_secs_f64`, which can differ in the last bit).
-fn seconds(elapsed: Duration) -> f64 {
+pub(crate) fn seconds(elapsed: Duration) -> f64 {
     elapsed.as_nanos() as f64 / 1e9
 }
 
@@ -313,18 +313,24 @@ impl QueueMetrics {
 
     /// Sets the unfinished-work gauges from the start times of the items being processed.
     pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
-        let now = self.clock.now();
-        let (mut total, mut oldest) = (0.0, 0.0);
-        for started_at in started {
-            let age = seconds(now.saturating_duration_since(started_at));
-            total += age;
-            if age > oldest {
-                oldest = age;
-            }
-        }
+        let (total, oldest) = unfinished_seconds(self.clock.now(), started);
         self.unfinished_work.set(total);
         self.longest_running.set(oldest);
     }
+}
+
+/// The work in progress at `now`, from its start times: the seconds of all of it, and of the
+/// oldest (client-go's `unfinished_work_seconds` and `longest_running_processor_seconds`).
+pub(crate) fn unfinished_seconds(now: Time, started: impl IntoIterator<Item = Time>) -> (f64, f64) {
+    let (mut total, mut oldest) = (0.0, 0.0);
+    for started_at in started {
+        let age = seconds(now.saturating_duration_since(started_at));
+        total += age;
+        if age > oldest {
+            oldest = age;
+        }
+    }
+    (total, oldest)
 }
 
 impl fmt::Debug for QueueMetrics {

@@ -25,7 +25,7 @@ use kcache::informer::{
     kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
     Versioned, WatchEvent, WatchOptions, WatchStream,
 };
-use kcache::{DeltaObject, EventHandler};
+use kcache::{DeltaObject, EventHandler, KeyFn};
 use kube::api::{Api, ListParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::{Client, Config, ResourceExt};
@@ -290,6 +290,36 @@ fn proto_state_of<'a>(
     .collect()
 }
 
+/// Starts one of kcache's informers on `lister_watcher` (counted into `received`), with the
+/// recording handler; returns how to read its cache (through `state`) and how to stop it.
+fn start_informer<T, L>(
+    lister_watcher: L,
+    key_fn: KeyFn<T>,
+    state: fn(&[Arc<T>]) -> BTreeMap<String, String>,
+    seen: &Arc<Seen>,
+    received: &Arc<AtomicU64>,
+) -> Result<(ReadCache, Synced, Stop), String>
+where
+    T: Versioned + Send + Sync + 'static,
+    L: ListerWatcher<T> + 'static,
+{
+    let lw = Counting {
+        inner: lister_watcher,
+        received: Arc::clone(received),
+    };
+    let informer = Arc::new(SharedInformer::builder(lw, key_fn).build());
+    let registration = informer
+        .add_event_handler(Handler(Arc::clone(seen)))
+        .map_err(|e| e.to_string())?;
+    informer.start().map_err(|e| e.to_string())?;
+    let reader = Arc::clone(&informer);
+    Ok((
+        Box::new(move || state(&reader.store().list())),
+        Box::pin(async move { registration.wait_for_sync().await }),
+        Box::new(move || Box::pin(async move { informer.shutdown().await })),
+    ))
+}
+
 /// Starts `client` against `api`; returns how to read its cache and how to stop it.
 fn start_client(
     client: OneClient,
@@ -300,63 +330,30 @@ fn start_client(
     received: &Arc<AtomicU64>,
 ) -> Result<(ReadCache, Synced, Stop), String> {
     match client {
-        OneClient::KcacheProtobuf => {
-            let lw = Counting {
-                inner: WireListerWatcher::protobuf(kube_client).streaming_list(streaming_lists),
-                received: Arc::clone(received),
-            };
-            let informer = Arc::new(
-                SharedInformer::builder(lw, proto_key_fn::<k8s_pb::api::core::v1::Pod>()).build(),
-            );
-            let registration = informer
-                .add_event_handler(Handler(Arc::clone(seen)))
-                .map_err(|e| e.to_string())?;
-            informer.start().map_err(|e| e.to_string())?;
-            let reader = Arc::clone(&informer);
-            Ok((
-                Box::new(move || proto_state_of(reader.store().list().iter().map(|p| &**p))),
-                Box::pin(async move { registration.wait_for_sync().await }),
-                Box::new(move || Box::pin(async move { informer.shutdown().await })),
-            ))
-        }
-        OneClient::KcacheJson => {
-            let lw = Counting {
-                inner: WireListerWatcher::<JsonCodec<Pod>>::json(kube_client)
-                    .streaming_list(streaming_lists),
-                received: Arc::clone(received),
-            };
-            let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
-            let registration = informer
-                .add_event_handler(Handler(Arc::clone(seen)))
-                .map_err(|e| e.to_string())?;
-            informer.start().map_err(|e| e.to_string())?;
-            let reader = Arc::clone(&informer);
-            Ok((
-                Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
-                Box::pin(async move { registration.wait_for_sync().await }),
-                Box::new(move || Box::pin(async move { informer.shutdown().await })),
-            ))
-        }
+        OneClient::KcacheProtobuf => start_informer(
+            WireListerWatcher::protobuf(kube_client).streaming_list(streaming_lists),
+            proto_key_fn::<k8s_pb::api::core::v1::Pod>(),
+            |pods| proto_state_of(pods.iter().map(|p| &**p)),
+            seen,
+            received,
+        ),
+        OneClient::KcacheJson => start_informer(
+            WireListerWatcher::<JsonCodec<Pod>>::json(kube_client).streaming_list(streaming_lists),
+            kube_key_fn::<Pod>(),
+            |pods| state_of(pods.iter().map(|p| &**p)),
+            seen,
+            received,
+        ),
         OneClient::ServeAlone | OneClient::ServeAloneProtobuf => {
             Err("the discarding readers keep no cache (run_discarding runs them)".to_owned())
         }
-        OneClient::Kcache => {
-            let lw = Counting {
-                inner: KubeListerWatcher::new(api),
-                received: Arc::clone(received),
-            };
-            let informer = Arc::new(SharedInformer::builder(lw, kube_key_fn::<Pod>()).build());
-            let registration = informer
-                .add_event_handler(Handler(Arc::clone(seen)))
-                .map_err(|e| e.to_string())?;
-            informer.start().map_err(|e| e.to_string())?;
-            let reader = Arc::clone(&informer);
-            Ok((
-                Box::new(move || state_of(reader.store().list().iter().map(|p| &**p))),
-                Box::pin(async move { registration.wait_for_sync().await }),
-                Box::new(move || Box::pin(async move { informer.shutdown().await })),
-            ))
-        }
+        OneClient::Kcache => start_informer(
+            KubeListerWatcher::new(api),
+            kube_key_fn::<Pod>(),
+            |pods| state_of(pods.iter().map(|p| &**p)),
+            seen,
+            received,
+        ),
         OneClient::KubeRs => {
             let (reader, writer) = reflector::store::<Pod>();
             let seen = Arc::clone(seen);

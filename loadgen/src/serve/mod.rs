@@ -341,6 +341,13 @@ impl Server {
         let old = std::mem::replace(&mut self.http, tokio::spawn(async { Ok(()) }));
         old.await.map_err(io::Error::other)??;
         tokio::time::sleep(down).await;
+        self.serve_again()?;
+        Ok(())
+    }
+
+    /// Listens on the same address again and serves `app` there (after the old HTTP task has
+    /// ended): the second half of both restarts.
+    fn serve_again(&mut self) -> io::Result<()> {
         let listener = listen(self.addr).map_err(|e| {
             io::Error::new(
                 e.kind(),

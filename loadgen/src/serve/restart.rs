@@ -12,7 +12,7 @@ use tokio::sync::watch as signal;
 
 use super::churn::{Churn, ChurnSummary};
 use super::store::Store;
-use super::{listen, serve_http, Server};
+use super::Server;
 use workloads::generate;
 
 /// Starts `churn` on `store` at `rate` on a thread of its own; its summary goes to `done`.
@@ -78,15 +78,7 @@ impl Server {
         self.app.store = Arc::clone(&self.store);
         self.app.churn = churn_rx.clone();
         self.churn = churn_rx;
-        let listener = listen(self.addr).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot listen on {} again: {e}", self.addr),
-            )
-        })?;
-        let (shutdown, http) = serve_http(listener, self.app.clone(), self.config.limits.clone());
-        self.shutdown = shutdown;
-        self.http = http;
+        self.serve_again()?;
         let (stop, gate) =
             spawn_churn(churn, Arc::clone(&self.store), self.config.rate, hold, done)?;
         self.stop_churn = stop;

@@ -17,7 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::super::lister_watcher::{Error, Page, Status, Versioned, WatchEvent};
-use crate::key::{Key, KeyError, KeyFn};
+use crate::key::{namespace_name_key, Key, KeyError, KeyFn};
 
 /// What starts every protobuf object body.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -131,14 +131,10 @@ pub fn proto_key<T: k8s_pb::Metadata<Ty = meta::ObjectMeta>>(
     obj: &Proto<T>,
 ) -> Result<Key, KeyError> {
     let meta = object_meta(&obj.0);
-    let name = meta.and_then(|m| m.name.as_deref()).unwrap_or("");
-    if name.is_empty() {
-        return Err(KeyError::new("object has no metadata.name"));
-    }
-    match meta.and_then(|m| m.namespace.as_deref()) {
-        Some(namespace) if !namespace.is_empty() => Ok(Key::new(&format!("{namespace}/{name}"))),
-        _ => Ok(Key::new(name)),
-    }
+    namespace_name_key(
+        meta.and_then(|m| m.namespace.as_deref()).unwrap_or(""),
+        meta.and_then(|m| m.name.as_deref()).unwrap_or(""),
+    )
 }
 
 /// [`proto_key`] as a [`KeyFn`].

@@ -10,12 +10,11 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::super::clock::{Clock, Time};
 use super::super::metrics::{
-    CounterMetric, DepthWithPriorityMetric, HistogramMetric, MetricsProvider, QueueConfig,
-    SettableGaugeMetric,
+    seconds, unfinished_seconds, CounterMetric, DepthWithPriorityMetric, HistogramMetric,
+    MetricsProvider, QueueConfig, SettableGaugeMetric,
 };
 use super::Priority;
 
@@ -29,11 +28,6 @@ pub(crate) struct PriorityMetrics {
     unfinished_work: Arc<dyn SettableGaugeMetric>,
     longest_running: Arc<dyn SettableGaugeMetric>,
     retries: Arc<dyn CounterMetric>,
-}
-
-/// Seconds as client-go reports them: float64 nanoseconds over 1e9.
-fn seconds(elapsed: Duration) -> f64 {
-    elapsed.as_nanos() as f64 / 1e9
 }
 
 impl PriorityMetrics {
@@ -89,15 +83,7 @@ impl PriorityMetrics {
 
     /// Sets the unfinished-work gauges from the start times of the keys being processed.
     pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
-        let now = self.clock.now();
-        let (mut total, mut oldest) = (0.0, 0.0);
-        for started_at in started {
-            let age = seconds(now.saturating_duration_since(started_at));
-            total += age;
-            if age > oldest {
-                oldest = age;
-            }
-        }
+        let (total, oldest) = unfinished_seconds(self.clock.now(), started);
         self.unfinished_work.set(total);
         self.longest_running.set(oldest);
     }
