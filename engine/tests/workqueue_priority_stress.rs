@@ -112,9 +112,14 @@ fn queues() -> Vec<(&'static str, Arc<dyn PriorityWorkQueue>)> {
     ]
 }
 
-/// Nothing ready, waiting or processing: once the producers are done, nothing can come back.
+/// Nothing waiting, ready or processing: once the producers are done, nothing can come back.
+/// The three counts are read one after another, in the order an entry moves (waiting, then
+/// ready, then processing), so an entry that moves between two reads is still seen by the
+/// later one. Read the other way round, an entry the clock made ready after the ready count
+/// and before the waiting count was missed by both, and the queue was shut down with it
+/// still queued.
 fn idle(q: &dyn PriorityWorkQueue) -> bool {
-    q.is_empty() && q.waiting_len() == 0 && q.processing_len() == 0
+    q.waiting_len() == 0 && q.is_empty() && q.processing_len() == 0
 }
 
 fn wait_idle(q: &dyn PriorityWorkQueue, name: &str) {
