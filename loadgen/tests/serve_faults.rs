@@ -357,7 +357,11 @@ async fn a_stall_without_bytes_or_close_is_waited_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_429_reaches_the_handler_with_its_retry_after() {
-    let out = run(Scenario::new("too-many-requests=0.2,seed=5")).await;
+    // Until the first 429 only: at 20% of requests, a list of ten pages rarely got through,
+    // and the informer could fail to sync within the test's minute on a loaded machine.
+    let mut scenario = Scenario::new("too-many-requests=0.2,seed=5");
+    scenario.until_first = true;
+    let out = run(scenario).await;
     assert!(out.faults.too_many_requests >= 1, "{}", out.faults);
     assert!(
         out.errors
