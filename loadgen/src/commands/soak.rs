@@ -77,7 +77,11 @@ pub struct SoakArgs {
     #[arg(long, default_value_t = 0.05)]
     pub max_rss_growth: f64,
     /// How long the cache may take to match the server at a checkpoint and at the end.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    /// The default outlasts the reflector's longest wait: under faults every few seconds its
+    /// backoff (client-go's) never gets two quiet minutes to reset, so a fault just before a
+    /// checkpoint can cost a 30 s wait stretched by up to 100% jitter, then a relist that
+    /// meets the restarted server's 3 s wait for a too-new version.
+    #[arg(long, default_value = "150s", value_parser = parse_duration)]
     pub settle: Duration,
     /// Where soak.md and soak.svg go.
     #[arg(long, default_value = "results")]
@@ -88,23 +92,45 @@ pub struct SoakArgs {
 }
 
 /// The faults a soak switches on at random, each at a rate that hits within a few seconds.
+/// `{page}` is a per-request share that strikes about one page of a full relist (see
+/// [`page_share`]): a share per page, such as 30%, would fail every attempt at a list of
+/// hundreds of pages for as long as it is on, which tests the backoff's ceiling, not recovery.
 const FAULTS: &[&str] = &[
     "reset-mid-chunk=0.02",
     "truncate-frame=0.02",
     "oversized-frame=0.002",
     "big-object=0.02",
-    "too-many-requests=0.05",
-    "list-500=0.3",
-    "expire-continue=0.3",
+    "too-many-requests={page}",
+    "list-500={page}",
+    "expire-continue={page}",
     "stall",
 ];
 
 /// One of these is on during the relist after each segment's restart.
 const RELIST_FAULTS: &[&str] = &[
-    "list-500=0.3",
-    "expire-continue=0.3",
-    "too-many-requests=0.3",
+    "list-500={page}",
+    "expire-continue={page}",
+    "too-many-requests={page}",
 ];
+
+/// The share of requests a list fault strikes: about one page of a full list of `keys`
+/// objects (at most 30%, for small lists).
+fn page_share(keys: usize) -> f64 {
+    let pages = keys.div_ceil(kcache::informer::DEFAULT_PAGE_SIZE).max(1);
+    (1.0 / pages as f64).min(0.3)
+}
+
+/// `fault` with its `{page}` share filled in.
+fn filled(fault: &str, keys: usize) -> String {
+    fault.replace("{page}", &format!("{:.4}", page_share(keys)))
+}
+
+/// A filled-in fault, parsed, with its coin flips seeded.
+fn fault_plan(fault: &str, seed: u64) -> FaultPlan {
+    let mut plan: FaultPlan = fault.parse().expect("the soak's plans parse");
+    plan.seed = seed;
+    plan
+}
 
 /// How much longer than `--fault-for` a relist fault stays on.
 const RELIST_WINDOW: Duration = Duration::from_secs(10);
@@ -316,21 +342,30 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
 
     let mut rng = fastrand::Rng::with_seed(args.seed);
     let mut samples = Vec::new();
-    let mut faults_tried: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut faults_tried: BTreeMap<String, u64> = BTreeMap::new();
     let mut checkpoints = Vec::new();
     let (mut next_sample, mut next_fault) = (Duration::ZERO, args.fault_every);
     let mut fault_off: Option<Duration> = None;
     let mut segment = 0u64;
+    // After a restart without state the informer's version is ahead of the server's until it
+    // relists: it has seen none of the new server's events.
     let lag = |server: &Server, informer_rv: &str| {
-        server
-            .store()
-            .resource_version()
-            .saturating_sub(informer_rv.parse().unwrap_or(0))
+        let (server_rv, informer_rv) = (
+            server.store().resource_version(),
+            informer_rv.parse().unwrap_or(0),
+        );
+        if informer_rv > server_rv {
+            server_rv
+        } else {
+            server_rv - informer_rv
+        }
     };
     while start.elapsed() < args.duration {
         let now = start.elapsed();
         if now >= next_sample {
-            next_sample += args.sample_every;
+            // From now, not from the missed deadline: a checkpoint's settle does not sample,
+            // and its missed samples are not made up in a burst.
+            next_sample = now + args.sample_every;
             let faults = server.faults();
             let total = faults.resets
                 + faults.truncated_frames
@@ -350,8 +385,9 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 total,
             );
             eprintln!(
-                "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {} events, \
-                 {} reconciles, segment {segment}, faults {}",
+                "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {} events \
+                 (server at {}, informer at {:?}), {} reconciles, segment {segment}, faults {}, \
+                 watch errors {:?}",
                 s.seconds,
                 s.rss as f64 / 1048576.0,
                 s.threads,
@@ -359,8 +395,11 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 s.informer_queue,
                 s.workqueue,
                 s.lag_events,
+                server.store().resource_version(),
+                informer.last_sync_resource_version(),
                 reconciles.load(Ordering::Relaxed),
-                server.faults()
+                server.faults(),
+                lock(&errors)
             );
             samples.push(s);
         }
@@ -371,14 +410,12 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
             }
             if now >= next_fault {
                 next_fault += args.fault_every;
-                let fault = FAULTS[rng.usize(..FAULTS.len())];
-                *faults_tried.entry(fault).or_default() += 1;
+                let fault = filled(FAULTS[rng.usize(..FAULTS.len())], args.keys);
+                *faults_tried.entry(fault.clone()).or_default() += 1;
                 if fault == "stall" {
                     server.stall_watches(STALL);
                 } else {
-                    let mut plan: FaultPlan = fault.parse().expect("the soak's plans parse");
-                    plan.seed = rng.u64(..);
-                    server.set_faults(plan);
+                    server.set_faults(fault_plan(&fault, rng.u64(..)));
                     fault_off = Some(now + args.fault_for);
                 }
             }
@@ -399,15 +436,15 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 .restart_without_state(Duration::from_secs(1), args.seed + segment, false)
                 .await
                 .map_err(|e| format!("restart: {e}"))?;
-            *faults_tried.entry("restart without state").or_default() += 1;
+            *faults_tried
+                .entry("restart without state".into())
+                .or_default() += 1;
             if !args.no_faults {
                 // The relist that follows is when the list and request faults can bite: one of
                 // them is on for it.
-                let fault = RELIST_FAULTS[rng.usize(..RELIST_FAULTS.len())];
-                *faults_tried.entry(fault).or_default() += 1;
-                let mut plan: FaultPlan = fault.parse().expect("the soak's plans parse");
-                plan.seed = rng.u64(..);
-                server.set_faults(plan);
+                let fault = filled(RELIST_FAULTS[rng.usize(..RELIST_FAULTS.len())], args.keys);
+                *faults_tried.entry(fault.clone()).or_default() += 1;
+                server.set_faults(fault_plan(&fault, rng.u64(..)));
                 // The relist comes after the watch's 504 (3 s), a backoff and the list's own
                 // 504 (3 s more): the fault stays on past it.
                 fault_off = Some(start.elapsed() + args.fault_for + RELIST_WINDOW);
