@@ -4,6 +4,7 @@
 //! - One shard: every output line must be identical, pop order included (docs/sharded.md).
 //! - 2 and 64 shards, sequences whose pops are all `drain`s: identical once pop lines are
 //!   grouped by key (docs/traces.md, the drain suite).
+//! - The resync lane (`resync_last`), 1, 2 and 64 shards: the same per-key rule on drains.
 //!
 //! Random configurations include the opt-in modes: update compaction, and a small backlog
 //! bound. With a bound, a producing operation that finds no room first pops (one key at a time
@@ -340,6 +341,24 @@ proptest! {
         let reference = grouped(run(kcache::reference::DeltaFifo::new, cfg, MakeRoom::Drain, &ops));
         let sharded = grouped(run(
             |o| kcache::sharded::DeltaFifo::new(o, shards),
+            cfg,
+            MakeRoom::Drain,
+            &ops,
+        ));
+        prop_assert_eq!(sharded, reference);
+    }
+
+    /// With the resync lane, keys cross each other (live ones overtake resynced ones), but each
+    /// key's pops are the reference's: the drain suite's rule, now for one shard too.
+    #[test]
+    fn resync_last_matches_the_reference_per_key_on_drains(
+        cfg in config(),
+        shards in prop_oneof![Just(1usize), Just(2usize), Just(64usize)],
+        ops in proptest::collection::vec(op(true), 0..40),
+    ) {
+        let reference = grouped(run(kcache::reference::DeltaFifo::new, cfg, MakeRoom::Drain, &ops));
+        let sharded = grouped(run(
+            |o| kcache::sharded::DeltaFifo::new(o, shards).resync_last(),
             cfg,
             MakeRoom::Drain,
             &ops,

@@ -174,13 +174,16 @@ fn every_delta_once_in_order_and_keys_exclusive() {
 #[test]
 fn resync_replace_and_close_under_load_lose_nothing() {
     let per_producer = 2_000 * scale();
-    for shards in SHARDS {
+    // With and without the resync lane (`resync_last`): live deltas overtake resynced keys,
+    // which must change nothing per key.
+    for (shards, resync_last) in SHARDS.into_iter().flat_map(|s| [(s, false), (s, true)]) {
         for (producers, consumers) in THREADS {
             let store = Arc::new(MapStore::default());
-            let q = Arc::new(DeltaFifo::new(
+            let q = DeltaFifo::new(
                 options().known_objects(store.clone()).emit_replaced(true),
                 shards,
-            ));
+            );
+            let q = Arc::new(if resync_last { q.resync_last() } else { q });
             let observed = Arc::new(Observed::new());
             let done = Arc::new(AtomicBool::new(false));
             let consumer_threads: Vec<_> = (0..consumers)
@@ -239,7 +242,10 @@ fn resync_replace_and_close_under_load_lose_nothing() {
                     });
                 let stored = kcache::KnownObjects::get_by_key(&*store, &Key::new(&format!("k{k}")))
                     .map(|o| o.v);
-                assert_eq!(stored, expected, "shards={shards} key k{k}");
+                assert_eq!(
+                    stored, expected,
+                    "shards={shards} resync_last={resync_last} key k{k}"
+                );
             }
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use informer_common::{error_log, key_fn, ms, pod, server, Pod};
 use kcache::informer::{
-    Backoff, InformerError, ListerWatcher, MemoryListerWatcher, SharedInformer,
+    Backoff, HandlerOptions, InformerError, ListerWatcher, MemoryListerWatcher, SharedInformer,
     SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, Indexer, Key, TransformError};
@@ -625,4 +625,97 @@ async fn one_keys_notifications_arrive_in_order_with_several_consumers() {
         0,
         "a key went back in time"
     );
+}
+
+/// Records the order of notifications as `name` (resyncs as `sync name`); holds the consumer
+/// at the door while it delivers `hold`.
+#[derive(Clone)]
+struct OrderRecorder {
+    order: Arc<Mutex<Vec<String>>>,
+    hold: Arc<Gate>,
+}
+
+impl EventHandler<Pod> for OrderRecorder {
+    fn on_add(&mut self, obj: &Arc<Pod>, _initial: bool) {
+        self.order.lock().unwrap().push(obj.name.clone());
+    }
+    fn on_update(&mut self, old: &Arc<Pod>, new: &Arc<Pod>) {
+        if old.rv == new.rv {
+            self.order
+                .lock()
+                .unwrap()
+                .push(format!("sync {}", new.name));
+            return;
+        }
+        if new.name == "hold" {
+            self.hold.wait();
+        }
+        self.order.lock().unwrap().push(new.name.clone());
+    }
+    fn on_delete(&mut self, _obj: &DeltaObject<Pod>) {}
+}
+
+/// What an inline handler hears after a resync of 50 pods queued while the consumer was busy,
+/// then a live change: with `resync_last`, the change first.
+async fn order_after_a_resync(resync_last: bool) -> Vec<String> {
+    let srv = server(100);
+    for n in 0..50 {
+        srv.upsert(pod(&format!("p{n:02}"), 1)).unwrap();
+    }
+    srv.upsert(pod("hold", 1)).unwrap();
+    let informer = builder(&srv)
+        .shards(1)
+        .consumers(1)
+        .batch(1)
+        .resync_period(Duration::from_secs(1))
+        .resync_last(resync_last)
+        .build();
+    let recorder = OrderRecorder {
+        order: Arc::default(),
+        hold: Arc::default(),
+    };
+    informer
+        .add_event_handler_with(recorder.clone(), HandlerOptions::new().inline())
+        .unwrap();
+    informer.start().unwrap();
+    frozen_until("the first list", || informer.has_synced()).await;
+    frozen_until("the initial adds", || {
+        recorder.order.lock().unwrap().len() == 51
+    })
+    .await;
+    recorder.order.lock().unwrap().clear();
+    // The consumer stops in the handler, delivering `hold`'s update...
+    srv.upsert(pod("hold", 2)).unwrap();
+    frozen_until("the consumer at the door", || {
+        informer.queued_keys() == 0 && recorder.order.lock().unwrap().is_empty()
+    })
+    .await;
+    // ...while a resync queues every key and a live change arrives.
+    tokio::time::advance(Duration::from_secs(1)).await;
+    frozen_until("the resync", || informer.queued_keys() == 51).await;
+    srv.upsert(pod("live", 1)).unwrap();
+    frozen_until("the live change", || informer.queued_keys() == 52).await;
+    recorder.hold.open();
+    frozen_until("every notification", || {
+        recorder.order.lock().unwrap().len() == 53
+    })
+    .await;
+    informer.shutdown().await;
+    let order = recorder.order.lock().unwrap().clone();
+    order
+}
+
+// No client-go counterpart: client-go has one FIFO, and `resync_last` is kcache's.
+#[tokio::test(start_paused = true)]
+async fn with_resync_last_a_live_change_passes_a_resync() {
+    let order = order_after_a_resync(true).await;
+    assert_eq!(order[..2], ["hold", "live"], "{order:?}");
+    assert!(
+        order[2..].iter().all(|n| n.starts_with("sync ")),
+        "{order:?}"
+    );
+    // Without it, client-go's order: the change waits behind all 51 resynced keys.
+    let order = order_after_a_resync(false).await;
+    assert_eq!(order[0], "hold", "{order:?}");
+    assert_eq!(order[52], "live", "{order:?}");
 }

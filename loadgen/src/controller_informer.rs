@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use kcache::controller::{Action, Controller, ControllerQueue, Event, Request};
-use kcache::informer::{MemoryListerWatcher, SharedInformer};
+use kcache::informer::{HandlerOptions, MemoryListerWatcher, SharedInformer};
 use kcache::workqueue::priority::{ReferencePriorityQueue, ShardedPriorityQueue};
 use kcache::workqueue::{
     DelayingQueue, QueueConfig, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
@@ -311,25 +311,33 @@ pub fn execute_with(
         (EngineKind::Reference, false) => run.drive(
             builder.build_reference(),
             controller_queue(ReferenceQueue::new()),
+            HandlerOptions::new(),
         )?,
+        // client-go's one FIFO has no resync lane: the priority is the workqueue's alone.
         (EngineKind::Reference, true) => run.drive(
             builder.build_reference(),
             Arc::new(ReferencePriorityQueue::with_rate_limiter(
                 &QueueConfig::new(),
                 Box::new(retry_limiter()),
             )),
+            HandlerOptions::new(),
         )?,
         (EngineKind::Sharded, false) => run.drive(
             builder.build(),
             controller_queue(ShardedQueue::new(cfg.shards)),
+            HandlerOptions::new(),
         )?,
+        // Priority all the way: resyncs wait in the informer's lane behind live changes, the
+        // controller's handler adds on the consumer (no buffer for a live change to wait in
+        // behind a resync's notifications), and the workqueue serves normal priority first.
         (EngineKind::Sharded, true) => run.drive(
-            builder.build(),
+            builder.resync_last(true).build(),
             Arc::new(ShardedPriorityQueue::with_rate_limiter(
                 cfg.shards,
                 &QueueConfig::new(),
                 Box::new(retry_limiter()),
             )),
+            HandlerOptions::new().inline(),
         )?,
     };
     done.informer.reflector_errors = errors.load(Ordering::Relaxed);
@@ -355,6 +363,7 @@ impl Run<'_> {
         self,
         informer: SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
         queue: Arc<dyn ControllerQueue>,
+        handler_options: HandlerOptions,
     ) -> Result<Finished, RunError>
     where
         Q: DeltaQueue<ServedPod> + 'static,
@@ -399,6 +408,7 @@ impl Run<'_> {
             .name("w6")
             .workers(ctl.workers)
             .queue(Arc::clone(&queue))
+            .handler_options(handler_options)
             .event_filter(move |event| filter.filter(event))
             .run(reconcile_w6, Arc::clone(&reconciler))
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;

@@ -12,7 +12,8 @@
 //! # Per-key state
 //!
 //! A shard keeps two maps. `pending` holds the keys with deltas waiting to be popped (client-go's
-//! `items`); each is also in the shard FIFO or parked. `in_flight` holds the keys handed to a
+//! `items`); each is also in the shard FIFO, parked, or (with [`DeltaFifo::resync_last`]) in
+//! the shard's resync lane, which is popped only when the FIFO is empty. `in_flight` holds the keys handed to a
 //! consumer that has not finished with them; it is small (at most a batch per consumer) and stays
 //! in cache, so completing a key never touches the big map. In-flight keys are never handed to a
 //! second consumer: deltas that arrive meanwhile wait in `pending`, and the key keeps its place in
@@ -102,6 +103,8 @@ struct Pending<T> {
     deltas: DeltaList<T>,
     /// Covered by the initial population count (see module docs).
     initial: bool,
+    /// Queued by a resync alone, in the shard's resync lane ([`DeltaFifo::resync_last`]).
+    in_resync_lane: bool,
 }
 
 /// A key handed to a consumer that has not finished with it.
@@ -116,12 +119,20 @@ struct Flight<T> {
 
 /// A shard: its keys' state and the FIFO of keys with something to pop.
 struct ShardState<T> {
-    /// Keys with deltas to pop (client-go's `items`); each is in `fifo` or parked.
+    /// Keys with deltas to pop (client-go's `items`); each is in `fifo`, parked or in the
+    /// resync lane.
     pending: grow::Growing<PendingMap<T>>,
     /// Keys held by consumers: at most a batch per consumer, so this map stays in cache.
     in_flight: KeyMap<Flight<T>>,
-    /// Keys of `pending` in arrival order, except parked ones.
+    /// Keys of `pending` in arrival order, except parked ones and those in the resync lane.
     fifo: VecDeque<Key>,
+    /// With [`DeltaFifo::resync_last`]: keys queued by a resync alone, popped once `fifo` is
+    /// empty. A key that gets a live delta moves to the back of `fifo` and leaves a stale
+    /// entry here (one whose pending entry is gone or no longer `in_resync_lane`), skipped
+    /// when met: removing it would cost a scan of the lane per live change.
+    resync_lane: VecDeque<Key>,
+    /// Keys of `pending` waiting in `resync_lane` (its entries that are not stale).
+    lane_keys: usize,
     /// Keys of `pending` taken out of `fifo` because they were in flight.
     parked: usize,
     /// The shard has a token in the scheduler or a consumer is serving it. A shard with keys in
@@ -139,6 +150,8 @@ impl<T> ShardState<T> {
             pending: grow::Growing::default(),
             in_flight: KeyMap::default(),
             fifo: VecDeque::new(),
+            resync_lane: VecDeque::new(),
+            lane_keys: 0,
             parked: 0,
             scheduled: false,
             salt,
@@ -159,21 +172,35 @@ impl<T> ShardState<T> {
             .is_none_or(|entry| push_grows(&entry.deltas, kind, compact))
     }
 
+    /// Whether the shard has keys a consumer can take (in `fifo` or the resync lane).
+    fn has_queued(&self) -> bool {
+        !self.fifo.is_empty() || self.lane_keys > 0
+    }
+
     /// Appends a delta (with dedup, and with `compact` update compaction) to `key`, queueing
-    /// the key if it had nothing pending.
+    /// the key if it had nothing pending. A key waiting in the resync lane moves to the back
+    /// of the FIFO: it has a live change now.
     fn push(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
         // The shards fill in lockstep under a backlog: double each at its own moment.
         self.pending.ahead(self.salt);
         match self.pending.entry(key) {
-            Entry::Occupied(mut entry) => Pushed {
-                schedule: false,
-                grew: push_delta(&mut entry.get_mut().deltas, delta, compact),
-            },
+            Entry::Occupied(mut entry) => {
+                let grew = push_delta(&mut entry.get_mut().deltas, delta, compact);
+                if std::mem::replace(&mut entry.get_mut().in_resync_lane, false) {
+                    self.fifo.push_back(entry.key().clone());
+                    self.left_lane();
+                }
+                Pushed {
+                    schedule: false,
+                    grew,
+                }
+            }
             Entry::Vacant(entry) => {
                 self.fifo.push_back(entry.key().clone());
                 entry.insert(Pending {
                     deltas: smallvec::smallvec![delta],
                     initial: false,
+                    in_resync_lane: false,
                 });
                 Pushed {
                     schedule: self.mark_scheduled(),
@@ -183,11 +210,67 @@ impl<T> ShardState<T> {
         }
     }
 
+    /// A resync's `Sync` delta for `key`, which has nothing pending (resync skips keys that
+    /// do): the key waits in the resync lane.
+    fn push_resync(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
+        if self.pending.contains_key(&key) {
+            debug_assert!(false, "resync queues only keys with nothing pending");
+            return self.push(key, delta, compact);
+        }
+        self.pending.ahead(self.salt);
+        self.resync_lane.push_back(key.clone());
+        self.lane_keys += 1;
+        self.pending.insert(
+            key,
+            Pending {
+                deltas: smallvec::smallvec![delta],
+                initial: false,
+                in_resync_lane: true,
+            },
+        );
+        Pushed {
+            schedule: self.mark_scheduled(),
+            grew: true,
+        }
+    }
+
+    /// A key left the resync lane (popped, parked or moved to the FIFO). Once none is left
+    /// the lane holds only stale entries: dropped at once, so that an idle shard does not
+    /// look busy and a big lane's room is given back.
+    fn left_lane(&mut self) {
+        self.lane_keys -= 1;
+        if self.lane_keys == 0 {
+            if self.resync_lane.capacity() > LANE_ROOM_KEPT {
+                self.resync_lane = VecDeque::new();
+            } else {
+                self.resync_lane.clear();
+            }
+        }
+    }
+
+    /// The next key to take: the FIFO's head, else the resync lane's first key that still
+    /// waits there (stale entries are dropped on the way).
+    fn next_key(&mut self) -> Option<Key> {
+        if let Some(key) = self.fifo.pop_front() {
+            return Some(key);
+        }
+        while self.lane_keys > 0 {
+            let key = self.resync_lane.pop_front()?;
+            if self.pending.get(&key).is_some_and(|p| p.in_resync_lane) {
+                return Some(key);
+            }
+        }
+        None
+    }
+
     /// Sets `scheduled`; returns true if the caller must hand the scheduler a token.
     fn mark_scheduled(&mut self) -> bool {
         !std::mem::replace(&mut self.scheduled, true)
     }
 }
+
+/// The room a drained resync lane keeps for the next resync; a bigger one is given back.
+const LANE_ROOM_KEPT: usize = 1024;
 
 /// What [`ShardState::push`] did.
 struct Pushed {
@@ -310,6 +393,8 @@ pub struct DeltaFifo<T> {
     transformer: Option<TransformFn<T>>,
     /// [`QueueOptions::compact_updates`].
     compact: bool,
+    /// [`DeltaFifo::resync_last`].
+    resync_last: bool,
     /// The backlog bound and the producers waiting for room.
     room: Room,
     /// Set (under a shard lock, or under all of them by `replace`) by the first operation that
@@ -352,12 +437,53 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             emit_replaced: opts.emit_replaced,
             transformer: opts.transformer,
             compact: opts.compact_updates,
+            resync_last: false,
             room: Room::new(opts.max_queued_deltas),
             populated: AtomicBool::new(false),
             initial_remaining: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
             synced: Latch::new(),
         }
+    }
+
+    /// Resyncs go last (opt-in; off by default): a key queued by
+    /// [`resync`](DeltaQueue::resync) alone waits in a lane of its shard that is popped only
+    /// when no key with a live delta (an add, update, delete or relist) is queued in that
+    /// shard, and a live delta for a key waiting there moves it to the back of the live FIFO.
+    ///
+    /// Why: a resync queues every known key at once. In client-go's one FIFO, a change that
+    /// arrives then waits behind all of them, however many, before any handler hears of it;
+    /// a controller with a priority workqueue cannot put it first if it never reaches the
+    /// workqueue. With this, it waits for at most the batches consumers already hold.
+    ///
+    /// Per key nothing changes: a key's deltas are the same, in the same order, deduplicated
+    /// the same way, and popped together (a resynced key that then changes pops `Sync`, then
+    /// the change, as in client-go). Only the order *between* keys changes, which the sharded
+    /// queue never promised beyond its fairness bound; that bound no longer holds for keys in
+    /// the lane while live keys keep arriving. The initial list is never in the lane. The
+    /// [`reference`](crate::reference) queue, client-go's port, has no lane.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use kcache::sharded::{DeltaFifo, IndexedStore};
+    /// use kcache::{DeltaQueue, Key, KeyFn, KnownObjects, QueueOptions, Store};
+    ///
+    /// let key_fn: KeyFn<String> =
+    ///     Arc::new(|s: &String| Ok(Key::new(s.split('=').next().unwrap_or(""))));
+    /// let store = Arc::new(IndexedStore::new(Arc::clone(&key_fn), Default::default()));
+    /// for obj in ["a=1", "b=1"] {
+    ///     store.add(Arc::new(obj.to_string())).unwrap();
+    /// }
+    /// let known = Arc::clone(&store) as Arc<dyn KnownObjects<String>>;
+    /// let fifo = DeltaFifo::new(QueueOptions::new(key_fn).known_objects(known), 1).resync_last();
+    /// fifo.resync().unwrap(); // a and b wait in the resync lane
+    /// fifo.update(Arc::new("c=2".to_string())).unwrap(); // live: client-go pops it third
+    /// let first = fifo.pop(|d, _| d.key().as_str().to_string()).unwrap();
+    /// assert_eq!(first, "c");
+    /// ```
+    pub fn resync_last(mut self) -> Self {
+        self.resync_last = true;
+        self
     }
 
     /// A queue with [`DEFAULT_SHARDS`] shards.
@@ -529,10 +655,10 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             let mut guard = self.lock_shard(shard);
             let hold_max = max.min(out.len() + TAKE_PER_HOLD);
             taken_deltas += self.take_some(&mut guard, hold_max, out);
-            if out.len() < max && !guard.fifo.is_empty() {
+            if out.len() < max && guard.has_queued() {
                 continue;
             }
-            let reschedule = !guard.fifo.is_empty();
+            let reschedule = guard.has_queued();
             guard.scheduled = reschedule;
             break reschedule;
         };
@@ -560,7 +686,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             prefetch::bucket(state.pending.raw_table(), ahead.hash_value());
         }
         while out.len() < max {
-            let Some(key) = state.fifo.pop_front() else {
+            let Some(key) = state.next_key() else {
                 break;
             };
             if out.len() + prefetch::PENDING_AHEAD < max {
@@ -571,12 +697,21 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             if let Some(flight) = state.in_flight.get_mut(&key) {
                 flight.parked = true;
                 state.parked += 1;
+                // A parked key goes back to the FIFO's head when done, out of the lane.
+                if let Some(pending) = state.pending.get_mut(&key) {
+                    if std::mem::replace(&mut pending.in_resync_lane, false) {
+                        state.left_lane();
+                    }
+                }
                 continue;
             }
             let Some((owned_key, entry)) = state.pending.remove_entry(&key) else {
                 debug_assert!(false, "a key in the FIFO always has pending deltas");
                 continue;
             };
+            if entry.in_resync_lane {
+                state.left_lane();
+            }
             // The in-flight record below takes a reference count of the newest object: ask for
             // it now, so that its miss overlaps the next keys' instead of stalling this one.
             if track_known {
@@ -628,6 +763,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             parked,
             ..
         } = &mut *state;
+        let mut left_lane = 0;
         // Returned keys first (they come after the done ones in the batch), back to front, so
         // that both groups end up at the head in batch order.
         for popped in returned.into_iter().rev() {
@@ -655,6 +791,11 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     // Merging may dedup or compact at the seam (and, rarely, shrink).
                     returned_deltas += pending.deltas.len() as isize - counted as isize;
                     pending.initial |= popped.initial;
+                    // Queued again by a resync while out: it goes to the head of the FIFO
+                    // now, and its lane entry turns stale.
+                    if std::mem::replace(&mut pending.in_resync_lane, false) {
+                        left_lane += 1;
+                    }
                     if !was_parked {
                         // Queued again meanwhile, behind other keys: move it back to the head.
                         if let Some(at) = fifo.iter().position(|k| *k == entry_key) {
@@ -669,6 +810,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     entry.insert(Pending {
                         deltas,
                         initial: popped.initial,
+                        in_resync_lane: false,
                     });
                 }
             }
@@ -684,6 +826,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 fifo.push_front(key.clone());
                 requeued = true;
             }
+        }
+        for _ in 0..left_lane {
+            state.left_lane();
         }
         let schedule = requeued && state.mark_scheduled();
         // Counted under the lock, so the count never runs behind the shard; they were released
@@ -756,8 +901,25 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         delta: Delta<T>,
         wake: &mut Wake<'_>,
     ) {
+        self.push_locked_to(states, key, delta, wake, false);
+    }
+
+    /// [`push_locked`](Self::push_locked), or into the resync lane when `resync` and the
+    /// queue puts resyncs last.
+    fn push_locked_to(
+        &self,
+        states: &mut [MutexGuard<'_, ShardState<T>>],
+        key: Key,
+        delta: Delta<T>,
+        wake: &mut Wake<'_>,
+        resync: bool,
+    ) {
         let shard = self.shard_of(&key);
-        let pushed = states[shard].push(key, delta, self.compact);
+        let pushed = if resync && self.resync_last {
+            states[shard].push_resync(key, delta, self.compact)
+        } else {
+            states[shard].push(key, delta, self.compact)
+        };
         if pushed.schedule {
             wake.shards.push(shard);
         }
@@ -1094,11 +1256,12 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             if states[self.shard_of(&key)].has_pending(&key) {
                 continue;
             }
-            self.push_locked(
+            self.push_locked_to(
                 &mut states,
                 key,
                 Delta::new(DeltaType::Sync, obj),
                 &mut wake,
+                true,
             );
         }
         Ok(())
@@ -1123,6 +1286,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             Pending {
                 deltas,
                 initial: false,
+                in_resync_lane: false,
             },
         );
         let schedule = state.mark_scheduled();
