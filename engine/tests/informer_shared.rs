@@ -633,6 +633,8 @@ async fn one_keys_notifications_arrive_in_order_with_several_consumers() {
 struct OrderRecorder {
     order: Arc<Mutex<Vec<String>>>,
     hold: Arc<Gate>,
+    /// Set when the consumer reaches the door.
+    at_door: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl EventHandler<Pod> for OrderRecorder {
@@ -648,6 +650,7 @@ impl EventHandler<Pod> for OrderRecorder {
             return;
         }
         if new.name == "hold" {
+            self.at_door.store(true, Ordering::SeqCst);
             self.hold.wait();
         }
         self.order.lock().unwrap().push(new.name.clone());
@@ -673,6 +676,7 @@ async fn order_after_a_resync(resync_last: bool) -> Vec<String> {
     let recorder = OrderRecorder {
         order: Arc::default(),
         hold: Arc::default(),
+        at_door: Arc::default(),
     };
     informer
         .add_event_handler_with(recorder.clone(), HandlerOptions::new().inline())
@@ -687,7 +691,7 @@ async fn order_after_a_resync(resync_last: bool) -> Vec<String> {
     // The consumer stops in the handler, delivering `hold`'s update...
     srv.upsert(pod("hold", 2)).unwrap();
     frozen_until("the consumer at the door", || {
-        informer.queued_keys() == 0 && recorder.order.lock().unwrap().is_empty()
+        recorder.at_door.load(Ordering::SeqCst)
     })
     .await;
     // ...while a resync queues every key and a live change arrives.
@@ -697,11 +701,12 @@ async fn order_after_a_resync(resync_last: bool) -> Vec<String> {
     frozen_until("the live change", || informer.queued_keys() == 52).await;
     recorder.hold.open();
     frozen_until("every notification", || {
-        recorder.order.lock().unwrap().len() == 53
+        recorder.order.lock().unwrap().len() >= 53 && informer.queued_keys() == 0
     })
     .await;
     informer.shutdown().await;
     let order = recorder.order.lock().unwrap().clone();
+    assert_eq!(order.len(), 53, "hold, 51 resyncs and live: {order:?}");
     order
 }
 
