@@ -388,13 +388,12 @@ fn priority_a_woken_worker_robbed_of_its_entry_is_woken_by_the_next_add() {
     });
 }
 
-/// The sharded priority queue: a `get` that is about to sleep when `shut_down` runs still
-/// answers `ShutDown` (the flag is read again under the waiting list's lock, which `close`
-/// takes after setting it). Found by the round-trip bench hanging at its `join`.
-#[test]
-fn priority_shut_down_wakes_a_get_about_to_sleep() {
-    model(|| {
-        let q = priority_queue(2);
+/// A `get` that is about to sleep when `shut_down` runs still answers `ShutDown` (each sharded
+/// queue reads the flag again under its waiting list's lock, which `close` takes after setting
+/// it). Found by the round-trip bench hanging at its `join`.
+fn shut_down_wakes_a_get_about_to_sleep(queue: fn() -> Arc<dyn WorkQueue>) {
+    model(move || {
+        let q = queue();
         let worker = {
             let q = Arc::clone(&q);
             thread::spawn(move || q.get())
@@ -404,16 +403,12 @@ fn priority_shut_down_wakes_a_get_about_to_sleep() {
     });
 }
 
-/// The same for the sharded workqueue.
 #[test]
-fn shut_down_wakes_a_get_about_to_sleep() {
-    model(|| {
-        let q = Arc::new(ShardedQueue::new(2));
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        q.shut_down();
-        assert_eq!(worker.join().unwrap(), Err(ShutDown));
-    });
+fn priority_shut_down_wakes_a_get_about_to_sleep() {
+    shut_down_wakes_a_get_about_to_sleep(|| priority_queue(2));
+}
+
+#[test]
+fn sharded_shut_down_wakes_a_get_about_to_sleep() {
+    shut_down_wakes_a_get_about_to_sleep(|| Arc::new(ShardedQueue::new(2)));
 }

@@ -13,9 +13,9 @@
 //!
 //! A shard keeps two maps. `pending` holds the keys with deltas waiting to be popped (client-go's
 //! `items`); each is also in the shard FIFO, parked, or (with [`DeltaFifo::resync_last`]) in
-//! the shard's resync lane, which is popped only when the FIFO is empty. `in_flight` holds the keys handed to a
-//! consumer that has not finished with them; it is small (at most a batch per consumer) and stays
-//! in cache, so completing a key never touches the big map. In-flight keys are never handed to a
+//! the shard's resync lane, which is popped only when the FIFO is empty. `in_flight` holds the
+//! keys handed to a consumer that has not finished with them; it is small (at most a batch per
+//! consumer) and stays in cache, so completing a key never touches the big map. In-flight keys are never handed to a
 //! second consumer: deltas that arrive meanwhile wait in `pending`, and the key keeps its place in
 //! the shard FIFO. A consumer that meets an in-flight key at the head of the FIFO *parks* it
 //! (takes it out of the FIFO); completing the key puts a parked key back at the head, where it
@@ -178,17 +178,20 @@ impl<T> ShardState<T> {
     }
 
     /// Appends a delta (with dedup, and with `compact` update compaction) to `key`, queueing
-    /// the key if it had nothing pending. A key waiting in the resync lane moves to the back
-    /// of the FIFO: it has a live change now.
-    fn push(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
+    /// the key in `lane` if it had nothing pending. A live delta for a key waiting in the
+    /// resync lane moves it to the back of the FIFO: it has a live change now.
+    fn push(&mut self, key: Key, delta: Delta<T>, compact: bool, lane: Lane) -> Pushed {
         // The shards fill in lockstep under a backlog: double each at its own moment.
         self.pending.ahead(self.salt);
         match self.pending.entry(key) {
             Entry::Occupied(mut entry) => {
-                let grew = push_delta(&mut entry.get_mut().deltas, delta, compact);
-                if std::mem::replace(&mut entry.get_mut().in_resync_lane, false) {
+                let pending = entry.get_mut();
+                let grew = push_delta(&mut pending.deltas, delta, compact);
+                // Read before written: the common live push to a live key stores nothing more.
+                if lane == Lane::Live && pending.in_resync_lane {
+                    pending.in_resync_lane = false;
                     self.fifo.push_back(entry.key().clone());
-                    self.left_lane();
+                    self.left_lane(1);
                 }
                 Pushed {
                     schedule: false,
@@ -196,11 +199,17 @@ impl<T> ShardState<T> {
                 }
             }
             Entry::Vacant(entry) => {
-                self.fifo.push_back(entry.key().clone());
+                let in_resync_lane = lane == Lane::Resync;
+                if in_resync_lane {
+                    self.resync_lane.push_back(entry.key().clone());
+                    self.lane_keys += 1;
+                } else {
+                    self.fifo.push_back(entry.key().clone());
+                }
                 entry.insert(Pending {
                     deltas: smallvec::smallvec![delta],
                     initial: false,
-                    in_resync_lane: false,
+                    in_resync_lane,
                 });
                 Pushed {
                     schedule: self.mark_scheduled(),
@@ -210,35 +219,11 @@ impl<T> ShardState<T> {
         }
     }
 
-    /// A resync's `Sync` delta for `key`, which has nothing pending (resync skips keys that
-    /// do): the key waits in the resync lane.
-    fn push_resync(&mut self, key: Key, delta: Delta<T>, compact: bool) -> Pushed {
-        if self.pending.contains_key(&key) {
-            debug_assert!(false, "resync queues only keys with nothing pending");
-            return self.push(key, delta, compact);
-        }
-        self.pending.ahead(self.salt);
-        self.resync_lane.push_back(key.clone());
-        self.lane_keys += 1;
-        self.pending.insert(
-            key,
-            Pending {
-                deltas: smallvec::smallvec![delta],
-                initial: false,
-                in_resync_lane: true,
-            },
-        );
-        Pushed {
-            schedule: self.mark_scheduled(),
-            grew: true,
-        }
-    }
-
-    /// A key left the resync lane (popped, parked or moved to the FIFO). Once none is left
+    /// `keys` left the resync lane (popped, parked or moved to the FIFO). Once none is left
     /// the lane holds only stale entries: dropped at once, so that an idle shard does not
     /// look busy and a big lane's room is given back.
-    fn left_lane(&mut self) {
-        self.lane_keys -= 1;
+    fn left_lane(&mut self, keys: usize) {
+        self.lane_keys -= keys;
         if self.lane_keys == 0 {
             if self.resync_lane.capacity() > LANE_ROOM_KEPT {
                 self.resync_lane = VecDeque::new();
@@ -267,6 +252,15 @@ impl<T> ShardState<T> {
     fn mark_scheduled(&mut self) -> bool {
         !std::mem::replace(&mut self.scheduled, true)
     }
+}
+
+/// Where a key with nothing pending is queued ([`DeltaFifo::resync_last`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Lane {
+    /// The FIFO: every delta but a resync's with the lane on.
+    Live,
+    /// The resync lane: a resync's `Sync` with [`DeltaFifo::resync_last`].
+    Resync,
 }
 
 /// The room a drained resync lane keeps for the next resync; a bigger one is given back.
@@ -582,7 +576,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             state = self.lock_shard(shard);
         }
         self.mark_populated();
-        let pushed = state.push(key, Delta::new(kind, obj), self.compact);
+        let pushed = state.push(key, Delta::new(kind, obj), self.compact, Lane::Live);
         self.pending_tables[shard].publish(state.pending.raw_table());
         drop(state);
         if pushed.schedule {
@@ -635,6 +629,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 object: payload,
             },
             self.compact,
+            Lane::Live,
         );
         self.pending_tables[shard].publish(state.pending.raw_table());
         drop(state);
@@ -700,7 +695,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 // A parked key goes back to the FIFO's head when done, out of the lane.
                 if let Some(pending) = state.pending.get_mut(&key) {
                     if std::mem::replace(&mut pending.in_resync_lane, false) {
-                        state.left_lane();
+                        state.left_lane(1);
                     }
                 }
                 continue;
@@ -710,7 +705,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 continue;
             };
             if entry.in_resync_lane {
-                state.left_lane();
+                state.left_lane(1);
             }
             // The in-flight record below takes a reference count of the newest object: ask for
             // it now, so that its miss overlaps the next keys' instead of stalling this one.
@@ -827,8 +822,8 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 requeued = true;
             }
         }
-        for _ in 0..left_lane {
-            state.left_lane();
+        if left_lane > 0 {
+            state.left_lane(left_lane);
         }
         let schedule = requeued && state.mark_scheduled();
         // Counted under the lock, so the count never runs behind the shard; they were released
@@ -892,34 +887,18 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         count
     }
 
-    /// Enqueues a tombstone or a `Replaced`/`Sync` delta while `replace`/`resync` hold every
-    /// shard lock; returns the shards that need a token.
+    /// Enqueues a tombstone or a `Replaced`/`Sync` delta, in `lane`, while `replace`/`resync`
+    /// hold every shard lock; returns the shards that need a token.
     fn push_locked(
         &self,
         states: &mut [MutexGuard<'_, ShardState<T>>],
         key: Key,
         delta: Delta<T>,
         wake: &mut Wake<'_>,
-    ) {
-        self.push_locked_to(states, key, delta, wake, false);
-    }
-
-    /// [`push_locked`](Self::push_locked), or into the resync lane when `resync` and the
-    /// queue puts resyncs last.
-    fn push_locked_to(
-        &self,
-        states: &mut [MutexGuard<'_, ShardState<T>>],
-        key: Key,
-        delta: Delta<T>,
-        wake: &mut Wake<'_>,
-        resync: bool,
+        lane: Lane,
     ) {
         let shard = self.shard_of(&key);
-        let pushed = if resync && self.resync_last {
-            states[shard].push_resync(key, delta, self.compact)
-        } else {
-            states[shard].push(key, delta, self.compact)
-        };
+        let pushed = states[shard].push(key, delta, self.compact, lane);
         if pushed.schedule {
             wake.shards.push(shard);
         }
@@ -1174,25 +1153,31 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             if let Some((key, _)) = ahead.get(prefetch::DELTAS_AHEAD - 1) {
                 self.prefetch_pending_deltas(&states, key);
             }
-            self.push_locked(&mut states, key, Delta::new(kind, obj), &mut wake);
+            self.push_locked(
+                &mut states,
+                key,
+                Delta::new(kind, obj),
+                &mut wake,
+                Lane::Live,
+            );
         }
 
+        // Then the tombstones for the known keys: under the store's key, as client-go does (a
+        // tombstone's key is its `key`; the known object is not keyed again).
+        let gone = gone
+            .into_iter()
+            .map(|(key, last_known)| Tombstone { key, last_known });
         let mut tombstones = 0;
-        for tombstone in missing {
+        for tombstone in missing.into_iter().chain(gone) {
             tombstones += 1;
             let key = tombstone.key.clone();
-            self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
-        }
-
-        // Tombstones for the known keys: under the store's key, as client-go does (a tombstone's
-        // key is its `key`; the known object is not keyed again).
-        for (key, last_known) in gone {
-            tombstones += 1;
-            let tombstone = Tombstone {
-                key: key.clone(),
-                last_known,
-            };
-            self.push_locked(&mut states, key, Delta::tombstone(tombstone), &mut wake);
+            self.push_locked(
+                &mut states,
+                key,
+                Delta::tombstone(tombstone),
+                &mut wake,
+                Lane::Live,
+            );
         }
 
         if !self.populated.load(Ordering::Relaxed) {
@@ -1246,6 +1231,11 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             return Err(error.into());
         }
         synced.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let lane = if self.resync_last {
+            Lane::Resync
+        } else {
+            Lane::Live
+        };
         let mut synced = synced.into_iter();
         while let Some((_, key, obj)) = synced.next() {
             if let Some((_, ahead, _)) = synced.as_slice().get(prefetch::PENDING_AHEAD - 1) {
@@ -1256,12 +1246,12 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
             if states[self.shard_of(&key)].has_pending(&key) {
                 continue;
             }
-            self.push_locked_to(
+            self.push_locked(
                 &mut states,
                 key,
                 Delta::new(DeltaType::Sync, obj),
                 &mut wake,
-                true,
+                lane,
             );
         }
         Ok(())

@@ -228,6 +228,17 @@ fn sample(
     }
 }
 
+/// Events the informer has not seen: after a restart without state its version is ahead of
+/// the server's until it relists, and it has seen none of the new server's events.
+fn lag(server_rv: u64, informer_rv: &str) -> u64 {
+    let informer_rv: u64 = informer_rv.parse().unwrap_or(0);
+    if informer_rv > server_rv {
+        server_rv
+    } else {
+        server_rv - informer_rv
+    }
+}
+
 /// `namespace/name` → resource version of pods.
 fn state_of(pods: &[Arc<Pod>]) -> BTreeMap<String, u64> {
     pods.iter()
@@ -366,19 +377,6 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
     let (mut next_sample, mut next_fault) = (Duration::ZERO, args.fault_every);
     let mut fault_off: Option<Duration> = None;
     let mut segment = 0u64;
-    // After a restart without state the informer's version is ahead of the server's until it
-    // relists: it has seen none of the new server's events.
-    let lag = |server: &Server, informer_rv: &str| {
-        let (server_rv, informer_rv) = (
-            server.store().resource_version(),
-            informer_rv.parse().unwrap_or(0),
-        );
-        if informer_rv > server_rv {
-            server_rv
-        } else {
-            server_rv - informer_rv
-        }
-    };
     while start.elapsed() < args.duration {
         let now = start.elapsed();
         if now >= next_sample {
@@ -396,11 +394,15 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 + faults.expired_continues
                 + faults.slow_watchers_closed
                 + faults.too_large_versions;
+            let (server_rv, informer_rv) = (
+                server.store().resource_version(),
+                informer.last_sync_resource_version(),
+            );
             let s = sample(
                 start,
                 informer.queued_keys(),
                 queue.len(),
-                lag(&server, &informer.last_sync_resource_version()),
+                lag(server_rv, &informer_rv),
                 total,
             );
             eprintln!(
@@ -414,8 +416,8 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 s.informer_queue,
                 s.workqueue,
                 s.lag_events,
-                server.store().resource_version(),
-                informer.last_sync_resource_version(),
+                server_rv,
+                informer_rv,
                 reconciles.load(Ordering::Relaxed),
                 server.faults(),
                 lock(&errors)
@@ -653,5 +655,30 @@ where
             return false;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_faults_strike_about_one_page_of_a_full_list() {
+        // 100,000 pods are 200 pages of 500: one page in 200.
+        assert_eq!(page_share(100_000), 1.0 / 200.0);
+        // A small list would be struck on every page: at most 30%.
+        assert_eq!(page_share(1_000), 0.3);
+        assert_eq!(page_share(0), 0.3);
+        assert_eq!(filled("list-500={page}", 100_000), "list-500=0.0050");
+        assert_eq!(filled("stall", 100_000), "stall");
+    }
+
+    #[test]
+    fn lag_after_a_restart_counts_the_new_servers_events() {
+        assert_eq!(lag(1_000, "900"), 100);
+        // The informer still holds the old server's version 5,000: it has seen none of the
+        // new server's 1,000 events.
+        assert_eq!(lag(1_000, "5000"), 1_000);
+        assert_eq!(lag(1_000, ""), 1_000);
     }
 }

@@ -341,8 +341,7 @@ impl Server {
         let old = std::mem::replace(&mut self.http, tokio::spawn(async { Ok(()) }));
         old.await.map_err(io::Error::other)??;
         tokio::time::sleep(down).await;
-        self.serve_again()?;
-        Ok(())
+        self.serve_again()
     }
 
     /// Listens on the same address again and serves `app` there (after the old HTTP task has

@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use super::{DeltaFifo, Pending, Wake};
+use super::{DeltaFifo, Lane, Pending, Wake};
 use crate::delta::{Delta, DeltaObject, DeltaType};
 use crate::key::Key;
 use crate::queue::{BatchError, QueueError, QueueEvent};
@@ -131,7 +131,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     kind,
                     object: DeltaObject::Object(object),
                 };
-                let pushed = state.push(key, delta, self.compact);
+                let pushed = state.push(key, delta, self.compact, Lane::Live);
                 grew += usize::from(pushed.grew);
                 if pushed.schedule {
                     wake.shards.push(shard);

@@ -105,6 +105,7 @@ impl<T> ShardState<T> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::Lane;
     use super::*;
     use crate::{Delta, DeltaType};
 
@@ -113,7 +114,7 @@ mod tests {
         let mut state = ShardState::new(0);
         for k in 0..n {
             let delta = Delta::new(DeltaType::Added, k.into());
-            state.push(Key::new(&k.to_string()), delta, false);
+            state.push(Key::new(&k.to_string()), delta, false, Lane::Live);
         }
         state
     }
@@ -182,7 +183,7 @@ mod tests {
         // The backlog comes back and drains again: the room it grew stays.
         for k in 0..20_000u32 {
             let delta = Delta::new(DeltaType::Updated, k.into());
-            state.push(Key::new(&k.to_string()), delta, false);
+            state.push(Key::new(&k.to_string()), delta, false, Lane::Live);
         }
         let room = state.pending.capacity();
         let popped = pop_until(&mut state, 0);
@@ -193,7 +194,7 @@ mod tests {
         let mut released = false;
         for k in 0..QUIET_POPS_PER_ROOM * room {
             let delta = Delta::new(DeltaType::Updated, 0u32.into());
-            state.push(Key::new(&format!("t{k}")), delta, false);
+            state.push(Key::new(&format!("t{k}")), delta, false, Lane::Live);
             let popped = pop_until(&mut state, 0);
             if state.release_drained(popped)._pending.is_some() {
                 released = true;
