@@ -362,6 +362,107 @@ async fn a_slow_registration_with_a_small_bound_back_pressures_and_loses_nothing
     }
 }
 
+/// Each key's last state in a log: its value, or `None` if its last call was a deletion.
+fn final_view(log: &Log) -> BTreeMap<String, Option<u64>> {
+    log.per_key()
+        .into_iter()
+        .map(|(key, calls)| {
+            let (kind, value) = calls.last().unwrap().split_once(' ').unwrap();
+            (key, (kind != "delete").then(|| value.parse().unwrap()))
+        })
+        .collect()
+}
+
+/// A coalescing handler's calls per key: a subsequence of what it would have heard, in order.
+/// Adds and deletes alternate, values only grow (a deletion carries the deleted state, which
+/// may be newer than the last one heard), and every update continues from the last value heard.
+fn check_coalesced_order(log: &Log) {
+    for (key, calls) in log.per_key() {
+        let mut last: Option<u64> = None;
+        let mut floor = 0;
+        for call in &calls {
+            let (kind, value) = call.split_once(' ').unwrap();
+            let value: u64 = value.parse().unwrap();
+            assert!(value >= floor, "{key}: {call} went back: {calls:?}");
+            match (kind, last) {
+                ("add", None) => {}
+                ("update", Some(had)) if value > had => {}
+                ("delete", Some(had)) if value >= had => {}
+                _ => panic!("{key}: {call} after {last:?}: {calls:?}"),
+            }
+            floor = value;
+            last = (kind != "delete").then_some(value);
+        }
+    }
+}
+
+// The same slow registration, coalescing when full: the consumers never wait for it, its
+// buffer stays within its bound plus one change per key, and it ends with every key's final
+// state, heard in order, having skipped only intermediate states.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_registration_that_coalesces_never_holds_the_informer_and_ends_exact() {
+    let srv = server(100_000);
+    let (lags, lag_handler) = lag_counter();
+    let informer = builder(&srv)
+        .shards(4)
+        .consumers(2)
+        .batch(16)
+        .lag_handler(lag_handler)
+        .build();
+    let fast = Log::costly(Duration::from_nanos(100));
+    let slow = Log::costly(Duration::from_micros(100));
+    let fast_reg = informer.add_event_handler(fast.clone()).unwrap();
+    let slow_reg = informer
+        .add_event_handler_with(
+            slow.clone(),
+            HandlerOptions::new()
+                .name("slow")
+                .buffer(32)
+                .coalesce_when_full(),
+        )
+        .unwrap();
+    // Some keys exist before the start: their initial-list adds may be coalesced too, and the
+    // registration must still report itself synced.
+    for k in 0..40 {
+        srv.upsert(pod(&format!("k{k:03}"), 0)).unwrap();
+    }
+    informer.start().unwrap();
+    churn(&srv, 40, 20);
+    let final_rv = srv.resource_version();
+    eventually("the informer to catch up", || {
+        informer.last_sync_resource_version() == final_rv && informer.queued_keys() == 0
+    })
+    .await;
+    eventually("the slow handler to catch up", || slow_reg.pending() == 0).await;
+    assert!(slow_reg.has_synced(), "{slow_reg:?}");
+    informer.shutdown().await;
+
+    fast.check_order();
+    check_coalesced_order(&slow);
+    assert_eq!(final_view(&slow), final_view(&fast), "the same final state");
+    assert_eq!(
+        slow_reg.waits(),
+        0,
+        "the consumers never waited: {slow_reg:?}"
+    );
+    assert!(
+        slow_reg.merged() > 0,
+        "it lagged and coalesced: {slow_reg:?}"
+    );
+    assert!(slow.calls() < fast.calls());
+    assert_eq!(
+        slow_reg.delivered() + slow_reg.merged(),
+        fast_reg.delivered(),
+        "every notification was either delivered or merged into one that was"
+    );
+    assert!(slow_reg.peak_coalesced_keys() <= 40);
+    assert!(slow_reg.peak_pending() <= 32 + 2 * 40, "{slow_reg:?}");
+    let lags = lags.lock().unwrap();
+    assert!(!lags.is_empty(), "a full buffer is reported");
+    assert!(lags.iter().all(|l| l.name == "slow" && l.coalescing));
+    assert!(lags[0].to_string().contains("coalesced per key"));
+}
+
 // The lag report comes once per episode: when the buffer first fills, not again while it
 // stays behind, and again only after it has drained completely.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

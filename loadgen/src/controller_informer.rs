@@ -57,7 +57,7 @@ use crate::result::RunResult;
 use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, LatencyUs};
 use crate::rss::RssProbe;
 use crate::runs::{generate_with_progress, RunError};
-use crate::server_feed::{produce, serve_initial, server_views, ServedPod};
+use crate::server_feed::{millis, parse_version, produce, serve_initial, server_views, ServedPod};
 use crate::through_informer::{check_store, informer_builder, wait_until_final, Recorder};
 use crate::ui::Ui;
 use crate::verdict::Verdict;
@@ -415,6 +415,8 @@ impl Run<'_> {
         let mut failures = Vec::new();
         let produced = AtomicBool::new(false);
         let producer_failed = AtomicBool::new(false);
+        let mut producer_held = Duration::ZERO;
+        let client_version = || parse_version(&informer.last_sync_resource_version());
         let wall = thread::scope(|scope| {
             let started = runtime.block_on(async {
                 informer.start()?;
@@ -423,7 +425,15 @@ impl Run<'_> {
             });
             let producer = started.is_ok().then(|| {
                 scope.spawn(|| {
-                    let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
+                    let result = produce(
+                        server,
+                        gen,
+                        plan.initial_ops,
+                        start,
+                        cfg.rate,
+                        &client_version,
+                        progress,
+                    );
                     // Relaxed: read only to stop waiting; the error comes back through join.
                     producer_failed.store(result.is_err(), Ordering::Relaxed);
                     produced.store(true, Ordering::Release);
@@ -459,8 +469,9 @@ impl Run<'_> {
                 let produced = producer
                     .join()
                     .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                if let Err(e) = produced {
-                    failures.push(format!("the server refused the workload: {e}"));
+                match produced {
+                    Ok(produced) => producer_held = produced.held,
+                    Err(e) => failures.push(format!("the server refused the workload: {e}")),
                 }
             }
             wall
@@ -542,6 +553,7 @@ impl Run<'_> {
                 reflector_errors: 0,
                 expired_watches_pending: server.expired_watches_pending() as u64,
                 skipped_resyncs: 0,
+                producer_held_ms: millis(producer_held),
             },
             plan: Arc::clone(plan),
             server_final,
@@ -588,6 +600,9 @@ pub fn measure_with(
                 notifications: record.notifications,
                 tombstones: record.tombstones,
                 caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+                peak_pending: 0,
+                waits: 0,
+                merged: 0,
                 verdict: verdict.summary(),
                 failures: verdict.failures().to_vec(),
             }]

@@ -15,7 +15,7 @@
 //! [`isolate`](crate::isolate)), so its CPU and memory figures are its own.
 
 use std::future::poll_fn;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,7 @@ use crate::progress::Progress;
 use crate::result::{peak_rss, InformerStats, RunResult};
 use crate::rss::RssProbe;
 use crate::runs::RunError;
-use crate::server_feed::{produce, serve_initial, ServedPod};
+use crate::server_feed::{millis, parse_version, produce, serve_initial, Produced, ServedPod};
 use crate::ui::Ui;
 use crate::units::si;
 use crate::verdict::Verdict;
@@ -49,6 +49,10 @@ const IDLE: Duration = Duration::from_millis(1);
 /// What to wait after a refused call (the server is down during W3's relists): the informer
 /// path's reflector starts its backoff at 1 ms too.
 const RETRY: Duration = Duration::from_millis(1);
+
+/// How often the client shows the producer its version: often enough next to the producer's
+/// allowance ([`MAX_CLIENT_LAG`](crate::server_feed::MAX_CLIENT_LAG)), rarely enough to cost nothing per event.
+const SEEN_EVERY: u64 = 64;
 
 /// What a run through the in-memory server measures: an engine, or the harness floor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +141,8 @@ pub struct FloorFinished {
     pub errors: u64,
     /// W3's resyncs, left out as on the informer path.
     pub skipped_resyncs: u64,
+    /// How long the producer waited for the client (as on the informer path).
+    pub producer_held: Duration,
     /// Scripted 410s no watch had received when the run ended.
     pub expired_watches_pending: u64,
     /// Failures of the run (the producer, a stall).
@@ -149,6 +155,9 @@ struct Client<'a> {
     produced: &'a AtomicBool,
     /// The version of the last thing read.
     rv: String,
+    /// `rv` as an integer for the producer's back-pressure (0: none yet), refreshed every
+    /// [`SEEN_EVERY`] events.
+    seen: &'a AtomicU64,
     /// The server's version once the producer is done: the client is done when `rv` reaches it.
     last_write: Option<String>,
     received: u64,
@@ -172,6 +181,13 @@ enum WatchEnd {
 }
 
 impl Client<'_> {
+    /// Shows the producer how far the client has read.
+    fn publish_seen(&self) {
+        // Relaxed: a hint for the producer's pacing; nothing is read through it.
+        self.seen
+            .store(parse_version(&self.rv).unwrap_or(0), Ordering::Relaxed);
+    }
+
     /// Whether `rv` is the server's last write; reads that version once the producer is done.
     fn caught_up(&mut self) -> bool {
         if self.last_write.is_none() {
@@ -202,6 +218,7 @@ impl Client<'_> {
                     drop(page.items);
                     if page.continue_token.is_none() {
                         self.rv = page.resource_version;
+                        self.publish_seen();
                         return true;
                     }
                     options.continue_token = page.continue_token;
@@ -252,6 +269,9 @@ impl Client<'_> {
                     self.received += 1;
                     self.rv.clear();
                     self.rv.push_str(obj.resource_version());
+                    if self.received % SEEN_EVERY == 0 {
+                        self.publish_seen();
+                    }
                 }
                 WatchEvent::Bookmark { resource_version } => self.rv = resource_version,
                 WatchEvent::Error(status) => {
@@ -312,11 +332,13 @@ pub fn execute(
         .build()
         .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
     let produced = AtomicBool::new(false);
+    let seen = AtomicU64::new(0);
     let start = Instant::now();
     let mut client = Client {
         server: &server,
         produced: &produced,
         rv: String::new(),
+        seen: &seen,
         last_write: None,
         received: 0,
         listed: 0,
@@ -325,12 +347,22 @@ pub fn execute(
         done_at: None,
     };
     let mut failures = Vec::new();
-    let skipped_resyncs = thread::scope(|scope| {
+    // Relaxed: see `Client::publish_seen`.
+    let client_version = || Some(seen.load(Ordering::Relaxed)).filter(|&rv| rv > 0);
+    let fed = thread::scope(|scope| {
         // The churn starts once the initial list is read, as on the informer path (which
         // waits for the informer's sync).
         let listed = runtime.block_on(client.list());
         let producer = scope.spawn(|| {
-            let result = produce(&server, gen, plan.initial_ops, start, rate, progress);
+            let result = produce(
+                &server,
+                gen,
+                plan.initial_ops,
+                start,
+                rate,
+                &client_version,
+                progress,
+            );
             // Release pairs with the client's Acquire: the last write is in the server.
             produced.store(true, Ordering::Release);
             result
@@ -346,10 +378,10 @@ pub fn execute(
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
         {
-            Ok(skipped) => skipped,
+            Ok(fed) => fed,
             Err(e) => {
                 failures.push(format!("the server refused the workload: {e}"));
-                0
+                Produced::default()
             }
         }
     });
@@ -365,7 +397,8 @@ pub fn execute(
         lists: server.list_calls(),
         watches: server.watch_calls(),
         errors: client.errors,
-        skipped_resyncs,
+        skipped_resyncs: fed.skipped_resyncs,
+        producer_held: fed.held,
         expired_watches_pending: server.expired_watches_pending() as u64,
         failures,
     })
@@ -426,6 +459,7 @@ pub fn measure(
             reflector_errors: done.errors,
             expired_watches_pending: done.expired_watches_pending,
             skipped_resyncs: done.skipped_resyncs,
+            producer_held_ms: millis(done.producer_held),
         }),
         ..Default::default()
     })

@@ -205,6 +205,10 @@ pub fn handler_table(results: &[RunResult]) -> String {
         "notifications",
         "tombstones",
         "final at s",
+        "events/s to final",
+        "peak buffered",
+        "waits",
+        "merged",
         "verdict",
     ]
     .map(String::from)
@@ -219,6 +223,12 @@ pub fn handler_table(results: &[RunResult]) -> String {
                 h.tombstones.to_string(),
                 h.caught_up_s
                     .map_or_else(|| "-".to_string(), |s| format!("{s:.3}")),
+                h.caught_up_s
+                    .filter(|&s| s > 0.0)
+                    .map_or_else(|| "-".to_string(), |s| si(r.events as f64 / s)),
+                h.peak_pending.to_string(),
+                h.waits.to_string(),
+                h.merged.to_string(),
                 h.verdict.clone(),
             ]);
         }
@@ -233,8 +243,14 @@ pub fn handler_table(results: &[RunResult]) -> String {
             let _ = writeln!(
                 out,
                 "{} {}: {} lists, {} watches, {} reflector errors (scripted outages and 410s \
-                 included), {} resyncs left out",
-                r.engine, r.workload, s.lists, s.watches, s.reflector_errors, s.skipped_resyncs
+                 included), {} resyncs left out, producer held back {:.2} s",
+                r.engine,
+                r.workload,
+                s.lists,
+                s.watches,
+                s.reflector_errors,
+                s.skipped_resyncs,
+                s.producer_held_ms as f64 / 1e3
             );
         }
     }

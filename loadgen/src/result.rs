@@ -102,6 +102,15 @@ pub struct HandlerResult {
     pub tombstones: u64,
     /// When its view became the final state, from the informer's start; `null` if never.
     pub caught_up_s: Option<f64>,
+    /// The most notifications waiting in its buffer at once.
+    #[serde(default)]
+    pub peak_pending: u64,
+    /// How often a consumer waited for it (back-pressure).
+    #[serde(default)]
+    pub waits: u64,
+    /// Notifications merged away while it lagged (a handler that coalesces when full).
+    #[serde(default)]
+    pub merged: u64,
     /// `ok`, or `FAIL: ...`.
     pub verdict: String,
     /// Every failed rule of this handler.
@@ -122,6 +131,10 @@ pub struct InformerStats {
     pub expired_watches_pending: u64,
     /// Workload resyncs left out (the informer resyncs on its own timer).
     pub skipped_resyncs: u64,
+    /// Milliseconds the producer waited for a reflector that fell half the server's window
+    /// behind (waiting keeps its watch from expiring into a relist).
+    #[serde(default)]
+    pub producer_held_ms: u64,
 }
 
 /// W6's figures beyond a W1 row's, in the report's `controller` field.

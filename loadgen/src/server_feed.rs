@@ -23,8 +23,15 @@ use crate::pacing::{due_time, pace, PACE_EVERY};
 use crate::progress::Progress;
 use workloads::{Generated, Op, Pod, NAMESPACE_INDEX, NODE_INDEX};
 
-/// How long the producer waits for the reflector to relist after an outage.
+/// How long the producer waits for the reflector to relist after an outage, and for a client
+/// that fell behind to move again.
 pub const RELIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How far the client may fall behind the server's newest write before the producer waits:
+/// half the window, so that no watch falls out of it. A watch that did would get `410`, and its
+/// relist would skip the intermediate states: that engine's events/s would count work it never
+/// did, and which engine relists varies from run to run.
+pub const MAX_CLIENT_LAG: u64 = SERVER_WINDOW as u64 / 2;
 
 /// Events the in-memory server keeps for watches that resume. Large enough that the watch a
 /// reflector opens after a relist resumes even while the producer writes at full speed, so
@@ -121,6 +128,55 @@ pub fn write(w: &mut Writes<'_, '_, ServedPod>, op: &Op) -> Result<(), String> {
     }
 }
 
+/// The newest resource version a client has taken in, as an integer; `None` before it has
+/// one (the producer then does not wait for it).
+pub type ClientVersion<'a> = &'a (dyn Fn() -> Option<u64> + Sync);
+
+/// A duration in whole milliseconds, for the reports.
+pub fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Parses a resource version of the in-memory server (its versions are integers).
+pub fn parse_version(rv: &str) -> Option<u64> {
+    rv.parse().ok()
+}
+
+/// Waits while the client is more than [`MAX_CLIENT_LAG`] events behind the server; the time
+/// waited is added to `held`. Errs if the client does not move for [`RELIST_TIMEOUT`].
+fn wait_for_client(
+    server: &MemoryListerWatcher<ServedPod>,
+    client: ClientVersion<'_>,
+    held: &mut Duration,
+) -> Result<(), String> {
+    let newest = parse_version(&server.resource_version()).unwrap_or(0);
+    let behind = |seen: u64| newest.saturating_sub(seen) > MAX_CLIENT_LAG;
+    let Some(mut seen) = client().filter(|&seen| behind(seen)) else {
+        return Ok(());
+    };
+    let waiting = Instant::now();
+    let mut moved = waiting;
+    while behind(seen) {
+        thread::sleep(Duration::from_micros(200));
+        match client() {
+            Some(now) if now != seen => {
+                seen = now;
+                moved = Instant::now();
+            }
+            None => break,
+            Some(_) if moved.elapsed() > RELIST_TIMEOUT => {
+                return Err(format!(
+                    "the client stayed {} events behind for {RELIST_TIMEOUT:?}",
+                    newest.saturating_sub(seen)
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    *held += waiting.elapsed();
+    Ok(())
+}
+
 /// Writes the ops of `batch` into the server as one batch (one log segment, one wake-up per
 /// watch), and empties it.
 fn flush(server: &MemoryListerWatcher<ServedPod>, batch: &mut Vec<&Op>) -> Result<(), String> {
@@ -174,23 +230,35 @@ pub fn relist(
     Ok(())
 }
 
-/// The producer: every op after the initial population into the server, paced if asked.
-/// Returns the resyncs it left out.
+/// What the producer did beyond its writes.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Produced {
+    /// Workload resyncs left out (the informer resyncs on its own timer).
+    pub skipped_resyncs: u64,
+    /// How long it waited for a client more than [`MAX_CLIENT_LAG`] events behind.
+    pub held: Duration,
+}
+
+/// The producer: every op after the initial population into the server, paced if asked,
+/// never more than [`MAX_CLIENT_LAG`] events ahead of `client`.
 ///
 /// Writes go in batches ([`MemoryListerWatcher::write_batch`], up to [`WRITE_BATCH`] ops, in
 /// workload order): a batch is one segment of the server's log and one wake-up of the watch,
 /// as an API server's watch cache hands a busy watcher what piled up. A batch is written when
 /// it is full, before a relist, and, when paced, before each wait for an op not yet due, so
 /// pacing decides the batch size: at a low rate every op goes out on its own, on time.
+/// Before each batch it checks the client's version and waits while the client is too far
+/// behind (see [`MAX_CLIENT_LAG`]): the run measures what the client sustains without relists.
 pub fn produce(
     server: &MemoryListerWatcher<ServedPod>,
     gen: &Generated,
     from: usize,
     start: Instant,
     rate: Option<u64>,
+    client: ClientVersion<'_>,
     progress: &dyn Progress,
-) -> Result<u64, String> {
-    let mut skipped = 0;
+) -> Result<Produced, String> {
+    let mut produced = Produced::default();
     let keys = gen.universe.keys.len();
     let mut batch = Vec::with_capacity(WRITE_BATCH);
     for (n, op) in gen.ops.iter().enumerate().skip(from) {
@@ -214,13 +282,14 @@ pub fn produce(
                 batch.push(op);
                 if batch.len() == WRITE_BATCH {
                     flush(server, &mut batch)?;
+                    wait_for_client(server, client, &mut produced.held)?;
                 }
             }
             Op::Replace(r) => {
                 flush(server, &mut batch)?;
                 relist(server, &r.objects, keys)?;
             }
-            Op::Resync => skipped += 1,
+            Op::Resync => produced.skipped_resyncs += 1,
         }
         if n % (1 << 14) == 0 {
             progress.set(n as u64);
@@ -228,7 +297,7 @@ pub fn produce(
     }
     flush(server, &mut batch)?;
     progress.set(gen.ops.len() as u64);
-    Ok(skipped)
+    Ok(produced)
 }
 
 /// The server's state by pod id.

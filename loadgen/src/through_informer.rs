@@ -34,7 +34,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, SharedInformerBuilder};
+use kcache::informer::{
+    Backoff, HandlerOptions, MemoryListerWatcher, SharedInformer, SharedInformerBuilder,
+};
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 
 use crate::cpu::{cpu_figures, CpuProbe};
@@ -50,7 +52,8 @@ use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult
 use crate::rss::RssProbe;
 use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
 use crate::server_feed::{
-    produce, serve_initial, served_indexers, served_key_fn, server_views, ServedPod,
+    millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
+    ServedPod,
 };
 use crate::ui::Ui;
 use crate::units::si;
@@ -81,8 +84,14 @@ pub enum Through {
 pub struct InformerConfig {
     /// Handler registrations; the last one is slow.
     pub handlers: usize,
-    /// What the slow handler spins per notification.
+    /// What the slow handler spins (or waits) per notification.
     pub slow_handler: Duration,
+    /// The slow handler sleeps its time instead of spinning (it waits on I/O).
+    pub slow_handler_waits: bool,
+    /// The slow handler coalesces per key when its buffer is full.
+    pub slow_handler_coalesces: bool,
+    /// The slow handler's buffer bound (default: the informer's).
+    pub slow_handler_buffer: Option<usize>,
 }
 
 impl Default for InformerConfig {
@@ -90,7 +99,24 @@ impl Default for InformerConfig {
         Self {
             handlers: DEFAULT_HANDLERS,
             slow_handler: Duration::from_micros(DEFAULT_SLOW_HANDLER_US),
+            slow_handler_waits: false,
+            slow_handler_coalesces: false,
+            slow_handler_buffer: None,
         }
+    }
+}
+
+impl InformerConfig {
+    /// How the slow (last) handler is registered.
+    fn slow_handler_options(&self) -> HandlerOptions {
+        let mut options = HandlerOptions::new().name("slow");
+        if let Some(bound) = self.slow_handler_buffer {
+            options = options.buffer(bound);
+        }
+        if self.slow_handler_coalesces {
+            options = options.coalesce_when_full();
+        }
+        options
     }
 }
 
@@ -130,12 +156,24 @@ pub(crate) struct Recorder {
     shared: Arc<Progressing>,
     mismatches: usize,
     cost: Duration,
+    /// Sleep `cost` rather than spin it.
+    waits: bool,
     /// The fast handler that measures latency: from the write's stamp to this notification.
     latency: Option<(Instant, Histogram<u64>)>,
 }
 
 impl Recorder {
     pub(crate) fn new(plan: Arc<Plan>, cost: Duration, latency_from: Option<Instant>) -> Self {
+        Self::with_record(plan, cost, latency_from, HandlerRecord::new(0))
+    }
+
+    /// A recorder that starts from `record`'s rules (its views are sized here).
+    fn with_record(
+        plan: Arc<Plan>,
+        cost: Duration,
+        latency_from: Option<Instant>,
+        record: HandlerRecord,
+    ) -> Self {
         let keys = plan.final_views.len();
         let mismatches = plan
             .final_views
@@ -145,13 +183,29 @@ impl Recorder {
         let shared = Arc::new(Progressing::default());
         shared.mismatches.store(mismatches, Ordering::Relaxed);
         Self {
-            record: HandlerRecord::new(keys),
+            record: HandlerRecord {
+                views: vec![KeyView::default(); keys],
+                ..record
+            },
             plan,
             shared,
             mismatches,
             cost,
+            waits: false,
             latency: latency_from.map(|start| (start, new_histogram())),
         }
+    }
+
+    /// The slow handler of `icfg`: sleeping or spinning, judged as coalescing if it does.
+    fn slow(plan: Arc<Plan>, icfg: &InformerConfig, latency_from: Option<Instant>) -> Self {
+        let record = if icfg.slow_handler_coalesces {
+            HandlerRecord::coalescing(0)
+        } else {
+            HandlerRecord::new(0)
+        };
+        let mut recorder = Self::with_record(plan, icfg.slow_handler, latency_from, record);
+        recorder.waits = icfg.slow_handler_waits;
+        recorder
     }
 
     /// Its progress, which the driver polls and which holds its record once it is dropped.
@@ -210,6 +264,10 @@ impl Recorder {
         if self.cost.is_zero() {
             return;
         }
+        if self.waits {
+            thread::sleep(self.cost);
+            return;
+        }
         let t = Instant::now();
         while t.elapsed() < self.cost {
             std::hint::spin_loop();
@@ -256,11 +314,24 @@ impl Drop for Recorder {
     }
 }
 
+/// What one registration's buffer saw in a run.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BufferFigures {
+    /// The most notifications waiting for it at once.
+    pub peak_pending: usize,
+    /// How often a consumer waited for it (back-pressure).
+    pub waits: u64,
+    /// Notifications merged away while it lagged (when it coalesces).
+    pub merged: u64,
+}
+
 /// What a run through the informer leaves behind.
 #[derive(Debug)]
 pub struct InformerFinished {
     /// Per handler: its record, and when its view became final (from the start).
     pub handlers: Vec<(HandlerRecord, Option<Duration>)>,
+    /// Per handler, in the same order: what its buffer saw.
+    pub buffers: Vec<BufferFigures>,
     /// The plan the run followed.
     pub plan: Arc<Plan>,
     /// The server's final state, by pod id.
@@ -283,6 +354,9 @@ pub struct InformerFinished {
     pub expired_watches_pending: u64,
     /// W3's resyncs, left out (see the module docs).
     pub skipped_resyncs: u64,
+    /// How long the producer waited for the reflector (see
+    /// [`MAX_CLIENT_LAG`](crate::server_feed::MAX_CLIENT_LAG)).
+    pub producer_held: Duration,
 }
 
 /// The reflector's waits between failed attempts: short, so that a scripted outage costs the
@@ -370,24 +444,31 @@ where
         .map_err(|e| RunError::Informer(format!("cannot start a tokio runtime: {e}")))?;
     let start = Instant::now();
     let mut handlers = Vec::with_capacity(icfg.handlers);
+    let mut registrations = Vec::with_capacity(icfg.handlers);
     for h in 0..icfg.handlers {
-        let slow = h + 1 == icfg.handlers;
-        let cost = if slow {
-            icfg.slow_handler
+        let slow = h + 1 == icfg.handlers && !icfg.slow_handler.is_zero();
+        let latency_from = (h == 0).then_some(start);
+        let (recorder, options) = if slow {
+            (
+                Recorder::slow(Arc::clone(plan), icfg, latency_from),
+                icfg.slow_handler_options(),
+            )
         } else {
-            Duration::ZERO
+            let recorder = Recorder::new(Arc::clone(plan), Duration::ZERO, latency_from);
+            (recorder, HandlerOptions::new())
         };
-        let recorder = Recorder::new(Arc::clone(plan), cost, (h == 0).then_some(start));
         let shared = Arc::clone(&recorder.shared);
-        informer
-            .add_event_handler(recorder)
+        let registration = informer
+            .add_event_handler_with(recorder, options)
             .map_err(|e| RunError::Informer(format!("cannot register a handler: {e}")))?;
         handlers.push(shared);
+        registrations.push(registration);
     }
     let mut failures = Vec::new();
     let produced = AtomicBool::new(false);
     let producer_failed = AtomicBool::new(false);
-    let (skipped, wall) = thread::scope(|scope| {
+    let client_version = || parse_version(&informer.last_sync_resource_version());
+    let (produced, wall) = thread::scope(|scope| {
         runtime
             .block_on(async {
                 informer.start()?;
@@ -396,7 +477,15 @@ where
             })
             .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
         let producer = scope.spawn(|| {
-            let result = produce(server, gen, plan.initial_ops, start, cfg.rate, progress);
+            let result = produce(
+                server,
+                gen,
+                plan.initial_ops,
+                start,
+                cfg.rate,
+                &client_version,
+                progress,
+            );
             // Relaxed: read only to stop waiting; the error itself comes back through join.
             producer_failed.store(result.is_err(), Ordering::Relaxed);
             produced.store(true, Ordering::Release);
@@ -415,11 +504,11 @@ where
             .filter_map(|h| *h.caught_up.lock().unwrap_or_else(|e| e.into_inner()))
             .max()
             .map_or_else(|| start.elapsed(), |at| at.saturating_duration_since(start));
-        let skipped = producer
+        let produced = producer
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
             .map_err(|e| RunError::Informer(format!("the server refused the workload: {e}")))?;
-        Ok::<_, RunError>((skipped, wall))
+        Ok::<_, RunError>((produced, wall))
     })?;
     runtime.block_on(informer.shutdown());
     if let Some(why) = informer.failure() {
@@ -441,6 +530,7 @@ where
     check_store(&informer.store(), &server_final, &mut failures);
     let mut latency = new_histogram();
     let mut records = Vec::with_capacity(handlers.len());
+    let mut buffers = Vec::with_capacity(handlers.len());
     for (h, shared) in handlers.iter().enumerate() {
         let taken = shared
             .record
@@ -460,9 +550,16 @@ where
             .unwrap_or_else(|e| e.into_inner())
             .map(|at| at.saturating_duration_since(start));
         records.push((record, caught_up));
+        let registration = &registrations[h];
+        buffers.push(BufferFigures {
+            peak_pending: registration.peak_pending(),
+            waits: registration.waits(),
+            merged: registration.merged(),
+        });
     }
     Ok(InformerFinished {
         handlers: records,
+        buffers,
         plan: Arc::clone(plan),
         server_final,
         failures,
@@ -472,7 +569,8 @@ where
         watches: server.watch_calls(),
         reflector_errors: 0,
         expired_watches_pending: server.expired_watches_pending() as u64,
-        skipped_resyncs: skipped,
+        skipped_resyncs: produced.skipped_resyncs,
+        producer_held: produced.held,
     })
 }
 
@@ -588,6 +686,7 @@ pub fn measure(
     for (h, (record, caught_up)) in done.handlers.iter().enumerate() {
         let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
         let slow = h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero();
+        let buffer = done.buffers.get(h).copied().unwrap_or_default();
         failures.extend(
             verdict
                 .failures()
@@ -600,6 +699,9 @@ pub fn measure(
             notifications: record.notifications,
             tombstones: record.tombstones,
             caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+            peak_pending: buffer.peak_pending as u64,
+            waits: buffer.waits,
+            merged: buffer.merged,
             verdict: verdict.summary(),
             failures: verdict.failures().to_vec(),
         });
@@ -637,6 +739,7 @@ pub fn measure(
             reflector_errors: done.reflector_errors,
             expired_watches_pending: done.expired_watches_pending,
             skipped_resyncs: done.skipped_resyncs,
+            producer_held_ms: millis(done.producer_held),
         }),
         ..Default::default()
     })
@@ -658,6 +761,15 @@ pub fn child_args(
         "--slow-handler-us".to_string(),
         icfg.slow_handler.as_micros().to_string(),
     ]);
+    if icfg.slow_handler_waits {
+        args.push("--slow-handler-waits".to_string());
+    }
+    if icfg.slow_handler_coalesces {
+        args.push("--slow-handler-coalesces".to_string());
+    }
+    if let Some(bound) = icfg.slow_handler_buffer {
+        args.extend(["--slow-handler-buffer".to_string(), bound.to_string()]);
+    }
     args
 }
 

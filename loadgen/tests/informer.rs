@@ -160,3 +160,42 @@ fn a_handler_that_misses_a_notification_fails_its_verdict() {
         "{failures}"
     );
 }
+
+// A slow handler that coalesces when full (`--slow-handler-coalesces`): the run ends with its
+// verdict ok under the coalescing rules, the consumers never waited for it, and it merged
+// notifications away rather than hearing them all. It waits (sleeps) 200 µs per call, so the
+// run outpaces it on any machine.
+#[test]
+fn a_slow_handler_that_coalesces_ends_exact_and_never_holds_the_informer() {
+    let gen = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(20_000));
+    let cfg = EngineConfig {
+        consumers: 2,
+        shards: 4,
+        ..EngineConfig::default()
+    };
+    let icfg = InformerConfig {
+        handlers: 2,
+        slow_handler: std::time::Duration::from_micros(200),
+        slow_handler_waits: true,
+        slow_handler_coalesces: true,
+        slow_handler_buffer: Some(64),
+    };
+    for engine in [EngineKind::Reference, EngineKind::Sharded] {
+        let done = execute(engine, &gen, &cfg, &icfg, &NoProgress).expect("runs");
+        assert!(done.failures.is_empty(), "{engine:?}: {:?}", done.failures);
+        for (record, _) in &done.handlers {
+            let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
+            assert!(verdict.is_ok(), "{engine:?}: {verdict}");
+        }
+        let (fast, slow) = (&done.handlers[0].0, &done.handlers[1].0);
+        assert!(slow.coalescing && !fast.coalescing);
+        let slow_buffer = done.buffers[1];
+        assert_eq!(slow_buffer.waits, 0, "{engine:?}: {slow_buffer:?}");
+        assert!(slow_buffer.merged > 0, "{engine:?}: {slow_buffer:?}");
+        assert_eq!(
+            slow.notifications + slow_buffer.merged,
+            fast.notifications,
+            "{engine:?}: every notification delivered or merged"
+        );
+    }
+}

@@ -41,6 +41,7 @@ pub struct HandlerOptions {
     pub(crate) resync_period: Option<Duration>,
     pub(crate) buffer: Option<usize>,
     pub(crate) inline: bool,
+    pub(crate) coalesce_when_full: bool,
 }
 
 impl HandlerOptions {
@@ -80,6 +81,21 @@ impl HandlerOptions {
         self.inline = true;
         self
     }
+
+    /// When this handler's buffer is full, keep one pending change per key instead of making
+    /// the consumers wait: the informer runs at full speed whatever this handler costs, and
+    /// memory stays bounded by the buffer plus one entry per key. The handler then hears, per
+    /// key and in order, the key's latest state, possibly skipping intermediate ones (an
+    /// update's `old` is always the state it last heard; a key deleted and re-added is heard
+    /// as a deletion, then an add; a key added and deleted unheard is not heard at all).
+    ///
+    /// For level-triggered handlers (a controller that enqueues keys): what a relist already
+    /// gives them. The default, back-pressure, delivers every notification (client-go's
+    /// contract) at the price of holding the informer to this handler's pace.
+    pub fn coalesce_when_full(mut self) -> Self {
+        self.coalesce_when_full = true;
+        self
+    }
 }
 
 /// A registration's buffer hit its bound: reported once per episode (until the buffer has
@@ -95,14 +111,21 @@ pub struct Lag {
     pub pending: usize,
     /// Its bound.
     pub bound: usize,
+    /// Whether it coalesces what does not fit ([`HandlerOptions::coalesce_when_full`]) rather
+    /// than making the consumers wait.
+    pub coalescing: bool,
 }
 
 impl fmt::Display for Lag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what_now = if self.coalescing {
+            "what does not fit is coalesced per key"
+        } else {
+            "the informer's consumers wait for it"
+        };
         write!(
             f,
-            "kcache: handler {} lags: {} notifications pending, at its bound of {}; \
-             the informer's consumers wait for it",
+            "kcache: handler {} lags: {} notifications pending, at its bound of {}; {what_now}",
             self.name, self.pending, self.bound
         )
     }

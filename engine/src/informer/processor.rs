@@ -42,12 +42,14 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::coalesce::Coalesced;
 use super::handler::{AsyncEventHandler, Lag, LagHandler};
 use super::handoff::{Handoff, HandoffCounters};
 use super::lister_watcher::Versioned;
 use super::turns::Turns;
 use crate::consumer::EventHandler;
 use crate::delta::DeltaObject;
+use crate::key::KeyFn;
 
 /// client-go's `minimumResyncPeriod`: a handler cannot ask to resync more often.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -191,6 +193,7 @@ impl<T> Listener<T> {
                         name: self.shared.name.clone(),
                         pending,
                         bound: buffer.bound(),
+                        coalescing: buffer.spills(),
                     };
                     // User code on a consumer in the middle of a hand-over: a panic here
                     // would leave the turn unserved and stall every other consumer.
@@ -297,6 +300,20 @@ impl Registration {
     /// The highest [`pending`](Self::pending) count so far.
     pub fn peak_pending(&self) -> usize {
         self.shared.buffer.as_ref().map_or(0, |b| b.peak())
+    }
+
+    /// Notifications merged away because this handler lagged, when it coalesces
+    /// ([`HandlerOptions::coalesce_when_full`](super::HandlerOptions::coalesce_when_full)).
+    pub fn merged(&self) -> u64 {
+        self.shared.buffer.as_ref().map_or(0, |b| b.merged())
+    }
+
+    /// The most keys with a coalesced change waiting at once.
+    pub fn peak_coalesced_keys(&self) -> usize {
+        self.shared
+            .buffer
+            .as_ref()
+            .map_or(0, |b| b.peak_spilled_keys())
     }
 
     /// How many times a consumer had to wait for this handler to make room.
@@ -580,12 +597,13 @@ pub(crate) fn effective_resync_period(requested: Duration, check: Duration) -> D
 }
 
 /// What a registration asks of the processor, besides its handler.
-#[derive(Debug)]
-pub(crate) struct ListenerOptions {
+pub(crate) struct ListenerOptions<T> {
     pub(crate) name: Option<String>,
     pub(crate) bound: Option<usize>,
     pub(crate) requested: Duration,
     pub(crate) period: Duration,
+    /// Coalesce what a full buffer cannot take, by this key function (see `coalesce`).
+    pub(crate) coalesce_by: Option<KeyFn<T>>,
 }
 
 impl<T: Send + Sync + 'static> Processor<T> {
@@ -628,7 +646,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
     pub(crate) fn add(
         &self,
         handler: NewHandler<T>,
-        options: ListenerOptions,
+        options: ListenerOptions<T>,
         initial: impl FnOnce() -> Vec<Arc<T>>,
     ) -> std::io::Result<Registration> {
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
@@ -652,6 +670,16 @@ impl<T: Send + Sync + 'static> Processor<T> {
             removed: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         });
+        if let (Some(buffer), Some(key_fn)) = (&buffer, options.coalesce_by) {
+            let vanished = Arc::clone(&shared);
+            buffer.set_spill(Box::new(Coalesced::new(
+                key_fn,
+                Box::new(move |n| {
+                    // Release, as in `count_delivered`: these initial adds are done with.
+                    vanished.initial_pending.fetch_sub(n, Ordering::Release);
+                }),
+            )));
+        }
         let delivery = |buffer: &Arc<Buffer<T>>| Delivery {
             buffer: Arc::clone(buffer),
             shared: Arc::clone(&shared),

@@ -95,6 +95,18 @@ pub struct RunArgs {
     /// `--through informer`: CPU microseconds the slow handler spins per notification.
     #[arg(long, default_value_t = crate::through_informer::DEFAULT_SLOW_HANDLER_US)]
     pub slow_handler_us: u64,
+    /// `--through informer`: the slow handler sleeps its time (a handler waiting on I/O)
+    /// instead of spinning on a CPU.
+    #[arg(long)]
+    pub slow_handler_waits: bool,
+    /// `--through informer`: the slow handler coalesces what its full buffer cannot take, one
+    /// change per key, instead of making the consumers wait (`coalesce_when_full`).
+    #[arg(long)]
+    pub slow_handler_coalesces: bool,
+    /// `--through informer`: the slow handler's buffer bound, in notifications (default: the
+    /// informer's, 65,536).
+    #[arg(long)]
+    pub slow_handler_buffer: Option<usize>,
     /// Run every engine in this process, one after another, instead of one child process per
     /// engine. Faster to debug and profile, but the peak memory of every run after the first
     /// is understated: the allocator hands the next run what the previous one freed.
@@ -144,6 +156,9 @@ impl RunArgs {
         InformerConfig {
             handlers: self.handlers,
             slow_handler: Duration::from_micros(self.slow_handler_us),
+            slow_handler_waits: self.slow_handler_waits,
+            slow_handler_coalesces: self.slow_handler_coalesces,
+            slow_handler_buffer: self.slow_handler_buffer,
         }
     }
 
@@ -397,6 +412,10 @@ mod tests {
             "5",
             "--slow-handler-us",
             "7",
+            "--slow-handler-waits",
+            "--slow-handler-coalesces",
+            "--slow-handler-buffer",
+            "64",
             "--keys",
             "300",
             "--rate",
