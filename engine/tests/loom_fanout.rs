@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use kcache::informer::{Handoff, HandoffClosed, Spill};
+use kcache::informer::{Handoff, HandoffClosed};
 use loom::thread;
 
 fn model(f: impl Fn() + Sync + Send + 'static) {
@@ -131,50 +131,5 @@ fn remove_wakes_a_waiting_receiver() {
         };
         handoff.remove();
         assert!(receiver.join().unwrap().is_empty());
-    });
-}
-
-/// A spill that keeps everything in order (the informer's coalesces per key; the order and the
-/// wakes are what this model checks).
-#[derive(Default)]
-struct KeepAll(Vec<u32>, usize);
-
-impl Spill<u32> for KeepAll {
-    fn absorb(&mut self, items: Vec<u32>) {
-        self.1 += items.len();
-        self.0.extend(items);
-    }
-    fn is_empty(&self) -> bool {
-        self.1 == 0
-    }
-    fn keys(&self) -> usize {
-        self.0.len()
-    }
-    fn take(&mut self) -> (Vec<u32>, usize) {
-        (std::mem::take(&mut self.0), std::mem::take(&mut self.1))
-    }
-}
-
-/// A spilling hand-off: the sender never waits, what does not fit goes to the spill, and the
-/// receiver (woken by the sends into the spill too) gets everything in the order it was sent.
-#[test]
-fn a_spilling_sender_never_waits_and_the_receiver_gets_everything_in_order() {
-    model(|| {
-        let handoff = Arc::new(Handoff::for_thread(1));
-        handoff.set_spill(Box::new(KeepAll::default()));
-        let sender = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || {
-                for n in 1..=3 {
-                    handoff.send(vec![n], |_| {}).unwrap();
-                }
-                handoff.close();
-            })
-        };
-        let got = drain(&handoff);
-        sender.join().unwrap();
-        assert_eq!(got, [1, 2, 3]);
-        assert_eq!(handoff.counters().waits(), 0);
-        assert_eq!(handoff.counters().pending(), 0);
     });
 }

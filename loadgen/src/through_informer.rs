@@ -114,7 +114,7 @@ impl InformerConfig {
             options = options.buffer(bound);
         }
         if self.slow_handler_coalesces {
-            options = options.coalesce_when_full();
+            options = options.coalesce();
         }
         options
     }

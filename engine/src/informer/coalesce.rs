@@ -1,5 +1,11 @@
-//! What a registration that coalesces when full ([`HandlerOptions::coalesce_when_full`]) does
-//! with the notifications its full buffer cannot take: it keeps one pending change per key.
+//! The per-key table of a registration that coalesces ([`HandlerOptions::coalesce`]):
+//! its delivery moves every batch it receives into this table at once, then calls the handler
+//! for the oldest key's change, then takes in what arrived meanwhile, and so on. A handler
+//! slower than the informer therefore never fills its buffer (the merging costs its own thread
+//! far less than a call), the consumers do not wait for it, and it hears each key's latest
+//! state.
+//!
+//! [`HandlerOptions::coalesce`]: super::HandlerOptions::coalesce
 //!
 //! # Rules
 //!
@@ -19,27 +25,39 @@
 //! So a handler hears, per key and in order, a subsequence of what it would have heard, ending
 //! in the key's latest state: every intermediate state may be skipped, none is reordered, the
 //! last is never lost, and `old` is always the state it last heard. That is the contract of a
-//! level-triggered handler (a controller that enqueues keys), the same a relist gives it. Memory
-//! is bounded by the number of keys, not by how far the handler lags. Keys keep the order in
-//! which their first pending change arrived.
+//! level-triggered handler (a controller that enqueues keys), the same a relist gives it. The
+//! table holds at most one entry per key. Keys are delivered in the order in which their
+//! first pending change arrived.
 //!
 //! A notification whose key cannot be computed is kept as it is, in order.
 
-use super::handoff::Spill;
+use std::collections::VecDeque;
+
 use super::processor::Notification;
 use crate::delta::DeltaObject;
 use crate::key::{Key, KeyFn, KeyMap};
 
 /// One key's pending change; see the module docs.
 struct Entry<T> {
-    /// A deletion the handler hears before `now`.
     gone: Option<DeltaObject<T>>,
-    /// The key's state to report: an add, or an update (never a deletion).
+    /// An add or an update, never a deletion.
     now: Option<Notification<T>>,
 }
 
 impl<T> Entry<T> {
-    fn merge(&mut self, next: Notification<T>, vanished_initial: &mut usize) {
+    const EMPTY: Self = Self {
+        gone: None,
+        now: None,
+    };
+
+    /// Notifications it would deliver.
+    fn len(&self) -> usize {
+        usize::from(self.gone.is_some()) + usize::from(self.now.is_some())
+    }
+
+    /// Merges `next` in; the count of initial-list adds that vanished.
+    fn merge(&mut self, next: Notification<T>) -> usize {
+        let mut vanished_initial = 0;
         self.now = match (self.now.take(), next) {
             (Some(Notification::Add { initial, .. }), Notification::Update { new, .. }) => {
                 Some(Notification::Add { obj: new, initial })
@@ -50,7 +68,7 @@ impl<T> Entry<T> {
             }
             (Some(Notification::Add { initial, .. }), Notification::Delete(_)) => {
                 // The handler never heard of this state: nothing to tell it.
-                *vanished_initial += usize::from(initial);
+                vanished_initial = usize::from(initial);
                 None
             }
             (Some(Notification::Update { .. }) | None, Notification::Delete(gone)) => {
@@ -65,42 +83,55 @@ impl<T> Entry<T> {
                 unreachable!("`now` never holds a deletion")
             }
         };
+        vanished_initial
     }
 
-    fn drain_into(self, out: &mut Vec<Notification<T>>) {
-        out.extend(self.gone.map(Notification::Delete));
-        out.extend(self.now);
+    fn into_notifications(self) -> impl Iterator<Item = Notification<T>> {
+        self.gone
+            .map(Notification::Delete)
+            .into_iter()
+            .chain(self.now)
     }
 }
 
-/// The pending changes of a registration whose buffer is full, one per key; a [`Spill`] of
-/// its hand-off.
+/// What [`Coalesced::absorb`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Absorbed {
+    /// Notifications that will not be delivered: merged into another, or cancelled.
+    pub(crate) merged: usize,
+    /// Of those, initial-list adds (the registration's sync count must let go of them).
+    pub(crate) vanished_initial: usize,
+}
+
+/// The pending changes of a coalescing registration, one per key, oldest key first.
 pub(crate) struct Coalesced<T> {
     key_fn: KeyFn<T>,
-    /// Where each key's entry is in `entries`.
-    slots: KeyMap<usize>,
-    /// In the order of each key's first pending change (an entry may end up empty).
-    entries: Vec<Entry<T>>,
-    /// Notifications taken in since the last [`take`](Spill::take).
-    absorbed: usize,
-    /// Initial-list adds merged away without delivery (see `on_vanished_initial`).
-    vanished_initial: usize,
-    /// Told how many initial-list adds vanished, so the registration's sync count stays true.
-    on_vanished_initial: Box<dyn Fn(usize) + Send>,
+    /// Each key's entry, as its sequence number (`entries[seq - first]`).
+    slots: KeyMap<u64>,
+    /// Oldest first, with the key each belongs to (`None`: no key could be computed).
+    entries: VecDeque<(Option<Key>, Entry<T>)>,
+    /// The sequence number of `entries[0]`.
+    first: u64,
 }
 
 impl<T> Coalesced<T> {
-    /// Coalesces by `key_fn`; `on_vanished_initial(n)` hears of initial-list adds that merged
-    /// away (added, then deleted, before the handler heard either).
-    pub(crate) fn new(key_fn: KeyFn<T>, on_vanished_initial: Box<dyn Fn(usize) + Send>) -> Self {
+    /// An empty table, keyed by `key_fn`.
+    pub(crate) fn new(key_fn: KeyFn<T>) -> Self {
         Self {
             key_fn,
             slots: KeyMap::default(),
-            entries: Vec::new(),
-            absorbed: 0,
-            vanished_initial: 0,
-            on_vanished_initial,
+            entries: VecDeque::new(),
+            first: 0,
         }
+    }
+
+    /// Keys with a pending change (some may have merged down to nothing to say).
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
     }
 
     fn key_of(&self, notification: &Notification<T>) -> Option<Key> {
@@ -113,55 +144,45 @@ impl<T> Coalesced<T> {
         }
     }
 
-    fn absorb_one(&mut self, notification: Notification<T>) {
-        self.absorbed += 1;
-        let Some(key) = self.key_of(&notification) else {
-            let mut entry = Entry {
-                gone: None,
-                now: None,
-            };
-            entry.merge(notification, &mut self.vanished_initial);
-            self.entries.push(entry);
-            return;
-        };
-        let next = self.entries.len();
-        let slot = *self.slots.entry(key).or_insert(next);
-        if slot == next {
-            self.entries.push(Entry {
-                gone: None,
-                now: None,
-            });
-        }
-        self.entries[slot].merge(notification, &mut self.vanished_initial);
-    }
-}
-
-impl<T: Send + Sync> Spill<Notification<T>> for Coalesced<T> {
-    fn absorb(&mut self, items: Vec<Notification<T>>) {
+    /// Takes `items` in, after everything taken in before.
+    pub(crate) fn absorb(&mut self, items: Vec<Notification<T>>) -> Absorbed {
+        let mut absorbed = Absorbed::default();
         for notification in items {
-            self.absorb_one(notification);
+            let next = self.first + self.entries.len() as u64;
+            // One key made per notification, cloned only for a key new to the table: most
+            // notifications of a lagging handler merge into an entry already there.
+            let seq = match self.key_of(&notification) {
+                Some(key) => match self.slots.get(&key) {
+                    Some(&seq) => seq,
+                    None => {
+                        self.slots.insert(key.clone(), next);
+                        self.entries.push_back((Some(key), Entry::EMPTY));
+                        next
+                    }
+                },
+                None => {
+                    self.entries.push_back((None, Entry::EMPTY));
+                    next
+                }
+            };
+            // The slot is within the table: slots are removed when their entry leaves it.
+            let entry = &mut self.entries[(seq - self.first) as usize].1;
+            let before = entry.len();
+            absorbed.vanished_initial += entry.merge(notification);
+            absorbed.merged += before + 1 - entry.len();
         }
-        if self.vanished_initial > 0 {
-            (self.on_vanished_initial)(std::mem::take(&mut self.vanished_initial));
-        }
+        absorbed
     }
 
-    fn is_empty(&self) -> bool {
-        self.absorbed == 0
-    }
-
-    fn keys(&self) -> usize {
-        self.entries.len()
-    }
-
-    fn take(&mut self) -> (Vec<Notification<T>>, usize) {
-        let mut out = Vec::with_capacity(self.entries.len());
-        for entry in self.entries.drain(..) {
-            entry.drain_into(&mut out);
+    /// The oldest key's pending change (possibly nothing, when it merged away), and `None`
+    /// when the table is empty.
+    pub(crate) fn pop(&mut self) -> Option<impl Iterator<Item = Notification<T>>> {
+        let (key, entry) = self.entries.pop_front()?;
+        self.first += 1;
+        if let Some(key) = key {
+            self.slots.remove(&key);
         }
-        self.slots.clear();
-        let absorbed = std::mem::take(&mut self.absorbed);
-        (out, absorbed)
+        Some(entry.into_notifications())
     }
 }
 
@@ -169,7 +190,6 @@ impl<T> std::fmt::Debug for Coalesced<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Coalesced")
             .field("keys", &self.entries.len())
-            .field("absorbed", &self.absorbed)
             .finish_non_exhaustive()
     }
 }
@@ -182,15 +202,27 @@ mod tests {
     use super::*;
     use crate::delta::Tombstone;
 
-    fn coalesced() -> Coalesced<String> {
-        let key_fn: KeyFn<String> = Arc::new(|s: &String| Ok(Key::new(&s[..1])));
-        Coalesced::new(key_fn, Box::new(|_| {}))
+    fn first_letter() -> KeyFn<String> {
+        Arc::new(|s: &String| {
+            if s.starts_with('?') {
+                Err(crate::key::KeyError::new("no key"))
+            } else {
+                Ok(Key::new(&s[..1]))
+            }
+        })
     }
 
     fn add(s: &str) -> Notification<String> {
         Notification::Add {
             obj: Arc::new(s.to_string()),
             initial: false,
+        }
+    }
+
+    fn initial_add(s: &str) -> Notification<String> {
+        Notification::Add {
+            obj: Arc::new(s.to_string()),
+            initial: true,
         }
     }
 
@@ -205,22 +237,28 @@ mod tests {
         Notification::Delete(DeltaObject::Object(Arc::new(s.to_string())))
     }
 
-    fn show(items: &[Notification<String>]) -> Vec<String> {
-        items
-            .iter()
-            .map(|n| match n {
-                Notification::Add { obj, initial } => format!("add {obj} {initial}"),
-                Notification::Update { old, new } => format!("update {old}>{new}"),
-                Notification::Delete(DeltaObject::Object(obj)) => format!("delete {obj}"),
-                Notification::Delete(DeltaObject::Tombstone(t)) => format!("tombstone {}", t.key),
-            })
-            .collect()
+    fn show(n: &Notification<String>) -> String {
+        match n {
+            Notification::Add { obj, initial } => format!("add {obj} {initial}"),
+            Notification::Update { old, new } => format!("update {old}>{new}"),
+            Notification::Delete(DeltaObject::Object(obj)) => format!("delete {obj}"),
+            Notification::Delete(DeltaObject::Tombstone(t)) => format!("tombstone {}", t.key),
+        }
+    }
+
+    /// Everything the table holds, key by key (an empty entry shows as nothing).
+    fn drain(table: &mut Coalesced<String>) -> Vec<String> {
+        let mut out = Vec::new();
+        while let Some(change) = table.pop() {
+            out.extend(change.map(|n| show(&n)));
+        }
+        out
     }
 
     #[test]
     fn each_key_keeps_one_change_from_what_the_handler_last_heard() {
-        let mut c = coalesced();
-        c.absorb(vec![
+        let mut table = Coalesced::new(first_letter());
+        let absorbed = table.absorb(vec![
             update("a1", "a2"),
             add("b1"),
             update("a2", "a3"),
@@ -228,22 +266,27 @@ mod tests {
             delete("c1"),
             update("a3", "a4"),
         ]);
-        assert_eq!(c.keys(), 3);
-        let (out, absorbed) = c.take();
-        assert_eq!(absorbed, 6);
         assert_eq!(
-            show(&out),
+            absorbed,
+            Absorbed {
+                merged: 3,
+                vanished_initial: 0
+            }
+        );
+        assert_eq!(table.len(), 3);
+        assert_eq!(
+            drain(&mut table),
             ["update a1>a4", "add b2 false", "delete c1"],
             "keys in the order of their first change"
         );
-        assert!(c.is_empty());
-        assert_eq!(c.take().0.len(), 0);
+        assert!(table.is_empty());
+        assert!(table.pop().is_none());
     }
 
     #[test]
     fn a_deletion_is_heard_before_the_key_comes_back_and_an_unheard_add_vanishes() {
-        let mut c = coalesced();
-        c.absorb(vec![
+        let mut table = Coalesced::new(first_letter());
+        let absorbed = table.absorb(vec![
             update("a1", "a2"),
             delete("a2"),
             add("a3"),
@@ -251,57 +294,50 @@ mod tests {
             add("b1"),
             delete("b1"),
         ]);
-        let (out, absorbed) = c.take();
-        assert_eq!(absorbed, 6);
-        assert_eq!(show(&out), ["delete a2", "add a4 false"]);
-        // The emptied entry of `b` is not a change: the spill has absorbed but yields nothing.
+        assert_eq!(absorbed.merged, 4);
+        assert_eq!(drain(&mut table), ["delete a2", "add a4 false"]);
     }
 
     #[test]
-    fn tombstones_merge_by_their_key_and_initial_adds_that_vanish_are_reported() {
-        let vanished = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let seen = Arc::clone(&vanished);
-        let key_fn: KeyFn<String> = Arc::new(|s: &String| Ok(Key::new(&s[..1])));
-        let mut c = Coalesced::new(
-            key_fn,
-            Box::new(move |n| {
-                seen.fetch_add(n, std::sync::atomic::Ordering::Relaxed);
-            }),
-        );
+    fn a_key_popped_starts_again_at_the_back() {
+        let mut table = Coalesced::new(first_letter());
+        table.absorb(vec![update("a1", "a2"), update("b1", "b2")]);
+        let first: Vec<_> = table.pop().unwrap().map(|n| show(&n)).collect();
+        assert_eq!(first, ["update a1>a2"]);
+        table.absorb(vec![update("a2", "a3"), update("b2", "b3")]);
+        assert_eq!(drain(&mut table), ["update b1>b3", "update a2>a3"]);
+    }
+
+    #[test]
+    fn tombstones_merge_by_their_key_and_initial_adds_that_vanish_are_counted() {
+        let mut table = Coalesced::new(first_letter());
         let tombstone = Tombstone {
             key: Key::new("a"),
             last_known: Some(Arc::new("a1".to_string())),
         };
-        c.absorb(vec![
-            Notification::Add {
-                obj: Arc::new("a1".to_string()),
-                initial: true,
-            },
+        let absorbed = table.absorb(vec![
+            initial_add("a1"),
             Notification::Delete(DeltaObject::Tombstone(Arc::new(tombstone))),
-            Notification::Add {
-                obj: Arc::new("b1".to_string()),
-                initial: true,
-            },
+            initial_add("b1"),
             update("b1", "b2"),
         ]);
-        assert_eq!(vanished.load(std::sync::atomic::Ordering::Relaxed), 1);
-        assert_eq!(show(&c.take().0), ["add b2 true"]);
+        assert_eq!(
+            absorbed,
+            Absorbed {
+                merged: 3,
+                vanished_initial: 1
+            }
+        );
+        assert_eq!(drain(&mut table), ["add b2 true"]);
     }
 
     #[test]
     fn notifications_without_a_key_stay_as_they_are() {
-        let key_fn: KeyFn<String> = Arc::new(|s: &String| {
-            if s.starts_with('?') {
-                Err(crate::key::KeyError::new("no key"))
-            } else {
-                Ok(Key::new(&s[..1]))
-            }
-        });
-        let mut c = Coalesced::new(key_fn, Box::new(|_| {}));
-        c.absorb(vec![add("?1"), add("a1"), add("?2"), update("a1", "a2")]);
-        assert_eq!(c.keys(), 3);
+        let mut table = Coalesced::new(first_letter());
+        table.absorb(vec![add("?1"), add("a1"), add("?2"), update("a1", "a2")]);
+        assert_eq!(table.len(), 3);
         assert_eq!(
-            show(&c.take().0),
+            drain(&mut table),
             ["add ?1 false", "add a2 false", "add ?2 false"]
         );
     }

@@ -41,7 +41,7 @@ pub struct HandlerOptions {
     pub(crate) resync_period: Option<Duration>,
     pub(crate) buffer: Option<usize>,
     pub(crate) inline: bool,
-    pub(crate) coalesce_when_full: bool,
+    pub(crate) coalesce: bool,
 }
 
 impl HandlerOptions {
@@ -82,18 +82,21 @@ impl HandlerOptions {
         self
     }
 
-    /// When this handler's buffer is full, keep one pending change per key instead of making
-    /// the consumers wait: the informer runs at full speed whatever this handler costs, and
-    /// memory stays bounded by the buffer plus one entry per key. The handler then hears, per
-    /// key and in order, the key's latest state, possibly skipping intermediate ones (an
-    /// update's `old` is always the state it last heard; a key deleted and re-added is heard
-    /// as a deletion, then an add; a key added and deleted unheard is not heard at all).
+    /// Deliver each key's latest state: notifications waiting for this handler are merged,
+    /// one pending change per key, so a handler slower than the informer neither holds the
+    /// consumers back nor grows memory beyond one entry per key. Its delivery takes in what
+    /// arrived between any two calls, so its buffer drains as fast as it fills and the
+    /// consumers wait only if even that falls behind.
     ///
-    /// For level-triggered handlers (a controller that enqueues keys): what a relist already
-    /// gives them. The default, back-pressure, delivers every notification (client-go's
-    /// contract) at the price of holding the informer to this handler's pace.
-    pub fn coalesce_when_full(mut self) -> Self {
-        self.coalesce_when_full = true;
+    /// The handler hears, per key and in order, a subsequence of what it would have heard that
+    /// ends in the key's latest state: an update's `old` is always the state it last heard; a
+    /// key deleted and re-added is heard as a deletion, then an add; a key added and deleted
+    /// unheard is not heard at all. Keys come in the order of their first pending change. For
+    /// level-triggered handlers (a controller that enqueues keys): what a relist already gives
+    /// them. The default delivers every notification (client-go's contract) and back-pressures
+    /// the informer when the handler falls a buffer behind. Ignored by inline delivery.
+    pub fn coalesce(mut self) -> Self {
+        self.coalesce = true;
         self
     }
 }
@@ -111,21 +114,22 @@ pub struct Lag {
     pub pending: usize,
     /// Its bound.
     pub bound: usize,
-    /// Whether it coalesces what does not fit ([`HandlerOptions::coalesce_when_full`]) rather
-    /// than making the consumers wait.
+    /// Whether it coalesces per key ([`HandlerOptions::coalesce`]): then even merging what
+    /// arrives falls behind.
     pub coalescing: bool,
 }
 
 impl fmt::Display for Lag {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let what_now = if self.coalescing {
-            "what does not fit is coalesced per key"
+        let coalescing = if self.coalescing {
+            " (it coalesces per key, and cannot even take in what arrives)"
         } else {
-            "the informer's consumers wait for it"
+            ""
         };
         write!(
             f,
-            "kcache: handler {} lags: {} notifications pending, at its bound of {}; {what_now}",
+            "kcache: handler {} lags: {} notifications pending, at its bound of {}; \
+             the informer's consumers wait for it{coalescing}",
             self.name, self.pending, self.bound
         )
     }

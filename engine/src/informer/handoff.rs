@@ -21,13 +21,6 @@
 //! delivers them: "pending" counts what a handler has not been given yet, including what the
 //! receiver holds in hand, so the bound is a bound on memory.
 //!
-//! **Spilling** (a registration that coalesces when full): a hand-off made
-//! [`set_spill`](Handoff::set_spill) never makes a sender wait. What does not fit goes to the
-//! spill (which keeps one change per key), and so does every send while the spill holds
-//! anything: each notification in the spill is newer than every queued one. The receiver takes
-//! the queued batches first and the spill only when none are queued, so each key's
-//! notifications still reach it in order.
-//!
 //! [`close`](Handoff::close) refuses new batches and lets the receiver drain what is queued;
 //! [`remove`](Handoff::remove) also drops what is queued. Both wake every waiter. The loom model
 //! (`engine/tests/loom_fanout.rs`) checks that no wake is lost: not the receiver's, not a
@@ -57,10 +50,6 @@ pub struct HandoffCounters {
     waits: AtomicU64,
     /// Nanoseconds senders spent waiting for room, in total.
     waited_nanos: AtomicU64,
-    /// Notifications a spilling hand-off merged away (taken in, not delivered).
-    merged: AtomicU64,
-    /// The most keys its spill held at once.
-    peak_spilled_keys: AtomicUsize,
 }
 
 impl HandoffCounters {
@@ -83,28 +72,6 @@ impl HandoffCounters {
     pub fn waited(&self) -> Duration {
         Duration::from_nanos(self.waited_nanos.load(Ordering::Relaxed))
     }
-
-    /// How many notifications a spilling hand-off merged away.
-    pub fn merged(&self) -> u64 {
-        self.merged.load(Ordering::Relaxed)
-    }
-
-    /// The most keys the spill held at once.
-    pub fn peak_spilled_keys(&self) -> usize {
-        self.peak_spilled_keys.load(Ordering::Relaxed)
-    }
-}
-
-/// Where a spilling hand-off puts what its full buffer cannot take (see the module docs).
-pub trait Spill<N>: Send {
-    /// Takes `items` in, after everything taken in before.
-    fn absorb(&mut self, items: Vec<N>);
-    /// Whether nothing was taken in since the last [`take`](Spill::take).
-    fn is_empty(&self) -> bool;
-    /// How many keys it holds (for the figures).
-    fn keys(&self) -> usize;
-    /// What it holds, in order, and how many notifications were taken in to make it.
-    fn take(&mut self) -> (Vec<N>, usize);
 }
 
 /// What the mutex guards.
@@ -124,8 +91,6 @@ struct State<N> {
     /// The buffer hit its bound and has not caught up since (drained with no sender
     /// waiting): one lag episode.
     lagging: bool,
-    /// Where sends go that do not fit, instead of waiting; `None`: senders wait.
-    spill: Option<Box<dyn Spill<N>>>,
 }
 
 /// How the receiver waits for batches.
@@ -188,24 +153,12 @@ impl<N> Handoff<N> {
                 receiver_waiting: false,
                 senders_waiting: 0,
                 lagging: false,
-                spill: None,
             }),
             data,
             room: Condvar::new(),
             bound: bound.max(1),
             counters: Arc::default(),
         }
-    }
-
-    /// From now on, sends that do not fit go to `spill` instead of waiting (see the module
-    /// docs). Set it before the first send.
-    pub fn set_spill(&self, spill: Box<dyn Spill<N>>) {
-        lock(&self.state).spill = Some(spill);
-    }
-
-    /// Whether sends that do not fit spill rather than wait.
-    pub fn spills(&self) -> bool {
-        lock(&self.state).spill.is_some()
     }
 
     /// The most notifications that may be pending.
@@ -239,12 +192,6 @@ impl<N> Handoff<N> {
                 break Err(HandoffClosed);
             }
             let room = self.bound.saturating_sub(state.pending);
-            if state.spill.as_ref().is_some_and(|spill| !spill.is_empty()) {
-                // Behind what the spill holds, whatever the room: each key stays in order.
-                Self::spill_into(&mut state, &mut items, &self.counters);
-                self.wake_receiver(&mut state);
-                break Ok(());
-            }
             if room == 0 {
                 if !state.lagging {
                     state.lagging = true;
@@ -255,10 +202,6 @@ impl<N> Handoff<N> {
                     on_full(pending);
                     state = lock(&self.state);
                     continue;
-                }
-                if Self::spill_into(&mut state, &mut items, &self.counters) {
-                    self.wake_receiver(&mut state);
-                    break Ok(());
                 }
                 waited_since.get_or_insert_with(Instant::now);
                 state.senders_waiting += 1;
@@ -286,21 +229,6 @@ impl<N> Handoff<N> {
                 .fetch_add(nanos, Ordering::Relaxed);
         }
         result
-    }
-
-    /// Puts `items` into the spill, if there is one; false (and `items` untouched) if not.
-    fn spill_into(state: &mut State<N>, items: &mut Vec<N>, counters: &HandoffCounters) -> bool {
-        let Some(spill) = state.spill.as_mut() else {
-            return false;
-        };
-        spill.absorb(std::mem::take(items));
-        // Written only under the lock, as `peak` is.
-        if spill.keys() > counters.peak_spilled_keys.load(Ordering::Relaxed) {
-            counters
-                .peak_spilled_keys
-                .store(spill.keys(), Ordering::Relaxed);
-        }
-        true
     }
 
     /// Hands `items` over as one batch without waiting, even past the bound: for the snapshot
@@ -386,17 +314,6 @@ impl<N> Handoff<N> {
             TryRecv::Ended
         } else if !state.batches.is_empty() {
             TryRecv::Batches(std::mem::take(&mut state.batches))
-        } else if let Some(spill) = state.spill.as_mut().filter(|spill| !spill.is_empty()) {
-            // Nothing queued is older than the spill: hand it over as one batch, counted as
-            // pending like any other until the receiver releases it.
-            let (items, absorbed) = spill.take();
-            let merged = absorbed.saturating_sub(items.len()) as u64;
-            self.counters.merged.fetch_add(merged, Ordering::Relaxed);
-            state.pending += items.len();
-            self.counters
-                .pending
-                .store(state.pending, Ordering::Relaxed);
-            TryRecv::Batches(VecDeque::from([items]))
         } else if state.closed {
             TryRecv::Ended
         } else {
@@ -435,9 +352,6 @@ impl<N> Handoff<N> {
         state.closed = true;
         state.removed = true;
         let dropped: usize = state.batches.drain(..).map(|b| b.len()).sum();
-        if let Some(spill) = state.spill.as_mut() {
-            drop(spill.take());
-        }
         state.pending = state.pending.saturating_sub(dropped);
         self.counters
             .pending

@@ -54,7 +54,7 @@ pub use handler::{AsyncEventHandler, HandlerOptions, Lag, LagHandler, DEFAULT_HA
 /// The consumer-to-handler hand-off, public only for the loom model (`tests/loom_fanout.rs`).
 #[cfg(kcache_loom)]
 #[doc(hidden)]
-pub use handoff::{Handoff, HandoffClosed, Spill, TryRecv};
+pub use handoff::{Handoff, HandoffClosed, TryRecv};
 pub use lister_watcher::{
     Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
     WatchStream,

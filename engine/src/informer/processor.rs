@@ -44,7 +44,7 @@ use tokio::time::Instant;
 
 use super::coalesce::Coalesced;
 use super::handler::{AsyncEventHandler, Lag, LagHandler};
-use super::handoff::{Handoff, HandoffCounters};
+use super::handoff::{Handoff, HandoffCounters, TryRecv};
 use super::lister_watcher::Versioned;
 use super::turns::Turns;
 use crate::consumer::EventHandler;
@@ -101,6 +101,13 @@ struct Shared {
     delivered: AtomicU64,
     /// Handler calls that panicked (the delivery goes on).
     panics: AtomicU64,
+    /// It coalesces per key ([`HandlerOptions::coalesce`](super::HandlerOptions::coalesce)).
+    coalescing: bool,
+    /// Keys in its coalescing table now, and at most.
+    coalesced_keys: AtomicUsize,
+    peak_coalesced_keys: AtomicUsize,
+    /// Notifications its coalescing table merged away.
+    merged: AtomicU64,
     /// Removed: the delivery drops what is left and stops.
     removed: AtomicBool,
     /// The delivery has stopped.
@@ -193,7 +200,7 @@ impl<T> Listener<T> {
                         name: self.shared.name.clone(),
                         pending,
                         bound: buffer.bound(),
-                        coalescing: buffer.spills(),
+                        coalescing: self.shared.coalescing,
                     };
                     // User code on a consumer in the middle of a hand-over: a panic here
                     // would leave the turn unserved and stall every other consumer.
@@ -286,9 +293,11 @@ impl Registration {
         &self.shared.name
     }
 
-    /// Notifications waiting for this handler (0 for inline delivery).
+    /// Notifications waiting for this handler (0 for inline delivery); for one that
+    /// coalesces, plus the keys in its table.
     pub fn pending(&self) -> usize {
         self.shared.buffer.as_ref().map_or(0, |b| b.pending())
+            + self.shared.coalesced_keys.load(Ordering::Relaxed)
     }
 
     /// The most notifications that may wait for this handler; 0 for inline delivery, which
@@ -303,17 +312,14 @@ impl Registration {
     }
 
     /// Notifications merged away because this handler lagged, when it coalesces
-    /// ([`HandlerOptions::coalesce_when_full`](super::HandlerOptions::coalesce_when_full)).
+    /// ([`HandlerOptions::coalesce`](super::HandlerOptions::coalesce)).
     pub fn merged(&self) -> u64 {
-        self.shared.buffer.as_ref().map_or(0, |b| b.merged())
+        self.shared.merged.load(Ordering::Relaxed)
     }
 
-    /// The most keys with a coalesced change waiting at once.
+    /// The most keys with a change waiting in its coalescing table at once.
     pub fn peak_coalesced_keys(&self) -> usize {
-        self.shared
-            .buffer
-            .as_ref()
-            .map_or(0, |b| b.peak_spilled_keys())
+        self.shared.peak_coalesced_keys.load(Ordering::Relaxed)
     }
 
     /// How many times a consumer had to wait for this handler to make room.
@@ -385,6 +391,8 @@ impl<T: Send + Sync + 'static> NewHandler<T> {
 pub(crate) struct Delivery<T> {
     buffer: Arc<Buffer<T>>,
     shared: Arc<Shared>,
+    /// The per-key table of a registration that coalesces.
+    table: Option<Coalesced<T>>,
     finish: Finish,
 }
 
@@ -395,8 +403,14 @@ impl<T> Delivery<T> {
         let Delivery {
             buffer,
             shared,
+            table,
             finish,
         } = self;
+        if let Some(table) = table {
+            coalesce_thread(table, &buffer, &shared, &mut handler);
+            drop(finish);
+            return;
+        }
         while let Some(batches) = buffer.recv() {
             if !deliver_batches(batches, &buffer, &shared, |n| n.call(&mut handler)) {
                 break;
@@ -413,8 +427,14 @@ impl<T> Delivery<T> {
         let Delivery {
             buffer,
             shared,
+            table,
             finish,
         } = self;
+        if let Some(table) = table {
+            coalesce_task(table, &buffer, &shared, &mut handler).await;
+            drop(finish);
+            return;
+        }
         while let Some(batches) = buffer.recv_async().await {
             for batch in batches {
                 let (n, mut initial) = (batch.len(), 0);
@@ -424,16 +444,7 @@ impl<T> Delivery<T> {
                         return;
                     }
                     initial += usize::from(notification.is_initial());
-                    let call = match notification {
-                        Notification::Add { obj, initial } => {
-                            catch_panic(handler.on_add(obj, initial)).await
-                        }
-                        Notification::Update { old, new } => {
-                            catch_panic(handler.on_update(old, new)).await
-                        }
-                        Notification::Delete(obj) => catch_panic(handler.on_delete(obj)).await,
-                    };
-                    if call.is_err() {
+                    if call_async(&mut handler, notification).await.is_err() {
                         shared.panics.fetch_add(1, Ordering::Relaxed);
                     }
                 }
@@ -442,6 +453,171 @@ impl<T> Delivery<T> {
             }
         }
         drop(finish);
+    }
+}
+
+/// Moves taken batches into a coalescing registration's table, releasing their room.
+fn absorb_batches<T>(
+    table: &mut Coalesced<T>,
+    batches: VecDeque<Vec<Notification<T>>>,
+    buffer: &Buffer<T>,
+    shared: &Shared,
+) {
+    for batch in batches {
+        let n = batch.len();
+        let absorbed = table.absorb(batch);
+        shared
+            .merged
+            .fetch_add(absorbed.merged as u64, Ordering::Relaxed);
+        if absorbed.vanished_initial > 0 {
+            // Release, as in `count_delivered`: these initial adds are done with.
+            shared
+                .initial_pending
+                .fetch_sub(absorbed.vanished_initial, Ordering::Release);
+        }
+        buffer.delivered(n);
+    }
+    // Before the room is released above is fine too: `pending` adds both, and a reader
+    // between the two stores sees a moment's undercount, never a lasting one.
+    shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
+    shared
+        .peak_coalesced_keys
+        .fetch_max(table.len(), Ordering::Relaxed);
+}
+
+/// What a coalescing delivery does next.
+enum Next<T> {
+    /// Batches arrived: take them into the table.
+    Batches(VecDeque<Vec<Notification<T>>>),
+    /// Nothing new: deliver the oldest key's change.
+    Deliver,
+    /// Removed, or closed with the table delivered: stop.
+    Stop,
+}
+
+/// The coalescing delivery's choice, given what the buffer had (`None`: nothing new, the
+/// buffer still open) or whether it ended.
+fn next_step<T>(table: &Coalesced<T>, got: TryRecv<Notification<T>>, shared: &Shared) -> Next<T> {
+    match got {
+        TryRecv::Batches(batches) => Next::Batches(batches),
+        TryRecv::Empty => Next::Deliver,
+        // Closed: deliver what the table holds first; removed: stop now.
+        // Acquire pairs with the Release in `Processor::remove`.
+        TryRecv::Ended if !table.is_empty() && !shared.removed.load(Ordering::Acquire) => {
+            Next::Deliver
+        }
+        TryRecv::Ended => Next::Stop,
+    }
+}
+
+/// Delivers the oldest key's change with `call` (true: it panicked); false once removed.
+fn deliver_oldest<T>(
+    table: &mut Coalesced<T>,
+    shared: &Shared,
+    mut call: impl FnMut(Notification<T>) -> bool,
+) -> bool {
+    let Some(change) = table.pop() else {
+        return true;
+    };
+    for notification in change {
+        // Acquire pairs with the Release in `Processor::remove`.
+        if shared.removed.load(Ordering::Acquire) {
+            return false;
+        }
+        let initial = usize::from(notification.is_initial());
+        if call(notification) {
+            shared.panics.fetch_add(1, Ordering::Relaxed);
+        }
+        shared.count_delivered(1, initial);
+    }
+    shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
+    true
+}
+
+/// A coalescing delivery thread: between handler calls it takes in whatever arrived, so its
+/// buffer drains as fast as the consumers fill it and only the table (one entry per key)
+/// waits for the handler. It blocks for more only when the table is empty.
+fn coalesce_thread<T, H: EventHandler<T>>(
+    mut table: Coalesced<T>,
+    buffer: &Buffer<T>,
+    shared: &Shared,
+    handler: &mut H,
+) {
+    loop {
+        let got = if table.is_empty() {
+            match buffer.recv() {
+                Some(batches) => TryRecv::Batches(batches),
+                None => TryRecv::Ended,
+            }
+        } else {
+            buffer.try_recv()
+        };
+        match next_step(&table, got, shared) {
+            Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
+            Next::Deliver => {
+                if !deliver_oldest(&mut table, shared, |n| n.call(handler)) {
+                    return;
+                }
+            }
+            Next::Stop => return,
+        }
+    }
+}
+
+/// The same as a task, awaiting each call.
+async fn coalesce_task<T, H: AsyncEventHandler<T>>(
+    mut table: Coalesced<T>,
+    buffer: &Buffer<T>,
+    shared: &Shared,
+    handler: &mut H,
+) where
+    T: Send + Sync,
+{
+    loop {
+        let got = if table.is_empty() {
+            match buffer.recv_async().await {
+                Some(batches) => TryRecv::Batches(batches),
+                None => TryRecv::Ended,
+            }
+        } else {
+            buffer.try_recv()
+        };
+        match next_step(&table, got, shared) {
+            Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
+            Next::Deliver => {
+                let Some(change) = table.pop() else {
+                    continue;
+                };
+                for notification in change {
+                    // Acquire pairs with the Release in `Processor::remove`.
+                    if shared.removed.load(Ordering::Acquire) {
+                        return;
+                    }
+                    let initial = usize::from(notification.is_initial());
+                    if call_async(handler, notification).await.is_err() {
+                        shared.panics.fetch_add(1, Ordering::Relaxed);
+                    }
+                    shared.count_delivered(1, initial);
+                }
+                shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
+            }
+            Next::Stop => return,
+        }
+    }
+}
+
+/// Calls an async handler with `notification`, catching a panic.
+async fn call_async<T, H: AsyncEventHandler<T>>(
+    handler: &mut H,
+    notification: Notification<T>,
+) -> Result<(), ()>
+where
+    T: Send + Sync,
+{
+    match notification {
+        Notification::Add { obj, initial } => catch_panic(handler.on_add(obj, initial)).await,
+        Notification::Update { old, new } => catch_panic(handler.on_update(old, new)).await,
+        Notification::Delete(obj) => catch_panic(handler.on_delete(obj)).await,
     }
 }
 
@@ -602,7 +778,7 @@ pub(crate) struct ListenerOptions<T> {
     pub(crate) bound: Option<usize>,
     pub(crate) requested: Duration,
     pub(crate) period: Duration,
-    /// Coalesce what a full buffer cannot take, by this key function (see `coalesce`).
+    /// Coalesce per key, by this key function (see `coalesce`).
     pub(crate) coalesce_by: Option<KeyFn<T>>,
 }
 
@@ -667,22 +843,18 @@ impl<T: Send + Sync + 'static> Processor<T> {
             bound: if buffer.is_some() { bound } else { 0 },
             delivered: AtomicU64::new(0),
             panics: AtomicU64::new(0),
+            coalescing: options.coalesce_by.is_some() && buffer.is_some(),
+            coalesced_keys: AtomicUsize::new(0),
+            peak_coalesced_keys: AtomicUsize::new(0),
+            merged: AtomicU64::new(0),
             removed: AtomicBool::new(false),
             finished: AtomicBool::new(false),
         });
-        if let (Some(buffer), Some(key_fn)) = (&buffer, options.coalesce_by) {
-            let vanished = Arc::clone(&shared);
-            buffer.set_spill(Box::new(Coalesced::new(
-                key_fn,
-                Box::new(move |n| {
-                    // Release, as in `count_delivered`: these initial adds are done with.
-                    vanished.initial_pending.fetch_sub(n, Ordering::Release);
-                }),
-            )));
-        }
+        let coalesce_by = options.coalesce_by;
         let delivery = |buffer: &Arc<Buffer<T>>| Delivery {
             buffer: Arc::clone(buffer),
             shared: Arc::clone(&shared),
+            table: coalesce_by.clone().map(Coalesced::new),
             finish: Finish(Arc::clone(&shared)),
         };
         let (sink, worker) = match (handler, buffer) {

@@ -485,7 +485,7 @@ where
             bound: options.buffer,
             requested,
             period,
-            coalesce_by: options.coalesce_when_full.then(|| self.key_fn()),
+            coalesce_by: options.coalesce.then(|| self.key_fn()),
         };
         let registration = self.processor.add(handler, listener, || {
             if started {

@@ -99,8 +99,8 @@ pub struct RunArgs {
     /// instead of spinning on a CPU.
     #[arg(long)]
     pub slow_handler_waits: bool,
-    /// `--through informer`: the slow handler coalesces what its full buffer cannot take, one
-    /// change per key, instead of making the consumers wait (`coalesce_when_full`).
+    /// `--through informer`: the slow handler coalesces per key (`HandlerOptions::coalesce`):
+    /// what waits for it is merged into one change per key, so it does not hold the informer.
     #[arg(long)]
     pub slow_handler_coalesces: bool,
     /// `--through informer`: the slow handler's buffer bound, in notifications (default: the
