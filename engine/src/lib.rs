@@ -216,7 +216,7 @@
 //! No safe public function of this crate can cause a double free or a use-after-free,
 //! whatever order and threads it is called from, and neither can a private one given guards
 //! from `crossbeam_epoch::pin` (every guard in the crate is one). The crate denies
-//! `unsafe_code` except in four private modules, and `unsafe_op_in_unsafe_fn`, so every
+//! `unsafe_code` except in five private modules, and `unsafe_op_in_unsafe_fn`, so every
 //! unsafe operation is in an `unsafe { }` block, and each block says why it holds in a
 //! `Safety:` comment (clippy's `undocumented_unsafe_blocks`, an error in CI):
 //!
@@ -227,6 +227,8 @@
 //! - `sharded/indexer/published.rs`: the store's current content, mirrored as a plain pointer
 //!   for pinned readers.
 //! - `sharded/indexer/writable.rs`: the one place that replaces a slot's object.
+//! - `controller/nice.rs`: `gettid` and `setpriority`, two system calls on integers, for
+//!   `ControllerBuilder::worker_nice`.
 //!
 //! How the rules of that code are carried by types, crossbeam-epoch style:
 //!

@@ -722,3 +722,71 @@ async fn on_the_reference_priority_queue_a_live_change_goes_first() {
     let queue = Arc::new(kcache::workqueue::priority::ReferencePriorityQueue::new());
     a_live_change_passes_the_initial_lists_backlog(queue).await;
 }
+
+/// The nice value and name of every thread of this process (procfs).
+#[cfg(target_os = "linux")]
+fn threads_nice() -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue; // the thread ended meanwhile
+        };
+        let (open, close) = (stat.find('(').unwrap(), stat.rfind(')').unwrap());
+        let name = stat[open + 1..close].to_string();
+        // Fields after the name: state is field 3, nice is field 19.
+        let nice = stat[close + 2..]
+            .split(' ')
+            .nth(16)
+            .unwrap()
+            .parse()
+            .unwrap();
+        out.push((name, nice));
+    }
+    out
+}
+
+// `worker_nice`: every worker thread runs at the asked nice value, and only they do.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_nice_lowers_the_workers_and_nothing_else() {
+    let srv = server(100);
+    srv.upsert(pod("ns/a", 1)).unwrap();
+    let informer = SharedInformer::builder(srv.clone(), key_fn()).build();
+    let base = threads_nice()
+        .iter()
+        .map(|(_, nice)| *nice)
+        .max()
+        .unwrap_or(0);
+    assert!(
+        base <= 12,
+        "this test raises a thread's nice value by 7: run it at a nice value of 12 or less"
+    );
+    let wanted = base + 7;
+    let reconciled = Arc::new(AtomicUsize::new(0));
+    let controller = Controller::builder(&informer)
+        .workers(3)
+        .worker_nice(wanted)
+        .run(
+            |_: &Request<Pod>, n: &AtomicUsize| {
+                n.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(Action::Done)
+            },
+            reconciled.clone(),
+        )
+        .unwrap();
+    informer.start().unwrap();
+    eventually("the reconcile", || reconciled.load(Ordering::SeqCst) == 1).await;
+    // Other tests run in this process at the same time, their workers at the base value:
+    // exactly this controller's three threads run at the lowered one.
+    let threads = threads_nice();
+    let lowered: Vec<_> = threads.iter().filter(|(_, nice)| *nice == wanted).collect();
+    assert_eq!(lowered.len(), 3, "{threads:?}");
+    assert!(
+        lowered
+            .iter()
+            .all(|(name, _)| name.starts_with("kcache-reconcil")),
+        "{threads:?}"
+    );
+    controller.shutdown().await;
+    informer.shutdown().await;
+}

@@ -404,12 +404,16 @@ impl Run<'_> {
                 .collect(),
         });
         let filter = Arc::clone(&watch);
-        let controller = Controller::builder(&informer)
+        let mut builder = Controller::builder(&informer)
             .name("w6")
             .workers(ctl.workers)
             .queue(Arc::clone(&queue))
             .handler_options(handler_options)
-            .event_filter(move |event| filter.filter(event))
+            .event_filter(move |event| filter.filter(event));
+        if ctl.worker_nice > 0 {
+            builder = builder.worker_nice(ctl.worker_nice);
+        }
+        let controller = builder
             .run(reconcile_w6, Arc::clone(&reconciler))
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();

@@ -83,6 +83,9 @@ pub struct ControllerConfig {
     /// The seed of the failure draws ([`fails`]): the workload's, so one spec fails the same
     /// reconcile attempts in both pipelines and in every run.
     pub seed: u64,
+    /// W6/W7 through the informer: the worker threads' `nice` value (0: inherited), see
+    /// `ControllerBuilder::worker_nice`.
+    pub worker_nice: i32,
 }
 
 impl Default for ControllerConfig {
@@ -91,6 +94,7 @@ impl Default for ControllerConfig {
             workers: DEFAULT_WORKERS,
             reconcile_cost: Duration::from_micros(DEFAULT_RECONCILE_US),
             seed: workloads::DEFAULT_SEED,
+            worker_nice: 0,
         }
     }
 }
@@ -817,6 +821,9 @@ pub fn child_args(
         "--reconcile-us".to_string(),
         ctl.reconcile_cost.as_micros().to_string(),
     ]);
+    if ctl.worker_nice != 0 {
+        args.extend(["--worker-nice".to_string(), ctl.worker_nice.to_string()]);
+    }
     args
 }
 

@@ -85,6 +85,8 @@
 mod handler;
 mod mapping;
 mod metrics;
+#[allow(unsafe_code)] // Two system calls on integers: see their `Safety:` comments.
+mod nice;
 mod queue;
 mod reconcile;
 mod runtime;

@@ -24,6 +24,7 @@ use crate::workqueue::{
 use super::handler::{EnqueueMapped, EnqueuePrimary, Event, EventFilter, Priorities};
 use super::mapping::{owner_mapper, Mapper, Owned};
 use super::metrics::{ReconcileMetrics, ReconcileMetricsProvider, ReconcileStats};
+use super::nice::lower_this_thread;
 use super::queue::ControllerQueue;
 use super::reconcile::{
     run_async_worker, run_sync_worker, Action, ErrorReport, Lookup, Request, Shared,
@@ -44,6 +45,9 @@ pub enum ControllerError {
     /// Zero workers were asked for.
     #[error("a controller needs at least one worker")]
     NoWorkers,
+    /// [`ControllerBuilder::worker_nice`] was refused by the system.
+    #[error("cannot lower the workers' priority: {0}")]
+    Nice(std::io::Error),
 }
 
 /// Registers a secondary informer's handler, once the queue exists.
@@ -74,6 +78,8 @@ pub struct ControllerBuilder<'a, K> {
     secondaries: Vec<Registrar<'a>>,
     filter: Option<EventFilter<K>>,
     low_priority_when_unchanged: bool,
+    /// The worker threads' `nice` value, if they are to yield to the informer.
+    worker_nice: Option<i32>,
     handler_options: HandlerOptions,
     metrics: Option<Arc<dyn ReconcileMetricsProvider>>,
     on_error: Option<ErrorReport>,
@@ -123,6 +129,7 @@ impl<K: Versioned + Send + Sync + 'static> Controller<K> {
             secondaries: Vec::new(),
             filter: None,
             low_priority_when_unchanged: true,
+            worker_nice: None,
             handler_options: HandlerOptions::new(),
             metrics: None,
             on_error: None,
@@ -142,6 +149,18 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
     /// at least 1. Default 1.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers;
+        self
+    }
+
+    /// Runs the worker threads of [`run`](Self::run) at this `nice` value (1..=19; Linux):
+    /// below the informer's own threads, so that CPU-bound reconciles on a machine with fewer
+    /// cores than busy threads do not starve the reflector and the consumers. Without it a
+    /// reconcile storm delays every event before its key reaches the workqueue, where its
+    /// priority would have put it first (W7 in docs/workloads.md measures this). Raising
+    /// niceness needs no privilege. [`run`](Self::run) fails if the system refuses; async
+    /// workers (tokio tasks) are not affected. Default: the workers inherit the caller's.
+    pub fn worker_nice(mut self, nice: i32) -> Self {
+        self.worker_nice = Some(nice.clamp(1, 19));
         self
     }
 
@@ -268,18 +287,27 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
         F: Fn(&Request<K>, &C) -> Result<Action, E> + Send + Sync + 'static,
     {
         let workers = self.workers;
+        let nice = self.worker_nice;
         let (mut controller, shared) = self.start()?;
         let reconcile = Arc::new(reconcile);
         let mut threads = Vec::with_capacity(workers);
+        // Each worker lowers its own priority before its first reconcile and says whether it
+        // could; `run` waits for every answer.
+        let (niced, nice_results) = std::sync::mpsc::channel();
         for worker in 0..workers {
-            let (own_shared, ctx, reconcile) = (
+            let (own_shared, ctx, reconcile, niced) = (
                 Arc::clone(&shared),
                 Arc::clone(&ctx),
                 Arc::clone(&reconcile),
+                niced.clone(),
             );
             let spawned = std::thread::Builder::new()
                 .name(format!("kcache-reconcile-{worker}"))
-                .spawn(move || run_sync_worker(&own_shared, worker, &*ctx, &*reconcile));
+                .spawn(move || {
+                    let _ = niced.send(nice.map_or(Ok(()), lower_this_thread));
+                    drop(niced);
+                    run_sync_worker(&own_shared, worker, &*ctx, &*reconcile);
+                });
             match spawned {
                 Ok(thread) => threads.push(thread),
                 Err(err) => {
@@ -294,6 +322,12 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
             }
         }
         controller.workers = Mutex::new(Some(Workers::Threads(threads)));
+        drop(niced);
+        // Every sender is dropped once its answer is sent: this ends after `workers` answers.
+        if let Some(Err(err)) = nice_results.iter().find(Result::is_err) {
+            controller.stop();
+            return Err(ControllerError::Nice(err));
+        }
         Ok(controller)
     }
 

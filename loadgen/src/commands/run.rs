@@ -48,6 +48,11 @@ pub struct RunArgs {
     /// W6: CPU microseconds each reconcile burns.
     #[arg(long, default_value_t = crate::controller_loop::DEFAULT_RECONCILE_US)]
     pub reconcile_us: u64,
+    /// W6/W7 through the informer: run the controller's workers at this `nice` value (1-19,
+    /// Linux), below the informer's threads, so CPU-bound reconciles do not starve event
+    /// intake (`ControllerBuilder::worker_nice`); 0 (the default) leaves them as they are.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub worker_nice: i32,
     /// W7: the informer's resync period, in milliseconds (at least 1000).
     #[arg(long, default_value_t = crate::controller_resync::DEFAULT_RESYNC_MS)]
     pub resync_ms: u64,
@@ -147,6 +152,7 @@ impl RunArgs {
         ControllerConfig {
             workers: self.workers,
             reconcile_cost: Duration::from_micros(self.reconcile_us),
+            worker_nice: self.worker_nice,
             seed: self.seed,
         }
     }
