@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use super::encode::PodFields;
 use super::objects::EventType;
 use super::store::{Change, Store, StoredPod};
+use kcache::{Key, KeyMap};
 use workloads::{Generated, Op, Pod};
 
 /// At most this many events go into the store under one lock.
@@ -51,6 +52,10 @@ pub struct Churn {
     incarnation: Vec<u32>,
     /// When each key's incarnation was created, in Unix seconds.
     created: Vec<i64>,
+    /// Each key's `metadata.name`, made the first time the key is written and shared after.
+    names: Vec<Option<Arc<str>>>,
+    /// Each node name as the pods' `spec.nodeName`, shared by every pod on it.
+    nodes: KeyMap<Arc<str>>,
     resource_version: u64,
     pods: usize,
 }
@@ -74,6 +79,8 @@ impl Churn {
             last: vec![None; keys],
             incarnation: vec![0; keys],
             created: vec![unix_now(); keys],
+            names: vec![None; keys],
+            nodes: KeyMap::default(),
             resource_version: 0,
             pods: 0,
         };
@@ -110,13 +117,24 @@ impl Churn {
         self.generated.ops.len() - self.next_op
     }
 
-    fn names(&self, pod: &Pod) -> (Arc<str>, Arc<str>) {
-        let key = pod.key.as_str();
-        let name = key.split_once('/').map_or(key, |(_, name)| name);
+    fn names(&mut self, pod: &Pod) -> (Arc<str>, Arc<str>) {
+        let name = self.names[pod.id as usize].get_or_insert_with(|| {
+            let key = pod.key.as_str();
+            Arc::from(key.split_once('/').map_or(key, |(_, name)| name))
+        });
         (
             Arc::clone(&self.namespaces[pod.id as usize % self.namespaces.len()]),
-            Arc::from(name),
+            Arc::clone(name),
         )
+    }
+
+    fn node(&mut self, node: &Key) -> Arc<str> {
+        if let Some(name) = self.nodes.get(node) {
+            return Arc::clone(name);
+        }
+        let name: Arc<str> = Arc::from(node.as_str());
+        self.nodes.insert(node.clone(), Arc::clone(&name));
+        name
     }
 
     fn mark(&mut self, pod: &Arc<Pod>, alive: bool) {
@@ -130,12 +148,12 @@ impl Churn {
         self.last[id] = alive.then(|| Arc::clone(pod));
     }
 
-    fn fields(&self, pod: &Pod, resource_version: u64) -> PodFields {
+    fn fields(&mut self, pod: &Pod, resource_version: u64) -> PodFields {
         let (namespace, name) = self.names(pod);
         PodFields {
             namespace,
             name,
-            node: pod.node.as_ref().map(|n| Arc::from(n.as_str())),
+            node: pod.node.as_ref().map(|n| self.node(n)),
             id: pod.id,
             incarnation: self.incarnation[pod.id as usize],
             version: pod.version,
@@ -274,7 +292,7 @@ mod tests {
             for pod in model.alive.iter().flatten() {
                 let (ns, name) = pod.key.as_str().split_once('/').unwrap();
                 let stored = store.get(ns, name).expect("alive in the model");
-                let json: serde_json::Value = serde_json::from_slice(&stored.object).unwrap();
+                let json: serde_json::Value = serde_json::from_slice(stored.object()).unwrap();
                 assert_eq!(
                     json["metadata"]["labels"][super::super::objects::VERSION_LABEL],
                     pod.version.to_string(),

@@ -84,24 +84,31 @@ pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
 /// [`pod_json`], and where its `metadata` object is in it (for metadata-only answers).
 pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>) {
     let mut out = Vec::with_capacity(320);
+    let metadata = write_pod_json(&mut out, state);
+    (out, metadata)
+}
+
+/// Appends the pod as JSON to `out` (which may already hold what goes before it, such as an
+/// event's head), and returns where its `metadata` object is in `out`.
+pub fn write_pod_json(out: &mut Vec<u8>, state: &PodState<'_>) -> std::ops::Range<usize> {
     out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
     let metadata_start = out.len();
     out.push(b'{');
     if has_creation_time(state) {
         out.extend_from_slice(br#""creationTimestamp":""#);
-        push_rfc3339(&mut out, state.created);
+        push_rfc3339(out, state.created);
         out.extend_from_slice(b"\",");
     }
     out.extend_from_slice(br#""labels":{"app":"loadgen",""#);
     out.extend_from_slice(VERSION_LABEL.as_bytes());
     out.extend_from_slice(br#"":""#);
-    push_u64(&mut out, state.version);
+    push_u64(out, state.version);
     out.extend_from_slice(br#""},"name":"#);
-    push_json_str(&mut out, state.name);
+    push_json_str(out, state.name);
     out.extend_from_slice(br#","namespace":"#);
-    push_json_str(&mut out, state.namespace);
+    push_json_str(out, state.namespace);
     out.extend_from_slice(br#","resourceVersion":""#);
-    push_u64(&mut out, state.resource_version);
+    push_u64(out, state.resource_version);
     out.extend_from_slice(br#"","uid":""#);
     out.extend_from_slice(uid(state).as_bytes());
     out.extend_from_slice(b"\"}");
@@ -113,10 +120,10 @@ pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>)
     out.extend_from_slice(b"\"}]");
     if let Some(node) = state.node {
         out.extend_from_slice(br#","nodeName":"#);
-        push_json_str(&mut out, node);
+        push_json_str(out, node);
     }
     out.extend_from_slice(b"}}");
-    (out, metadata)
+    metadata
 }
 
 /// `s` as a JSON string: copied as it is when nothing in it needs escaping (the workload's

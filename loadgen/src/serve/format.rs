@@ -110,7 +110,7 @@ impl Format {
     /// (metadata only: the shared metadata inside a fixed envelope).
     pub fn push_event(self, chunk: &mut BytesMut, pod: &StoredPod) {
         match self {
-            Format::Json => chunk.put_slice(&pod.line),
+            Format::Json => chunk.put_slice(pod.line()),
             Format::Protobuf => chunk.put_slice(pod.protobuf().frame()),
             Format::JsonMetadata => push_metadata_line(chunk, pod.kind.as_str(), pod),
         }
@@ -121,7 +121,7 @@ impl Format {
         match self {
             Format::Json => {
                 chunk.put_slice(br#"{"type":"ADDED","object":"#);
-                chunk.put_slice(&pod.object);
+                chunk.put_slice(pod.object());
                 chunk.put_slice(b"}\n");
             }
             Format::Protobuf => push_frame(chunk, "ADDED", &pod.protobuf().body()),
@@ -141,7 +141,7 @@ impl Format {
     /// One pod's body.
     pub fn pod_body(self, pod: &StoredPod) -> Bytes {
         match self {
-            Format::Json => pod.object.clone(),
+            Format::Json => pod.object_bytes(),
             Format::Protobuf => pod.protobuf().body(),
             Format::JsonMetadata => {
                 let mut body = BytesMut::new();
@@ -227,7 +227,7 @@ fn json_list_body(page: &Page) -> Vec<u8> {
         r#"{{"kind":"PodList","apiVersion":"v1","metadata":{},"items":["#,
         list_metadata(page)
     );
-    let size = head.len() + pods.iter().map(|p| p.object.len()).sum::<usize>() + pods.len() + 2;
+    let size = head.len() + pods.iter().map(|p| p.object().len()).sum::<usize>() + pods.len() + 2;
     let mut body = Vec::with_capacity(size);
     body.extend_from_slice(head.as_bytes());
     for (i, pod) in pods.iter().enumerate() {

@@ -122,7 +122,12 @@ pub fn list_body(page: &Page) -> Vec<u8> {
         ..meta::ListMeta::default()
     };
     let pods = page.items();
-    let mut list = Vec::with_capacity(64 + pods.iter().map(|p| p.object.len()).sum::<usize>());
+    let mut list = Vec::with_capacity(
+        64 + pods
+            .iter()
+            .map(|p| p.protobuf().pod().len() + 4)
+            .sum::<usize>(),
+    );
     bytes_field(&mut list, 1, &metadata.encode_to_vec());
     for pod in pods {
         bytes_field(&mut list, 2, pod.protobuf().pod());

@@ -5,10 +5,10 @@
 //! The engine's server keeps the resource version, the current pods, the window of recent
 //! events (and its `410 Expired`), the snapshots of paged lists, and the fan-out to every open
 //! watch. What this module adds is what only the HTTP server needs: the pods' encodings (an
-//! event's JSON line is written once, by the churn, and every watch sends the same bytes; the
-//! stored pod is a slice of it; the protobuf frame is written once, by the first protobuf
-//! reader, and shared the same way), namespaces as list and watch views, and the timeline of
-//! publications.
+//! event's JSON line is written once, by the first JSON reader, and every watch sends the same
+//! bytes, the stored pod being a slice of it; the protobuf frame is written once, by the first
+//! protobuf reader, and shared the same way), namespaces as list and watch views, and the
+//! timeline of publications.
 //!
 //! Resource versions count events: event `n` has resource version `n`, so the window's events
 //! are contiguous.
@@ -19,8 +19,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
-use super::encode::{pod_json_parts, pod_protobuf, PodFields};
-use super::objects::{event_line, EventType, Status, POD_HEAD};
+use super::encode::{pod_protobuf, write_pod_json, PodFields};
+use super::objects::{EventType, Status, POD_HEAD};
 use super::protobuf::ProtobufPod;
 use crate::sync::lock;
 
@@ -41,45 +41,88 @@ pub struct StoredPod {
     pub name: Arc<str>,
     /// `metadata.resourceVersion`.
     pub resource_version: u64,
-    /// The serialised pod, `kind` and `apiVersion` included (a slice of `line`).
-    pub object: Bytes,
-    /// `{"type":…,"object":…}\n`: the event that made this state, as every watch sends it
-    /// (for the initial population, which had no event, an `ADDED`).
-    pub line: Bytes,
     /// What made this state.
     pub kind: EventType,
-    /// Where `metadata` is in `object` (metadata-only answers send only it).
-    metadata: std::ops::Range<usize>,
-    /// What the protobuf form is written from.
+    /// What the encodings are written from.
     fields: PodFields,
-    /// The protobuf forms, made by the first protobuf reader and then shared by all.
+    /// The JSON forms, written by the first JSON reader and then shared by all.
+    json: OnceLock<JsonPod>,
+    /// The protobuf forms, written by the first protobuf reader and then shared by all.
     protobuf: OnceLock<ProtobufPod>,
 }
 
+/// A pod's JSON forms: one buffer, `{"type":…,"object":…}\n`, the event line every watch
+/// sends, with the object and its `metadata` as slices of it.
+#[derive(Debug)]
+struct JsonPod {
+    line: Bytes,
+    object: std::ops::Range<usize>,
+    metadata: std::ops::Range<usize>,
+}
+
+impl JsonPod {
+    /// Written in one buffer: the event's head, the pod, the event's tail.
+    fn new(kind: EventType, fields: &PodFields) -> Self {
+        let mut line = Vec::with_capacity(400);
+        line.extend_from_slice(br#"{"type":""#);
+        line.extend_from_slice(kind.as_str().as_bytes());
+        line.extend_from_slice(br#"","object":"#);
+        let start = line.len();
+        let metadata = write_pod_json(&mut line, &fields.state());
+        let object = start..line.len();
+        line.extend_from_slice(b"}\n");
+        Self {
+            line: Bytes::from(line),
+            object,
+            metadata,
+        }
+    }
+}
+
 impl StoredPod {
-    /// The pod with `fields`, made by a `kind` event: its JSON watch line is written once (the
-    /// stored object is a slice of it); its protobuf forms when first asked for.
+    /// The pod with `fields`, made by a `kind` event; its encodings are written when first
+    /// asked for, once per format, so a server whose watchers all read protobuf never writes
+    /// JSON and the other way round.
     pub fn new(kind: EventType, fields: PodFields) -> StoredPod {
-        let (json, metadata) = pod_json_parts(&fields.state());
-        let (line, object) = event_line(kind, &json);
         StoredPod {
             namespace: Arc::clone(&fields.namespace),
             name: Arc::clone(&fields.name),
             resource_version: fields.resource_version,
-            object: line.slice(object),
-            line,
             kind,
-            metadata,
             fields,
+            json: OnceLock::new(),
             protobuf: OnceLock::new(),
         }
     }
 
+    fn json(&self) -> &JsonPod {
+        self.json
+            .get_or_init(|| JsonPod::new(self.kind, &self.fields))
+    }
+
+    /// `{"type":…,"object":…}\n`: the event that made this state, as every watch sends it
+    /// (for the initial population, which had no event, an `ADDED`).
+    pub fn line(&self) -> &[u8] {
+        &self.json().line
+    }
+
+    /// The serialised pod, `kind` and `apiVersion` included.
+    pub fn object(&self) -> &[u8] {
+        let json = self.json();
+        &json.line[json.object.clone()]
+    }
+
+    /// [`object`](Self::object), shared rather than copied.
+    pub fn object_bytes(&self) -> Bytes {
+        let json = self.json();
+        json.line.slice(json.object.clone())
+    }
+
     /// The pod as a list item: without `kind` and `apiVersion`, which the list carries once.
     pub fn list_item(&self) -> &[u8] {
-        // `object` starts with POD_HEAD, which ends with the comma after `kind`; what follows
-        // is the rest of the object, so `{` + rest is the object without the two fields.
-        &self.object[POD_HEAD.len()..]
+        // The object starts with POD_HEAD, which ends with the comma after `kind`; what
+        // follows is the rest of the object, so `{` + rest is the object without the two.
+        &self.object()[POD_HEAD.len()..]
     }
 
     /// The protobuf forms (the event's frame, the pod's body, the bare pod), encoded by the
@@ -92,7 +135,8 @@ impl StoredPod {
 
     /// The pod's `metadata` object, as JSON.
     pub fn metadata_json(&self) -> &[u8] {
-        &self.object[self.metadata.clone()]
+        let json = self.json();
+        &json.line[json.metadata.clone()]
     }
 
     /// The fields it was written from.
@@ -383,6 +427,24 @@ mod tests {
             store.next_page("junk", Some("ns-1"), 2).unwrap_err(),
             ContinueError::Malformed
         );
+    }
+
+    #[test]
+    fn encodings_are_written_on_first_use_and_shared_after() {
+        let store = Store::new(Vec::new(), 0, 100);
+        store.publish(vec![change(EventType::Added, 1, 1)]);
+        let pod = store.get("ns-1", "pod-1").expect("published");
+        assert!(pod.json.get().is_none() && pod.protobuf.get().is_none());
+        let line = pod.line().as_ptr();
+        assert!(pod
+            .line()
+            .starts_with(br#"{"type":"ADDED","object":{"apiVersion":"v1""#));
+        assert_eq!(pod.line().as_ptr(), line, "written once");
+        assert!(pod.protobuf.get().is_none(), "JSON alone was asked for");
+        assert!(!pod.protobuf().frame().is_empty());
+        let body = pod.object_bytes();
+        assert_eq!(&body[..], pod.object());
+        assert!(pod.line()[..].windows(body.len()).any(|w| w == &body[..]));
     }
 
     #[test]
