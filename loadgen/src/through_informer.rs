@@ -164,16 +164,6 @@ pub(crate) struct Recorder {
 
 impl Recorder {
     pub(crate) fn new(plan: Arc<Plan>, cost: Duration, latency_from: Option<Instant>) -> Self {
-        Self::with_record(plan, cost, latency_from, HandlerRecord::new(0))
-    }
-
-    /// A recorder that starts from `record`'s rules (its views are sized here).
-    fn with_record(
-        plan: Arc<Plan>,
-        cost: Duration,
-        latency_from: Option<Instant>,
-        record: HandlerRecord,
-    ) -> Self {
         let keys = plan.final_views.len();
         let mismatches = plan
             .final_views
@@ -183,10 +173,7 @@ impl Recorder {
         let shared = Arc::new(Progressing::default());
         shared.mismatches.store(mismatches, Ordering::Relaxed);
         Self {
-            record: HandlerRecord {
-                views: vec![KeyView::default(); keys],
-                ..record
-            },
+            record: HandlerRecord::new(keys),
             plan,
             shared,
             mismatches,
@@ -198,12 +185,8 @@ impl Recorder {
 
     /// The slow handler of `icfg`: sleeping or spinning, judged as coalescing if it does.
     fn slow(plan: Arc<Plan>, icfg: &InformerConfig, latency_from: Option<Instant>) -> Self {
-        let record = if icfg.slow_handler_coalesces {
-            HandlerRecord::coalescing(0)
-        } else {
-            HandlerRecord::new(0)
-        };
-        let mut recorder = Self::with_record(plan, icfg.slow_handler, latency_from, record);
+        let mut recorder = Self::new(plan, icfg.slow_handler, latency_from);
+        recorder.record.coalescing = icfg.slow_handler_coalesces;
         recorder.waits = icfg.slow_handler_waits;
         recorder
     }

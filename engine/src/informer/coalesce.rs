@@ -212,18 +212,19 @@ mod tests {
         })
     }
 
-    fn add(s: &str) -> Notification<String> {
+    fn add_with(s: &str, initial: bool) -> Notification<String> {
         Notification::Add {
             obj: Arc::new(s.to_string()),
-            initial: false,
+            initial,
         }
     }
 
+    fn add(s: &str) -> Notification<String> {
+        add_with(s, false)
+    }
+
     fn initial_add(s: &str) -> Notification<String> {
-        Notification::Add {
-            obj: Arc::new(s.to_string()),
-            initial: true,
-        }
+        add_with(s, true)
     }
 
     fn update(old: &str, new: &str) -> Notification<String> {

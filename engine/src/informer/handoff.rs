@@ -277,7 +277,7 @@ impl<N> Handoff<N> {
     pub fn recv(&self) -> Option<VecDeque<Vec<N>>> {
         let mut state = lock(&self.state);
         loop {
-            match self.take(&mut state) {
+            match self.take(&mut state, true) {
                 TryRecv::Batches(batches) => return Some(batches),
                 TryRecv::Ended => return None,
                 TryRecv::Empty => {}
@@ -291,7 +291,13 @@ impl<N> Handoff<N> {
 
     /// Takes every queued batch without waiting; see [`TryRecv`].
     pub fn try_recv(&self) -> TryRecv<N> {
-        self.take(&mut lock(&self.state))
+        self.take(&mut lock(&self.state), true)
+    }
+
+    /// [`try_recv`](Self::try_recv) for a receiver that has other work and will not wait:
+    /// `Empty` does not mark it waiting, so no sender pays for a wake nobody needs.
+    pub fn poll(&self) -> TryRecv<N> {
+        self.take(&mut lock(&self.state), false)
     }
 
     /// [`recv`](Self::recv) for a task receiver: waits without blocking the runtime's thread.
@@ -309,7 +315,7 @@ impl<N> Handoff<N> {
         }
     }
 
-    fn take(&self, state: &mut MutexGuard<'_, State<N>>) -> TryRecv<N> {
+    fn take(&self, state: &mut MutexGuard<'_, State<N>>, mark_waiting: bool) -> TryRecv<N> {
         if state.removed {
             TryRecv::Ended
         } else if !state.batches.is_empty() {
@@ -317,7 +323,7 @@ impl<N> Handoff<N> {
         } else if state.closed {
             TryRecv::Ended
         } else {
-            state.receiver_waiting = true;
+            state.receiver_waiting |= mark_waiting;
             TryRecv::Empty
         }
     }

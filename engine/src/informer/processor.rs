@@ -115,6 +115,20 @@ struct Shared {
 }
 
 impl Shared {
+    /// Whether the registration was removed: its delivery stops before the next call.
+    fn is_removed(&self) -> bool {
+        // Acquire pairs with the Release in `Processor::remove`.
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Counts one delivered call: whether it panicked, and whether it was an initial-list add.
+    fn count_call(&self, panicked: bool, initial: bool) {
+        if panicked {
+            self.panics.fetch_add(1, Ordering::Relaxed);
+        }
+        self.count_delivered(1, usize::from(initial));
+    }
+
     /// Counts a delivered part of a batch: `n` calls, `initial` of them initial-list adds.
     fn count_delivered(&self, n: usize, initial: usize) {
         self.delivered.fetch_add(n as u64, Ordering::Release);
@@ -477,8 +491,8 @@ fn absorb_batches<T>(
         }
         buffer.delivered(n);
     }
-    // Before the room is released above is fine too: `pending` adds both, and a reader
-    // between the two stores sees a moment's undercount, never a lasting one.
+    // After the room was released: `pending` adds both counts, so a reader in between sees a
+    // moment's undercount, never a lasting one.
     shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
     shared
         .peak_coalesced_keys
@@ -495,43 +509,16 @@ enum Next<T> {
     Stop,
 }
 
-/// The coalescing delivery's choice, given what the buffer had (`None`: nothing new, the
-/// buffer still open) or whether it ended.
+/// The coalescing delivery's choice, given what the buffer gave: with an empty table the
+/// delivery waited for it, else it only polled.
 fn next_step<T>(table: &Coalesced<T>, got: TryRecv<Notification<T>>, shared: &Shared) -> Next<T> {
     match got {
         TryRecv::Batches(batches) => Next::Batches(batches),
         TryRecv::Empty => Next::Deliver,
         // Closed: deliver what the table holds first; removed: stop now.
-        // Acquire pairs with the Release in `Processor::remove`.
-        TryRecv::Ended if !table.is_empty() && !shared.removed.load(Ordering::Acquire) => {
-            Next::Deliver
-        }
+        TryRecv::Ended if !table.is_empty() && !shared.is_removed() => Next::Deliver,
         TryRecv::Ended => Next::Stop,
     }
-}
-
-/// Delivers the oldest key's change with `call` (true: it panicked); false once removed.
-fn deliver_oldest<T>(
-    table: &mut Coalesced<T>,
-    shared: &Shared,
-    mut call: impl FnMut(Notification<T>) -> bool,
-) -> bool {
-    let Some(change) = table.pop() else {
-        return true;
-    };
-    for notification in change {
-        // Acquire pairs with the Release in `Processor::remove`.
-        if shared.removed.load(Ordering::Acquire) {
-            return false;
-        }
-        let initial = usize::from(notification.is_initial());
-        if call(notification) {
-            shared.panics.fetch_add(1, Ordering::Relaxed);
-        }
-        shared.count_delivered(1, initial);
-    }
-    shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
-    true
 }
 
 /// A coalescing delivery thread: between handler calls it takes in whatever arrived, so its
@@ -545,19 +532,21 @@ fn coalesce_thread<T, H: EventHandler<T>>(
 ) {
     loop {
         let got = if table.is_empty() {
-            match buffer.recv() {
-                Some(batches) => TryRecv::Batches(batches),
-                None => TryRecv::Ended,
-            }
+            buffer.recv().map_or(TryRecv::Ended, TryRecv::Batches)
         } else {
-            buffer.try_recv()
+            buffer.poll()
         };
         match next_step(&table, got, shared) {
             Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
             Next::Deliver => {
-                if !deliver_oldest(&mut table, shared, |n| n.call(handler)) {
-                    return;
+                for notification in table.pop().into_iter().flatten() {
+                    if shared.is_removed() {
+                        return;
+                    }
+                    let initial = notification.is_initial();
+                    shared.count_call(notification.call(handler), initial);
                 }
+                shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
             }
             Next::Stop => return,
         }
@@ -575,29 +564,22 @@ async fn coalesce_task<T, H: AsyncEventHandler<T>>(
 {
     loop {
         let got = if table.is_empty() {
-            match buffer.recv_async().await {
-                Some(batches) => TryRecv::Batches(batches),
-                None => TryRecv::Ended,
-            }
+            buffer
+                .recv_async()
+                .await
+                .map_or(TryRecv::Ended, TryRecv::Batches)
         } else {
-            buffer.try_recv()
+            buffer.poll()
         };
         match next_step(&table, got, shared) {
             Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
             Next::Deliver => {
-                let Some(change) = table.pop() else {
-                    continue;
-                };
-                for notification in change {
-                    // Acquire pairs with the Release in `Processor::remove`.
-                    if shared.removed.load(Ordering::Acquire) {
+                for notification in table.pop().into_iter().flatten() {
+                    if shared.is_removed() {
                         return;
                     }
-                    let initial = usize::from(notification.is_initial());
-                    if call_async(handler, notification).await.is_err() {
-                        shared.panics.fetch_add(1, Ordering::Relaxed);
-                    }
-                    shared.count_delivered(1, initial);
+                    let initial = notification.is_initial();
+                    shared.count_call(call_async(handler, notification).await.is_err(), initial);
                 }
                 shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
             }

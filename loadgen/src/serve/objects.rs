@@ -115,17 +115,22 @@ pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
     json
 }
 
-/// A watch line `{"type":T,"object":O}\n` and the range of `O` in it, so that one allocation
-/// serves the watchers (the line) and lists and gets (the object, a slice of the line).
-pub fn event_line(kind: EventType, object: &[u8]) -> (Bytes, std::ops::Range<usize>) {
-    let head = format!(r#"{{"type":"{}","object":"#, kind.as_str());
-    let mut line = Vec::with_capacity(head.len() + object.len() + 2);
-    line.extend_from_slice(head.as_bytes());
+/// A watch line `{"type":T,"object":O}\n` in one allocation, `O` written by `object` (which
+/// returns what it likes, such as where a part of `O` is), and the range of `O` in it, so that
+/// one allocation serves the watchers (the line) and lists and gets (the object, a slice).
+pub fn event_line<R>(
+    kind: EventType,
+    object: impl FnOnce(&mut Vec<u8>) -> R,
+) -> (Bytes, std::ops::Range<usize>, R) {
+    let mut line = Vec::with_capacity(400);
+    line.extend_from_slice(br#"{"type":""#);
+    line.extend_from_slice(kind.as_str().as_bytes());
+    line.extend_from_slice(br#"","object":"#);
     let start = line.len();
-    line.extend_from_slice(object);
+    let written = object(&mut line);
     let end = line.len();
     line.extend_from_slice(b"}\n");
-    (Bytes::from(line), start..end)
+    (Bytes::from(line), start..end, written)
 }
 
 /// A `BOOKMARK` line at `resource_version`; `initial_events_end` adds the annotation that ends
@@ -364,7 +369,7 @@ mod tests {
             "spec.nodeName"
         );
 
-        let (line, range) = event_line(EventType::Deleted, &json);
+        let (line, range, ()) = event_line(EventType::Deleted, |out| out.extend_from_slice(&json));
         assert_eq!(&line[range], &json[..]);
         let event: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(event["type"], "DELETED");

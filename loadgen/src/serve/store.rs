@@ -20,7 +20,7 @@ use bytes::Bytes;
 use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
 use super::encode::{pod_protobuf, write_pod_json, PodFields};
-use super::objects::{EventType, Status, POD_HEAD};
+use super::objects::{event_line, EventType, Status, POD_HEAD};
 use super::protobuf::ProtobufPod;
 use crate::sync::lock;
 
@@ -63,16 +63,9 @@ struct JsonPod {
 impl JsonPod {
     /// Written in one buffer: the event's head, the pod, the event's tail.
     fn new(kind: EventType, fields: &PodFields) -> Self {
-        let mut line = Vec::with_capacity(400);
-        line.extend_from_slice(br#"{"type":""#);
-        line.extend_from_slice(kind.as_str().as_bytes());
-        line.extend_from_slice(br#"","object":"#);
-        let start = line.len();
-        let metadata = write_pod_json(&mut line, &fields.state());
-        let object = start..line.len();
-        line.extend_from_slice(b"}\n");
+        let (line, object, metadata) = event_line(kind, |out| write_pod_json(out, &fields.state()));
         Self {
-            line: Bytes::from(line),
+            line,
             object,
             metadata,
         }
