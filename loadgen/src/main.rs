@@ -8,7 +8,7 @@
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
 //! - `loadgen scale --workload w1 --engine all [--keys 10k,100k,1M,4M]`: a sweep over key counts.
 //! - `loadgen e2e --workload wN --rate R --client ROW|all` (feature `wire`; rows `kcache`,
-//!   `kcache-protobuf`, `kcache-json`, `kube-rs`, `serve-alone`): real clients (kcache's
+//!   `kcache-protobuf`, `kcache-json`, `kcache-metadata`, `kube-rs`, `serve-alone`): real clients (kcache's
 //!   informer through kube-rs or its own client, kube-rs' own reflector) and a discarding
 //!   reader (the server alone) against `serve`.
 

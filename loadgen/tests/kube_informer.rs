@@ -152,8 +152,8 @@ async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_re
 }
 
 /// `loadgen e2e` through the binary, tiny: every row (kcache through kube-rs, kcache's own
-/// client over protobuf and over JSON, kube-rs, and the discarding readers of the server
-/// alone) ends ok with every event.
+/// client over protobuf, over JSON and metadata only, kube-rs, and the discarding readers of
+/// the server alone) ends ok with every event.
 #[test]
 fn e2e_through_the_binary_gives_every_row_verdict_ok() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
@@ -171,6 +171,7 @@ fn e2e_through_the_binary_gives_every_row_verdict_ok() {
         "kcache",
         "kcache-protobuf",
         "kcache-json",
+        "kcache-metadata",
         "kube-rs",
         "serve-alone",
         "serve-alone-protobuf",

@@ -178,6 +178,7 @@ mod tests {
             lag_us: (1, lag_p99_us, lag_p99_us),
             peak_bytes: None,
             client_cpu_seconds: Some(client_cpu),
+            client_sync_cpu_seconds: None,
             server_cpu_seconds: Some(0.5),
             client_cpu_us_per_event: None,
             server_cpu_us_per_event: None,

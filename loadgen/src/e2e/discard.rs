@@ -168,15 +168,24 @@ impl std::fmt::Debug for Reader {
     }
 }
 
+/// The server's latest resource version (`GET /loadgen/status`; `url` is `http://ADDR`).
+pub async fn served_resource_version(url: &str) -> Result<u64, String> {
+    json_number(&addr_of(url)?, "/loadgen/status", "/resourceVersion").await
+}
+
+fn addr_of(url: &str) -> Result<String, String> {
+    Ok(url
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{url}: the discarding reader speaks plain http:// only"))?
+        .trim_end_matches('/')
+        .to_owned())
+}
+
 impl Reader {
     /// Opens a watch of every pod from the server's current version (`url` is `http://ADDR`);
     /// returns once the server answered, with the body being read and discarded.
     pub async fn start(url: &str, wire: Wire) -> Result<Reader, String> {
-        let addr = url
-            .strip_prefix("http://")
-            .ok_or_else(|| format!("{url}: the discarding reader speaks plain http:// only"))?
-            .trim_end_matches('/')
-            .to_owned();
+        let addr = addr_of(url)?;
         let start = json_number(&addr, "/api/v1/pods?limit=1", "/metadata/resourceVersion").await?;
         let accept = match wire {
             Wire::Json => "application/json",

@@ -42,6 +42,10 @@ pub enum ClientChoice {
     /// kcache's SharedInformer through its own wire client, over JSON.
     #[value(name = "kcache-json")]
     KcacheJson,
+    /// kcache's SharedInformer through its own wire client, metadata only
+    /// (`PartialObjectMetadata`, as client-go's metadata informers).
+    #[value(name = "kcache-metadata")]
+    KcacheMetadata,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
@@ -80,7 +84,7 @@ pub struct E2eArgs {
     /// Give up on a client whose cache does not match this many seconds after the churn.
     #[arg(long, default_value_t = 60.0)]
     pub settle_seconds: f64,
-    /// kcache's own client (`kcache-protobuf`, `kcache-json`) lists by streaming
+    /// kcache's own client (`kcache-protobuf`, `kcache-json`, `kcache-metadata`) lists by streaming
     /// (`sendInitialEvents`) instead of in pages: compare the rows' peak MB to see what the
     /// initial sync costs either way.
     #[arg(long)]
@@ -96,6 +100,11 @@ pub struct E2eArgs {
     /// With `--find-capacity`: the lag p99 a client must keep, milliseconds.
     #[arg(long, default_value_t = 10.0)]
     pub max_lag_ms: f64,
+    /// The server publishes what is due at most once per this many milliseconds (0: each
+    /// event when it is due). A lag is measured from when an event was due, so the wait
+    /// counts against the client.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::serve::parse_publish_interval_ms)]
+    pub publish_interval_ms: f64,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -116,8 +125,11 @@ pub struct ClientReport {
     pub lag_us: (u64, u64, u64),
     /// The client process's peak resident memory, bytes.
     pub peak_bytes: Option<u64>,
-    /// CPU seconds the client process used.
+    /// CPU seconds the client process used from its initial sync until its handler heard the
+    /// last event (the harness's own check of its cache afterwards is not counted).
     pub client_cpu_seconds: Option<f64>,
+    /// CPU seconds the client process used to start and make its initial sync.
+    pub client_sync_cpu_seconds: Option<f64>,
     /// CPU seconds this process (the server and its churn) used while the client ran.
     pub server_cpu_seconds: Option<f64>,
     /// The client's CPU per event it received, microseconds.
@@ -181,6 +193,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
             OneClient::Kcache,
             OneClient::KcacheProtobuf,
             OneClient::KcacheJson,
+            OneClient::KcacheMetadata,
             OneClient::KubeRs,
             OneClient::ServeAlone,
             OneClient::ServeAloneProtobuf,
@@ -188,6 +201,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
         ClientChoice::Kcache => &[OneClient::Kcache],
         ClientChoice::KcacheProtobuf => &[OneClient::KcacheProtobuf],
         ClientChoice::KcacheJson => &[OneClient::KcacheJson],
+        ClientChoice::KcacheMetadata => &[OneClient::KcacheMetadata],
         ClientChoice::KubeRs => &[OneClient::KubeRs],
         ClientChoice::ServeAlone => &[OneClient::ServeAlone, OneClient::ServeAloneProtobuf],
     };
@@ -199,6 +213,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
         let mut config = ServeConfig::new(spec, args.rate);
         config.window = args.window;
         config.bookmark_interval = Duration::from_secs(1);
+        config.publish_interval = Duration::from_secs_f64(args.publish_interval_ms / 1000.0);
         match runtime.block_on(run_client(
             &exe,
             client,
@@ -255,6 +270,7 @@ fn find_capacity(
             let mut config = ServeConfig::new(spec.events(events), rate);
             config.window = args.window;
             config.bookmark_interval = Duration::from_secs(1);
+            config.publish_interval = Duration::from_secs_f64(args.publish_interval_ms / 1000.0);
             let report = match runtime.block_on(run_client(
                 exe,
                 client,
@@ -399,22 +415,28 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
     }
     println!(
         "(offered {rate:.0} events/s; per second: over the churn's duration on the server; lag: \
-         publication on the server to the client's handler; each client \
-         ran alone in a process of its own (peak MB: its peak resident memory; cpu s: its CPU \
-         seconds), against a fresh server in this process with the same events (srv cpu: this \
+         when the event was due on the server's schedule to the client's handler; each client \
+         ran alone in a process of its own (peak MB: its peak resident memory, the initial sync \
+         included; cpu s: its CPU seconds from its initial sync until it heard the last event), against a fresh server in this process with the same events (srv cpu: this \
          process's CPU seconds meanwhile))"
     );
 }
 
-/// When each event was published: the store's record of its batches.
-struct Timeline(Vec<Publication>);
+/// When each event was due: the store's record of its batches (each stamped when its first
+/// event was due), and the churn's rate, which spaces the events of a batch.
+struct Timeline {
+    batches: Vec<Publication>,
+    rate: f64,
+}
 
 impl Timeline {
-    /// When `rv` became visible to the watches (Unix nanoseconds); `None` if it was not
-    /// published while recording (the population present at start).
-    fn published(&self, rv: u64) -> Option<u64> {
-        let i = self.0.partition_point(|&(first, _)| first <= rv);
-        i.checked_sub(1).map(|i| self.0[i].1)
+    /// When `rv` was due (Unix nanoseconds), its batch's stamp plus its place in the batch at
+    /// the churn's rate; `None` if it was not published while recording (the population
+    /// present at start).
+    fn due(&self, rv: u64) -> Option<u64> {
+        let i = self.batches.partition_point(|&(first, _)| first <= rv);
+        let (first, stamp) = self.batches[i.checked_sub(1)?];
+        Some(stamp + ((rv - first) as f64 * 1e9 / self.rate) as u64)
     }
 }
 
@@ -471,6 +493,7 @@ async fn run_client(
 ) -> Result<ClientReport, String> {
     config.record_publications = true;
     config.hold_churn = true;
+    let rate = config.rate;
     let mut server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start the server: {e}"))?;
@@ -538,9 +561,12 @@ async fn run_client(
     // Up to an hour in microseconds; a longer lag is clamped to it.
     let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
         .map_err(|e| format!("histogram: {e}"))?;
-    let timeline = Timeline(server.store().publications());
+    let timeline = Timeline {
+        batches: server.store().publications(),
+        rate,
+    };
     for &(rv, at) in &events {
-        if let Some(published) = timeline.published(rv) {
+        if let Some(published) = timeline.due(rv) {
             lags.saturating_record(at.saturating_sub(published) / 1_000);
         }
     }
@@ -562,6 +588,7 @@ async fn run_client(
         ),
         peak_bytes: outcome.peak_bytes,
         client_cpu_seconds: outcome.cpu_seconds,
+        client_sync_cpu_seconds: outcome.sync_cpu_seconds,
         server_cpu_seconds,
         client_cpu_us_per_event: crate::cpu::cpu_figures(
             outcome.cpu_seconds.map(Duration::from_secs_f64),
@@ -590,12 +617,19 @@ mod tests {
     use super::Timeline;
 
     #[test]
-    fn an_event_was_published_with_the_batch_that_holds_it() {
-        let timeline = Timeline(vec![(11, 100), (14, 200), (15, 300)]);
-        assert_eq!(timeline.published(10), None, "present before the churn");
-        assert_eq!(timeline.published(11), Some(100));
-        assert_eq!(timeline.published(13), Some(100));
-        assert_eq!(timeline.published(14), Some(200));
-        assert_eq!(timeline.published(99), Some(300));
+    fn an_event_is_due_at_its_batchs_stamp_plus_its_place_at_the_rate() {
+        let timeline = Timeline {
+            batches: vec![(11, 100_000), (14, 200_000), (15, 300_000)],
+            rate: 1e6,
+        };
+        assert_eq!(timeline.due(10), None, "present before the churn");
+        assert_eq!(timeline.due(11), Some(100_000));
+        assert_eq!(
+            timeline.due(13),
+            Some(102_000),
+            "third of its batch, 1 µs apart"
+        );
+        assert_eq!(timeline.due(14), Some(200_000));
+        assert_eq!(timeline.due(16), Some(301_000));
     }
 }

@@ -217,14 +217,17 @@ impl Churn {
         }
     }
 
-    /// Publishes every event into `store` at `rate` events per second, until the workload runs
-    /// out or `stop` is set.
-    pub fn run(mut self, store: &Store, rate: f64, stop: &AtomicBool) -> ChurnSummary {
+    /// Publishes every event into `store` as `pace` says, until the workload runs out or
+    /// `stop` is set.
+    pub fn run(mut self, store: &Store, pace: Pace, stop: &AtomicBool) -> ChurnSummary {
+        let rate = pace.rate;
         // A batch reaches every watcher at once: one larger than the window would put each
         // watcher past it before it could read a single event.
         let batch = BATCH.min((store.window() as u64 / 4).max(1));
         let start = Instant::now();
         let mut sent: u64 = 0;
+        // When the last batch went out, from `start`.
+        let mut published = Duration::ZERO;
         let mut queue = VecDeque::new();
         let mut exhausted = false;
         let mut stopped = false;
@@ -234,12 +237,15 @@ impl Churn {
                 stopped = true;
                 break;
             }
-            let due = (start.elapsed().as_secs_f64() * rate) as u64;
-            if due <= sent {
-                let next =
-                    Duration::try_from_secs_f64((sent + 1) as f64 / rate).unwrap_or(Duration::MAX);
-                let wait = next.saturating_sub(start.elapsed()).min(STOP_POLL);
-                std::thread::sleep(wait);
+            let elapsed = start.elapsed();
+            let due = (elapsed.as_secs_f64() * rate) as u64;
+            let next_due =
+                Duration::try_from_secs_f64((sent + 1) as f64 / rate).unwrap_or(Duration::MAX);
+            // Behind by a whole batch, publish at once; otherwise not twice in one interval.
+            let too_soon = elapsed < published + pace.interval && due - sent.min(due) < batch;
+            if due <= sent || too_soon {
+                let wake = next_due.max(published + pace.interval);
+                std::thread::sleep(wake.saturating_sub(elapsed).min(STOP_POLL));
                 continue;
             }
             let want = (due - sent).min(batch) as usize;
@@ -251,7 +257,10 @@ impl Churn {
             }
             let batch: Vec<Change> = queue.drain(..want.min(queue.len())).collect();
             sent += batch.len() as u64;
-            store.publish(batch);
+            // Its first event was due at `next_due`: a lag is measured from then, so the
+            // interval's wait counts against the client, never for it.
+            published = start.elapsed();
+            store.publish_late(batch, published.saturating_sub(next_due));
         }
         ChurnSummary {
             events: sent,
@@ -259,6 +268,31 @@ impl Churn {
             pods: store.len(),
             seconds: start.elapsed().as_secs_f64(),
             stopped,
+        }
+    }
+}
+
+/// How fast the churn publishes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pace {
+    /// Events per second.
+    pub rate: f64,
+    /// The churn publishes what is due at most once per interval (zero: each event when it is
+    /// due). Under load a real API server hears etcd's changes in batches too; a batch per
+    /// millisecond spares the load generator a wake-up per event, which at tens of thousands
+    /// of events a second cost as much CPU as the client it measures.
+    pub interval: Duration,
+}
+
+impl Pace {
+    /// The default interval: one millisecond.
+    pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
+
+    /// `rate` events per second, published each [`Self::DEFAULT_INTERVAL`].
+    pub fn new(rate: f64) -> Self {
+        Self {
+            rate,
+            interval: Self::DEFAULT_INTERVAL,
         }
     }
 }
@@ -285,7 +319,7 @@ mod tests {
             assert_eq!(initial.len(), 300, "{workload}");
             assert_eq!(rv, 300);
             let store = Store::new(initial, rv, 100_000);
-            let summary = churn.run(&store, 1e9, &AtomicBool::new(false));
+            let summary = churn.run(&store, Pace::new(1e9), &AtomicBool::new(false));
             assert!(!summary.stopped);
             assert_eq!(summary.resource_version, 300 + summary.events);
             assert_eq!(summary.pods, model.alive_count(), "{workload}");

@@ -44,6 +44,7 @@ use std::time::Duration;
 use tokio::sync::watch as signal;
 
 use crate::args::parse_rate;
+pub use churn::Pace;
 use churn::{Churn, ChurnSummary};
 use faults::{FaultPlan, FaultReport, Faults};
 use limits::Limits;
@@ -100,6 +101,20 @@ pub struct ServeArgs {
     /// Seconds a connection may take to send a request head (and may sit idle).
     #[arg(long, default_value_t = limits::DEFAULT_HEADER_READ_TIMEOUT.as_secs_f64(), value_parser = parse_bookmark_seconds)]
     pub header_read_timeout: f64,
+    /// The churn publishes what is due at most once per this many milliseconds (0: each event
+    /// when it is due; a watch then hears one event per write).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_publish_interval_ms)]
+    pub publish_interval_ms: f64,
+}
+
+/// A publication interval in milliseconds: 0 to 1000.
+pub fn parse_publish_interval_ms(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(ms) if (0.0..=1000.0).contains(&ms) => Ok(ms),
+        _ => Err(format!(
+            "{s:?} is not a publication interval: expected milliseconds from 0 to 1000"
+        )),
+    }
 }
 
 fn parse_window(s: &str) -> Result<usize, String> {
@@ -148,9 +163,19 @@ pub struct ServeConfig {
     /// How long a request for a resource version newer than the server's waits for it before
     /// the 504.
     pub too_large_wait: Duration,
+    /// The churn publishes what is due at most once per this interval ([`Pace::interval`]).
+    pub publish_interval: Duration,
 }
 
 impl ServeConfig {
+    /// How the churn publishes.
+    pub fn pace(&self) -> Pace {
+        Pace {
+            rate: self.rate,
+            interval: self.publish_interval,
+        }
+    }
+
     /// `workload` at `rate` on a free loopback port, with the default window and bookmarks.
     pub fn new(workload: WorkloadSpec, rate: f64) -> Self {
         Self {
@@ -163,6 +188,7 @@ impl ServeConfig {
             hold_churn: false,
             faults: FaultPlan::default(),
             limits: Limits::for_window(DEFAULT_WINDOW),
+            publish_interval: Pace::DEFAULT_INTERVAL,
             too_large_wait: DEFAULT_TOO_LARGE_WAIT,
         }
     }
@@ -232,7 +258,7 @@ impl Server {
         let (stop_churn, churn_gate) = restart::spawn_churn(
             churn,
             Arc::clone(&store),
-            config.rate,
+            config.pace(),
             config.hold_churn,
             churn_done,
         )?;
@@ -467,6 +493,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
             ..Limits::for_window(args.window)
         },
         too_large_wait: DEFAULT_TOO_LARGE_WAIT,
+        publish_interval: Duration::from_secs_f64(args.publish_interval_ms / 1000.0),
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -10,17 +10,17 @@ use std::time::Duration;
 
 use tokio::sync::watch as signal;
 
-use super::churn::{Churn, ChurnSummary};
+use super::churn::{Churn, ChurnSummary, Pace};
 use super::store::Store;
 use super::Server;
 use workloads::generate;
 
-/// Starts `churn` on `store` at `rate` on a thread of its own; its summary goes to `done`.
+/// Starts `churn` on `store` at `pace` on a thread of its own; its summary goes to `done`.
 /// Returns the flag that stops it and, when `hold`, the gate whose drop lets it begin.
 pub(super) fn spawn_churn(
     churn: Churn,
     store: Arc<Store>,
-    rate: f64,
+    pace: Pace,
     hold: bool,
     done: signal::Sender<Option<ChurnSummary>>,
 ) -> io::Result<(Arc<AtomicBool>, Option<std::sync::mpsc::Sender<()>>)> {
@@ -39,7 +39,7 @@ pub(super) fn spawn_churn(
                 // Nothing is ever sent: the gate opens when its sender is dropped.
                 let _ = held.recv();
             }
-            let summary = churn.run(&store, rate, &churn_stop);
+            let summary = churn.run(&store, pace, &churn_stop);
             // Nobody waiting is fine.
             let _ = done.send(Some(summary));
         })?;
@@ -79,8 +79,13 @@ impl Server {
         self.app.churn = churn_rx.clone();
         self.churn = churn_rx;
         self.serve_again()?;
-        let (stop, gate) =
-            spawn_churn(churn, Arc::clone(&self.store), self.config.rate, hold, done)?;
+        let (stop, gate) = spawn_churn(
+            churn,
+            Arc::clone(&self.store),
+            self.config.pace(),
+            hold,
+            done,
+        )?;
         self.stop_churn = stop;
         self.churn_gate = gate;
         Ok(())

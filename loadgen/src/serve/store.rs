@@ -262,6 +262,12 @@ impl Store {
     /// Applies `changes` (consecutive resource versions after the current one) and hands them
     /// to every watch, as one batch.
     pub fn publish(&self, changes: Vec<Change>) {
+        self.publish_late(changes, Duration::ZERO);
+    }
+
+    /// [`Self::publish`] for a batch whose first event was due `late` ago: its publication is
+    /// recorded as of then.
+    pub fn publish_late(&self, changes: Vec<Change>, late: Duration) {
         if changes.is_empty() {
             return;
         }
@@ -269,7 +275,8 @@ impl Store {
             if let Some(log) = lock(&self.publications).as_mut() {
                 // Stamped under the server's lock, before any of the batch is visible, so a
                 // lag measured from it is never short.
-                log.push((w.resource_version() + 1, unix_nanos()));
+                let at = unix_nanos().saturating_sub(late.as_nanos() as u64);
+                log.push((w.resource_version() + 1, at));
             }
             for change in changes {
                 let key = (change.pod.namespace.clone(), change.pod.name.clone());
