@@ -242,7 +242,7 @@ impl Churn {
             let next_due =
                 Duration::try_from_secs_f64((sent + 1) as f64 / rate).unwrap_or(Duration::MAX);
             // Behind by a whole batch, publish at once; otherwise not twice in one interval.
-            let too_soon = elapsed < published + pace.interval && due - sent.min(due) < batch;
+            let too_soon = elapsed < published + pace.interval && due.saturating_sub(sent) < batch;
             if due <= sent || too_soon {
                 let wake = next_due.max(published + pace.interval);
                 std::thread::sleep(wake.saturating_sub(elapsed).min(STOP_POLL));

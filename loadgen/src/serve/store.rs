@@ -472,4 +472,20 @@ mod tests {
         assert!(log.windows(2).all(|w| w[0].1 <= w[1].1));
         assert!(log.iter().all(|&(_, at)| before <= at && at <= after));
     }
+
+    #[test]
+    fn a_late_batch_is_stamped_as_of_when_it_was_due() {
+        let store = Store::new(Vec::new(), 10, 100);
+        store.record_publications();
+        let late = Duration::from_secs(5);
+        let before = unix_nanos();
+        store.publish_late(vec![change(EventType::Added, 1, 11)], late);
+        let after = unix_nanos();
+        let late = late.as_nanos() as u64;
+        let [(rv, at)] = store.publications()[..] else {
+            panic!("one batch")
+        };
+        assert_eq!(rv, 11);
+        assert!(before - late <= at && at <= after - late, "{at}");
+    }
 }
