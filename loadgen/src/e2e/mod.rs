@@ -103,11 +103,23 @@ pub struct E2eArgs {
     /// The server publishes what is due at most once per this many milliseconds (0: each
     /// event when it is due). A lag is measured from when an event was due, so the wait
     /// counts against the client.
-    #[arg(long, default_value_t = 1.0, value_parser = crate::serve::parse_publish_interval_ms)]
-    pub publish_interval_ms: f64,
+    #[arg(long = "publish-interval-ms", value_name = "MS", default_value = "1", value_parser = crate::serve::parse_publish_interval_ms)]
+    pub publish_interval: Duration,
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+}
+
+impl E2eArgs {
+    /// The server a client runs against: `spec` at `rate`, with these arguments' window and
+    /// publication interval, and a bookmark each second.
+    fn serve_config(&self, spec: WorkloadSpec, rate: f64) -> ServeConfig {
+        let mut config = ServeConfig::new(spec, rate);
+        config.window = self.window;
+        config.bookmark_interval = Duration::from_secs(1);
+        config.publish_interval = self.publish_interval;
+        config
+    }
 }
 
 /// What one client did.
@@ -210,14 +222,10 @@ pub fn main(args: E2eArgs) -> ExitCode {
     }
     let mut reports = Vec::new();
     for &client in clients {
-        let mut config = ServeConfig::new(spec, args.rate);
-        config.window = args.window;
-        config.bookmark_interval = Duration::from_secs(1);
-        config.publish_interval = Duration::from_secs_f64(args.publish_interval_ms / 1000.0);
         match runtime.block_on(run_client(
             &exe,
             client,
-            config,
+            args.serve_config(spec, args.rate),
             args.settle_seconds,
             args.streaming_lists,
         )) {
@@ -267,14 +275,10 @@ fn find_capacity(
         let mut probes = Vec::new();
         while let Some(rate) = capacity::next_rate(args.rate, &probes) {
             let events = ((rate * args.probe_seconds) as usize).max(1_000);
-            let mut config = ServeConfig::new(spec.events(events), rate);
-            config.window = args.window;
-            config.bookmark_interval = Duration::from_secs(1);
-            config.publish_interval = Duration::from_secs_f64(args.publish_interval_ms / 1000.0);
             let report = match runtime.block_on(run_client(
                 exe,
                 client,
-                config,
+                args.serve_config(spec.events(events), rate),
                 args.settle_seconds,
                 args.streaming_lists,
             )) {

@@ -287,14 +287,6 @@ pub struct Pace {
 impl Pace {
     /// The default interval: one millisecond.
     pub const DEFAULT_INTERVAL: Duration = Duration::from_millis(1);
-
-    /// `rate` events per second, published each [`Self::DEFAULT_INTERVAL`].
-    pub fn new(rate: f64) -> Self {
-        Self {
-            rate,
-            interval: Self::DEFAULT_INTERVAL,
-        }
-    }
 }
 
 /// Seconds since the Unix epoch (0 if the clock is set before it).
@@ -319,7 +311,11 @@ mod tests {
             assert_eq!(initial.len(), 300, "{workload}");
             assert_eq!(rv, 300);
             let store = Store::new(initial, rv, 100_000);
-            let summary = churn.run(&store, Pace::new(1e9), &AtomicBool::new(false));
+            let pace = Pace {
+                rate: 1e9,
+                interval: Pace::DEFAULT_INTERVAL,
+            };
+            let summary = churn.run(&store, pace, &AtomicBool::new(false));
             assert!(!summary.stopped);
             assert_eq!(summary.resource_version, 300 + summary.events);
             assert_eq!(summary.pods, model.alive_count(), "{workload}");

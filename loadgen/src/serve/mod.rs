@@ -103,14 +103,14 @@ pub struct ServeArgs {
     pub header_read_timeout: f64,
     /// The churn publishes what is due at most once per this many milliseconds (0: each event
     /// when it is due; a watch then hears one event per write).
-    #[arg(long, default_value_t = 1.0, value_parser = parse_publish_interval_ms)]
-    pub publish_interval_ms: f64,
+    #[arg(long = "publish-interval-ms", value_name = "MS", default_value = "1", value_parser = parse_publish_interval_ms)]
+    pub publish_interval: Duration,
 }
 
-/// A publication interval in milliseconds: 0 to 1000.
-pub fn parse_publish_interval_ms(s: &str) -> Result<f64, String> {
+/// A publication interval given in milliseconds, 0 to 1000.
+pub fn parse_publish_interval_ms(s: &str) -> Result<Duration, String> {
     match s.parse::<f64>() {
-        Ok(ms) if (0.0..=1000.0).contains(&ms) => Ok(ms),
+        Ok(ms) if (0.0..=1000.0).contains(&ms) => Ok(Duration::from_secs_f64(ms / 1000.0)),
         _ => Err(format!(
             "{s:?} is not a publication interval: expected milliseconds from 0 to 1000"
         )),
@@ -493,7 +493,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
             ..Limits::for_window(args.window)
         },
         too_large_wait: DEFAULT_TOO_LARGE_WAIT,
-        publish_interval: Duration::from_secs_f64(args.publish_interval_ms / 1000.0),
+        publish_interval: args.publish_interval,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -590,6 +590,31 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
         Err(e) => {
             eprintln!("loadgen serve: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::parse_publish_interval_ms;
+
+    #[test]
+    fn a_publication_interval_is_milliseconds_from_0_to_1000() {
+        assert_eq!(parse_publish_interval_ms("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_publish_interval_ms("1"), Ok(Duration::from_millis(1)));
+        assert_eq!(
+            parse_publish_interval_ms("0.5"),
+            Ok(Duration::from_micros(500))
+        );
+        assert_eq!(
+            parse_publish_interval_ms("1000"),
+            Ok(Duration::from_secs(1))
+        );
+        for bad in ["-1", "1001", "x", "", "NaN"] {
+            let error = parse_publish_interval_ms(bad).expect_err(bad);
+            assert!(error.contains("not a publication interval"), "{error}");
         }
     }
 }
