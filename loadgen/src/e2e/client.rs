@@ -443,7 +443,8 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
     let churn_end = Instant::now();
     let settle = Duration::from_secs_f64(args.settle_seconds);
     let last = served_resource_version(&args.url).await?;
-    wait_for_catch_up(&seen, last, &received, churn_end + settle).await;
+    let deadline = tokio::time::Instant::from_std(churn_end + settle);
+    wait_for_catch_up(&seen, last, &received, deadline).await;
     // The client's figures end here: what follows (a list of the server's state and
     // comparisons with the cache) is the harness checking it, and costs what the client
     // does not.
@@ -486,20 +487,29 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
 /// Waits until the handler heard version `last` (the server's final one), or until
 /// `deadline`, or until nothing arrived for [`STALL`] (a client that relisted may never hear
 /// `last` itself: its cache is then compared with the server's as it is). Polling an atomic
-/// every millisecond costs the measured client next to nothing.
-async fn wait_for_catch_up(seen: &Seen, last: u64, received: &AtomicU64, deadline: Instant) {
-    const STALL: Duration = Duration::from_secs(2);
+/// every millisecond costs the measured client next to nothing. Tokio's clock, so a test can
+/// pause it.
+async fn wait_for_catch_up(
+    seen: &Seen,
+    last: u64,
+    received: &AtomicU64,
+    deadline: tokio::time::Instant,
+) {
+    use tokio::time::Instant;
     let (mut count, mut since) = (received.load(Ordering::Relaxed), Instant::now());
     while seen.latest.load(Ordering::Relaxed) < last && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
         let now = received.load(Ordering::Relaxed);
         if now != count {
             (count, since) = (now, Instant::now());
-        } else if since.elapsed() >= STALL {
+        } else if since.elapsed() >= CATCH_UP_STALL {
             return;
         }
     }
 }
+
+/// How long [`wait_for_catch_up`] waits with no event arriving before it stops waiting.
+const CATCH_UP_STALL: Duration = Duration::from_secs(2);
 
 /// Tells the parent, which holds the churn until this line, that the client is ready.
 fn say_synced() -> Result<(), String> {
@@ -567,6 +577,60 @@ mod tests {
             vec![(1, 10), (u64::MAX, 0), (7, u64::MAX)]
         );
         std::fs::remove_file(path).unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn catching_up_ends_at_the_last_version_or_when_events_stop_coming() {
+        use tokio::time::Instant;
+        let seen = Arc::new(Seen::default());
+        let received = Arc::new(AtomicU64::new(0));
+        let far = Instant::now() + Duration::from_secs(60);
+        seen.latest.store(10, Ordering::Relaxed);
+
+        let start = Instant::now();
+        wait_for_catch_up(&seen, 10, &received, far).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::ZERO,
+            "the last version was heard already"
+        );
+
+        let start = Instant::now();
+        wait_for_catch_up(&seen, 11, &received, far).await;
+        let waited = start.elapsed();
+        assert!(
+            CATCH_UP_STALL <= waited && waited < CATCH_UP_STALL + Duration::from_millis(10),
+            "nothing arrives: it stops after the stall, waited {waited:?}"
+        );
+
+        // Events keep coming for longer than the stall, and the last one is version 20.
+        let feeder = tokio::spawn({
+            let (seen, received) = (Arc::clone(&seen), Arc::clone(&received));
+            async move {
+                for rv in 11..=20 {
+                    tokio::time::sleep(CATCH_UP_STALL / 2).await;
+                    received.fetch_add(1, Ordering::Relaxed);
+                    seen.latest.fetch_max(rv, Ordering::Relaxed);
+                }
+            }
+        });
+        let start = Instant::now();
+        wait_for_catch_up(&seen, 20, &received, far).await;
+        let waited = start.elapsed();
+        assert!(
+            CATCH_UP_STALL * 5 <= waited && waited < CATCH_UP_STALL * 5 + Duration::from_millis(10),
+            "it waits while events arrive, until version 20: waited {waited:?}"
+        );
+        feeder.await.unwrap();
+
+        let near = Instant::now() + Duration::from_millis(500);
+        let start = Instant::now();
+        wait_for_catch_up(&seen, 21, &received, near).await;
+        let waited = start.elapsed();
+        assert!(
+            waited < CATCH_UP_STALL,
+            "the deadline comes before the stall: waited {waited:?}"
+        );
     }
 
     #[test]
