@@ -17,6 +17,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
 use super::super::lister_watcher::{Error, Page, Status, Versioned, WatchEvent};
+use super::protowire::{Fields, Value};
 use crate::key::{namespace_name_key, Key, KeyError, KeyFn};
 
 /// What starts every protobuf object body.
@@ -309,11 +310,11 @@ struct JsonList<K> {
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
-struct JsonListMeta {
+pub(crate) struct JsonListMeta {
     #[serde(default)]
-    resource_version: Option<String>,
+    pub(crate) resource_version: Option<String>,
     #[serde(default, rename = "continue")]
-    continue_token: Option<String>,
+    pub(crate) continue_token: Option<String>,
 }
 
 /// A watch line: `type` first, then the object decoded straight into its type.
@@ -333,19 +334,19 @@ enum JsonEvent<K> {
 }
 
 #[derive(Deserialize)]
-struct JsonBookmark {
-    metadata: JsonBookmarkMeta,
+pub(crate) struct JsonBookmark {
+    pub(crate) metadata: JsonBookmarkMeta,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct JsonBookmarkMeta {
-    resource_version: String,
+pub(crate) struct JsonBookmarkMeta {
+    pub(crate) resource_version: String,
 }
 
 /// A `metav1.Status` as JSON.
 #[derive(Debug, Deserialize, Default)]
-struct JsonStatus {
+pub(crate) struct JsonStatus {
     #[serde(default)]
     code: u16,
     #[serde(default)]
@@ -518,7 +519,7 @@ pub fn error_status(code: u16, format: Result<Format, Error>, body: &[u8]) -> St
     }
 }
 
-fn protobuf_status(raw: &[u8]) -> Result<Status, Error> {
+pub(crate) fn protobuf_status(raw: &[u8]) -> Result<Status, Error> {
     let status = meta::Status::decode(raw).map_err(|e| decode_error("a status", e))?;
     Ok(Status::new(
         status.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(0),
@@ -527,7 +528,7 @@ fn protobuf_status(raw: &[u8]) -> Result<Status, Error> {
     ))
 }
 
-fn decode_error(what: &str, e: prost::DecodeError) -> Error {
+pub(crate) fn decode_error(what: &str, e: prost::DecodeError) -> Error {
     Error::Decode(format!("{what} is not a valid protobuf message: {e}"))
 }
 
@@ -606,78 +607,6 @@ pub fn watch_event(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
 
 fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Error> {
     std::str::from_utf8(bytes).map_err(|_| Error::Decode(format!("{what} is not UTF-8")))
-}
-
-/// A protobuf field's value, borrowed.
-#[derive(Debug, PartialEq, Eq)]
-enum Value<'a> {
-    Varint(u64),
-    Bytes(&'a [u8]),
-    Fixed,
-}
-
-/// The fields of a protobuf message, in order, borrowed from its bytes.
-struct Fields<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> Fields<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self { rest: bytes }
-    }
-
-    fn step(&mut self) -> Result<(u32, Value<'a>), Error> {
-        let malformed = |what: &str| Error::Decode(format!("malformed protobuf: {what}"));
-        let key =
-            prost::encoding::decode_varint(&mut self.rest).map_err(|_| malformed("a field key"))?;
-        let field = u32::try_from(key >> 3).map_err(|_| malformed("a field number"))?;
-        let value = match key & 7 {
-            0 => Value::Varint(
-                prost::encoding::decode_varint(&mut self.rest)
-                    .map_err(|_| malformed("a varint"))?,
-            ),
-            1 | 5 => {
-                let n = if key & 7 == 1 { 8 } else { 4 };
-                if self.rest.len() < n {
-                    return Err(malformed("a fixed-size field cut short"));
-                }
-                self.rest = &self.rest[n..];
-                Value::Fixed
-            }
-            2 => {
-                let len = prost::encoding::decode_varint(&mut self.rest)
-                    .map_err(|_| malformed("a length"))?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|&l| l <= self.rest.len())
-                    .ok_or_else(|| malformed("a length past the end of the message"))?;
-                let (bytes, rest) = self.rest.split_at(len);
-                self.rest = rest;
-                Value::Bytes(bytes)
-            }
-            _ => return Err(malformed("an unsupported wire type")),
-        };
-        if field == 0 {
-            return Err(malformed("field number 0"));
-        }
-        Ok((field, value))
-    }
-}
-
-impl<'a> Iterator for Fields<'a> {
-    type Item = Result<(u32, Value<'a>), Error>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let step = self.step();
-        if step.is_err() {
-            // One error, then the end.
-            self.rest = &[];
-        }
-        Some(step)
-    }
 }
 
 #[cfg(test)]

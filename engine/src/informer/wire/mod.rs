@@ -29,7 +29,9 @@
 //! a server sends.
 
 pub mod codec;
+pub mod compact;
 pub mod frames;
+mod protowire;
 
 use std::fmt;
 use std::future::Future;
@@ -45,6 +47,10 @@ use super::lister_watcher::{
 pub use codec::{
     proto_key, proto_key_fn, Codec, Format, JsonCodec, MetadataCodec, Proto, ProtobufCodec,
     ResourcePath,
+};
+pub use compact::{
+    compact_key, compact_key_fn, index_by_field, index_by_label, index_by_namespace, pod_fields,
+    CompactCodec, CompactObject, FieldId, FieldPath, OwnerRef,
 };
 use frames::{Frames, Framing};
 
