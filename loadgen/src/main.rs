@@ -12,7 +12,7 @@
 //!   informer through kube-rs or its own client, kube-rs' own reflector) and a discarding
 //!   reader (the server alone) against `serve`.
 
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 use std::process::ExitCode;
 

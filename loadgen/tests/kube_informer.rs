@@ -152,8 +152,8 @@ async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_re
 }
 
 /// `loadgen e2e` through the binary, tiny: every row (kcache through kube-rs, kcache's own
-/// client over protobuf, over JSON and metadata only, kube-rs, and the discarding readers of
-/// the server alone) ends ok with every event.
+/// client over protobuf, over JSON and metadata only, its compact objects over protobuf and
+/// JSON, kube-rs, and the discarding readers of the server alone) ends ok with every event.
 #[test]
 fn e2e_through_the_binary_gives_every_row_verdict_ok() {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))
@@ -172,6 +172,8 @@ fn e2e_through_the_binary_gives_every_row_verdict_ok() {
         "kcache-protobuf",
         "kcache-json",
         "kcache-metadata",
+        "kcache-compact-protobuf",
+        "kcache-compact-json",
         "kube-rs",
         "serve-alone",
         "serve-alone-protobuf",
@@ -186,6 +188,14 @@ fn e2e_through_the_binary_gives_every_row_verdict_ok() {
         // it receives every one.
         let received: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
         assert_eq!(received, 2_000, "{client} received every event: {line}");
+        // Every client that keeps a cache reports what it holds per pod, from its allocator.
+        let bytes_per_pod = line.split_whitespace().nth(9).unwrap();
+        if client.starts_with("serve-alone") {
+            assert_eq!(bytes_per_pod, "n/a", "{line}");
+        } else {
+            let bytes: f64 = bytes_per_pod.parse().unwrap_or_else(|_| panic!("{line}"));
+            assert!(bytes > 0.0, "{client} holds its cache somewhere: {line}");
+        }
     }
 
     let bad = std::process::Command::new(env!("CARGO_BIN_EXE_loadgen"))

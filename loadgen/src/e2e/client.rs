@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kcache::informer::wire::{proto_key_fn, JsonCodec, MetadataCodec, Proto, WireListerWatcher};
+use kcache::informer::wire::{
+    compact_key_fn, pod_fields, proto_key_fn, CompactCodec, CompactObject, JsonCodec,
+    MetadataCodec, Proto, WireListerWatcher,
+};
 use kcache::informer::{
     kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
     Versioned, WatchEvent, WatchOptions, WatchStream,
@@ -53,6 +56,13 @@ pub enum OneClient {
     /// (`PartialObjectMetadata` into kube's `PartialObjectMeta<Pod>`).
     #[value(name = "kcache-metadata")]
     KcacheMetadata,
+    /// kcache's SharedInformer through its own wire client, over protobuf, keeping compact
+    /// objects (the bytes as they arrived, less managedFields, with the metadata decoded once).
+    #[value(name = "kcache-compact-protobuf")]
+    KcacheCompactProtobuf,
+    /// The same over JSON.
+    #[value(name = "kcache-compact-json")]
+    KcacheCompactJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
@@ -72,6 +82,8 @@ impl OneClient {
             OneClient::KcacheProtobuf => "kcache-protobuf",
             OneClient::KcacheJson => "kcache-json",
             OneClient::KcacheMetadata => "kcache-metadata",
+            OneClient::KcacheCompactProtobuf => "kcache-compact-protobuf",
+            OneClient::KcacheCompactJson => "kcache-compact-json",
             OneClient::KubeRs => "kube-rs",
             OneClient::ServeAlone => "serve-alone",
             OneClient::ServeAloneProtobuf => "serve-alone-protobuf",
@@ -131,6 +143,10 @@ pub struct ClientOutcome {
     /// CPU seconds the process used until its initial sync (start-up and the initial list).
     #[serde(default)]
     pub sync_cpu_seconds: Option<f64>,
+    /// Bytes the allocator committed for the client: just after its initial sync, less just
+    /// before it started ([`crate::allocator`]); what its cache of the initial list holds.
+    #[serde(default)]
+    pub cache_bytes: Option<u64>,
 }
 
 /// `loadgen e2e-client`.
@@ -306,6 +322,27 @@ fn proto_state_of<'a>(
     .collect()
 }
 
+/// The cache of a compact client, as [`state_of`] reads the others'.
+fn compact_state_of<'a>(pods: impl Iterator<Item = &'a CompactObject>) -> BTreeMap<String, String> {
+    pods.map(|p| {
+        (
+            format!("{}/{}", p.namespace(), p.name()),
+            p.resource_version().to_owned(),
+        )
+    })
+    .collect()
+}
+
+/// The compact codec a controller indexing pods by node would use.
+fn compact_codec(protobuf: bool) -> CompactCodec {
+    let codec = if protobuf {
+        CompactCodec::protobuf::<k8s_pb::api::core::v1::Pod>()
+    } else {
+        CompactCodec::json_only("", "v1", "pods")
+    };
+    codec.index_field(pod_fields::node_name())
+}
+
 /// Starts one of kcache's informers on `lister_watcher` (counted into `received`), with the
 /// recording handler; returns how to read its cache (through `state`) and how to stop it.
 fn start_informer<T, L>(
@@ -368,6 +405,17 @@ fn start_client(
             seen,
             received,
         ),
+        OneClient::KcacheCompactProtobuf | OneClient::KcacheCompactJson => start_informer(
+            WireListerWatcher::new(
+                kube_client,
+                compact_codec(client == OneClient::KcacheCompactProtobuf),
+            )
+            .streaming_list(streaming_lists),
+            compact_key_fn(),
+            |pods| compact_state_of(pods.iter().map(|p| &**p)),
+            seen,
+            received,
+        ),
         OneClient::ServeAlone | OneClient::ServeAloneProtobuf => {
             Err("the discarding readers keep no cache (run_discarding runs them)".to_owned())
         }
@@ -426,6 +474,7 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         return run_discarding(args, wire).await;
     }
     let api: Api<Pod> = Api::all(kube_client.clone());
+    let committed_before = crate::allocator::committed_bytes();
     let seen = Arc::new(Seen::default());
     let received = Arc::new(AtomicU64::new(0));
     let (read_cache, synced, stop) = start_client(
@@ -437,6 +486,9 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         &received,
     )?;
     synced.await;
+    let cache_bytes = committed_before
+        .zip(crate::allocator::committed_bytes())
+        .map(|(before, after)| after.saturating_sub(before));
     let cpu_at_sync = process_cpu_seconds();
     say_synced()?;
     wait_for_churned().await?;
@@ -481,6 +533,7 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         cpu_seconds: cpu_at_sync
             .zip(cpu_at_catch_up)
             .map(|(sync, caught_up)| caught_up - sync),
+        cache_bytes,
     })
 }
 
@@ -559,6 +612,7 @@ async fn run_discarding(args: &E2eClientArgs, wire: Wire) -> Result<ClientOutcom
         cpu_seconds: cpu_at_sync
             .zip(process_cpu_seconds())
             .map(|(sync, end)| end - sync),
+        cache_bytes: None,
     })
 }
 

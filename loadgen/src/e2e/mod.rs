@@ -46,6 +46,13 @@ pub enum ClientChoice {
     /// (`PartialObjectMetadata`, as client-go's metadata informers).
     #[value(name = "kcache-metadata")]
     KcacheMetadata,
+    /// kcache's SharedInformer through its own wire client, over protobuf, keeping compact
+    /// objects (docs/objects.md).
+    #[value(name = "kcache-compact-protobuf")]
+    KcacheCompactProtobuf,
+    /// The same over JSON.
+    #[value(name = "kcache-compact-json")]
+    KcacheCompactJson,
     /// kube-rs' own watcher + reflector.
     #[value(name = "kube-rs")]
     KubeRs,
@@ -137,6 +144,9 @@ pub struct ClientReport {
     pub lag_us: (u64, u64, u64),
     /// The client process's peak resident memory, bytes.
     pub peak_bytes: Option<u64>,
+    /// Bytes the allocator committed for the client's cache after its initial sync, per pod
+    /// of the initial list.
+    pub bytes_per_pod: Option<f64>,
     /// CPU seconds the client process used from its initial sync until its handler heard the
     /// last event (the harness's own check of its cache afterwards is not counted).
     pub client_cpu_seconds: Option<f64>,
@@ -206,6 +216,8 @@ pub fn main(args: E2eArgs) -> ExitCode {
             OneClient::KcacheProtobuf,
             OneClient::KcacheJson,
             OneClient::KcacheMetadata,
+            OneClient::KcacheCompactProtobuf,
+            OneClient::KcacheCompactJson,
             OneClient::KubeRs,
             OneClient::ServeAlone,
             OneClient::ServeAloneProtobuf,
@@ -214,6 +226,8 @@ pub fn main(args: E2eArgs) -> ExitCode {
         ClientChoice::KcacheProtobuf => &[OneClient::KcacheProtobuf],
         ClientChoice::KcacheJson => &[OneClient::KcacheJson],
         ClientChoice::KcacheMetadata => &[OneClient::KcacheMetadata],
+        ClientChoice::KcacheCompactProtobuf => &[OneClient::KcacheCompactProtobuf],
+        ClientChoice::KcacheCompactJson => &[OneClient::KcacheCompactJson],
         ClientChoice::KubeRs => &[OneClient::KubeRs],
         ClientChoice::ServeAlone => &[OneClient::ServeAlone, OneClient::ServeAloneProtobuf],
     };
@@ -363,7 +377,7 @@ fn find_capacity(
 
 fn print_reports(reports: &[ClientReport], rate: f64) {
     println!(
-        "{:<20} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8}  verdict",
+        "{:<24} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8}  verdict",
         "client",
         "received",
         "recv/s",
@@ -373,6 +387,7 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
         "lag p99",
         "lag max",
         "peak MB",
+        "B/pod",
         "cpu s",
         "srv cpu",
         "cpu µs/ev",
@@ -400,7 +415,7 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
             )
         };
         println!(
-            "{:<20} {:>10} {:>10.0} {:>10} {:>10.0} {:>7}µs {:>7}µs {:>7}µs {:>8} {:>8} {:>8} {:>9} {:>9} {:>7.2}s  {verdict}",
+            "{:<24} {:>10} {:>10.0} {:>10} {:>10.0} {:>7}µs {:>7}µs {:>7}µs {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>7.2}s  {verdict}",
             r.client,
             r.received,
             per_s(r.received),
@@ -410,6 +425,7 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
             r.lag_us.1,
             r.lag_us.2,
             peak,
+            r.bytes_per_pod.map_or("n/a".to_owned(), |b| format!("{b:.0}")),
             cpu(r.client_cpu_seconds),
             cpu(r.server_cpu_seconds),
             cpu(r.client_cpu_us_per_event),
@@ -421,7 +437,8 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
         "(offered {rate:.0} events/s; per second: over the churn's duration on the server; lag: \
          when the event was due on the server's schedule to the client's handler; each client \
          ran alone in a process of its own (peak MB: its peak resident memory, the initial sync \
-         included; cpu s: its CPU seconds from its initial sync until it heard the last event), against a fresh server in this process with the same events (srv cpu: this \
+         included; B/pod: bytes its allocator committed from its start to its initial sync, per \
+         pod listed; cpu s: its CPU seconds from its initial sync until it heard the last event), against a fresh server in this process with the same events (srv cpu: this \
          process's CPU seconds meanwhile))"
     );
 }
@@ -501,6 +518,7 @@ async fn run_client(
     let mut server = Server::start(config)
         .await
         .map_err(|e| format!("cannot start the server: {e}"))?;
+    let initial_pods = server.initial_pods();
     let seen = seen_path(client);
     let mut child = std::process::Command::new(exe)
         .arg("e2e-client")
@@ -591,6 +609,10 @@ async fn run_client(
             lags.max(),
         ),
         peak_bytes: outcome.peak_bytes,
+        bytes_per_pod: outcome
+            .cache_bytes
+            .filter(|_| initial_pods > 0)
+            .map(|b| b as f64 / initial_pods as f64),
         client_cpu_seconds: outcome.cpu_seconds,
         client_sync_cpu_seconds: outcome.sync_cpu_seconds,
         server_cpu_seconds,
