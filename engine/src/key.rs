@@ -249,13 +249,22 @@ pub fn namespace_name_key(namespace: &str, name: &str) -> Result<Key, KeyError> 
         return Err(KeyError::new("object has no name"));
     }
     if namespace.is_empty() {
-        Ok(Key::new(name))
-    } else {
-        let mut key = String::with_capacity(namespace.len() + 1 + name.len());
-        key.push_str(namespace);
-        key.push('/');
-        key.push_str(name);
-        Ok(Key::new(&key))
+        return Ok(Key::new(name));
+    }
+    // Assembled on the stack when it fits (a namespace is at most 63 bytes and a name at most
+    // 253, so it always does for valid objects): the key's own allocation is then the only one.
+    let len = namespace.len() + 1 + name.len();
+    let mut buffer = [0u8; 320];
+    match buffer.get_mut(..len) {
+        Some(joined) => {
+            joined[..namespace.len()].copy_from_slice(namespace.as_bytes());
+            joined[namespace.len()] = b'/';
+            joined[namespace.len() + 1..].copy_from_slice(name.as_bytes());
+            // Two strings and a '/' joined are UTF-8.
+            let key = std::str::from_utf8(joined).map_err(|e| KeyError::new(e.to_string()))?;
+            Ok(Key::new(key))
+        }
+        None => Ok(Key::new(&format!("{namespace}/{name}"))),
     }
 }
 

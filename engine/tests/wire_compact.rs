@@ -559,3 +559,135 @@ fn an_object_without_metadata_or_with_a_wrongly_typed_name_is_an_error() {
         .unwrap_err();
     assert!(err.to_string().contains("not a string"), "{err}");
 }
+
+/// Compact objects through the whole pipeline: the in-memory server, a shared informer with
+/// indexes on the namespace, a label and a declared field, a handler, and a controller whose
+/// reconcile reads the cached object's metadata and decodes the rest on demand.
+#[test]
+fn informers_indexes_and_controllers_work_with_compact_objects() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use kcache::controller::{Action, Controller, Request};
+    use kcache::informer::wire::{
+        compact_key_fn, index_by_field, index_by_label, index_by_namespace,
+    };
+    use kcache::informer::{MemoryListerWatcher, SharedInformer};
+    use kcache::EventHandler;
+
+    tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let codec = codec(false, false);
+        let node = codec.field_id("spec.nodeName").unwrap();
+        let server = MemoryListerWatcher::new(compact_key_fn());
+        let pod = |name: &str, node: &str, app: &str| {
+            let mut s = shape_of(name, node);
+            s.labels.insert("app".into(), app.into());
+            codec
+                .object(Format::Protobuf, &pb_pod(&s).encode_to_vec())
+                .unwrap()
+        };
+        server.upsert(pod("a", "node-1", "web")).unwrap();
+        server.upsert(pod("b", "node-1", "db")).unwrap();
+        server.upsert(pod("c", "node-2", "web")).unwrap();
+
+        struct Count(Arc<AtomicUsize>);
+        impl EventHandler<CompactObject> for Count {
+            fn on_add(&mut self, _: &Arc<CompactObject>, _: bool) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+            fn on_update(&mut self, _: &Arc<CompactObject>, _: &Arc<CompactObject>) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let informer = SharedInformer::builder(server.clone(), compact_key_fn())
+            .indexers(vec![
+                ("namespace".into(), index_by_namespace()),
+                ("app".into(), index_by_label("app")),
+                ("node".into(), index_by_field(node)),
+            ])
+            .build();
+        let heard = Arc::new(AtomicUsize::new(0));
+        let registration = informer
+            .add_event_handler(Count(Arc::clone(&heard)))
+            .unwrap();
+
+        fn reconcile(
+            req: &Request<CompactObject>,
+            seen: &std::sync::Mutex<Vec<String>>,
+        ) -> Result<Action, String> {
+            if let Some(pod) = req.object() {
+                let typed: pb::Pod = pod.decode_protobuf().map_err(|e| e.to_string())?;
+                let image = typed.spec.unwrap().containers[0].image.clone().unwrap();
+                seen.lock().unwrap().push(format!(
+                    "{} {} {image}",
+                    req.key(),
+                    pod.resource_version()
+                ));
+            }
+            Ok(Action::Done)
+        }
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let controller = Controller::builder(&informer)
+            .workers(2)
+            .run(reconcile, Arc::clone(&seen))
+            .unwrap();
+        informer.start().unwrap();
+        registration.wait_for_sync().await;
+
+        let store = informer.store();
+        assert_eq!(store.by_index("namespace", "ns").unwrap().len(), 3);
+        assert_eq!(store.by_index("app", "web").unwrap().len(), 2);
+        assert_eq!(store.by_index("node", "node-1").unwrap().len(), 2);
+        assert_eq!(store.by_index("node", "node-2").unwrap().len(), 1);
+
+        // A change moves the pod between index values.
+        server.upsert(pod("b", "node-2", "web")).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while store.by_index("node", "node-2").unwrap().len() != 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the update never reached the index"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert_eq!(store.by_index("app", "web").unwrap().len(), 3);
+        while seen.lock().unwrap().len() < 4 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the controller never reconciled all"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        controller.shutdown().await;
+        informer.shutdown().await;
+        assert!(heard.load(Ordering::Relaxed) >= 4);
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter().any(|line| line.starts_with("ns/b 4 ")),
+            "{seen:?}"
+        );
+        assert!(
+            seen.iter().all(|line| line.ends_with(" image-0")),
+            "{seen:?}"
+        );
+    });
+}
+
+/// A plain pod named `name` in namespace `ns` on `node`, with one container `image-0`.
+fn shape_of(name: &str, node: &str) -> Shape {
+    Shape {
+        namespace: "ns".into(),
+        name: name.into(),
+        uid: format!("uid-{name}"),
+        resource_version: String::new(),
+        generation: Some(1),
+        deletion: None,
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        owners: vec![],
+        managers: vec![("kubelet".into(), "{}".into())],
+        node: Some(node.into()),
+        phase: Some("Running".into()),
+        containers: vec![("app".into(), "image-0".into(), vec![])],
+    }
+}
