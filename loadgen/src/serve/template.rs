@@ -229,8 +229,7 @@ impl Template {
         out
     }
 
-    /// The sizes of the source pod (the one with sentinels): JSON and protobuf bytes, and
-    /// how many values each form writes.
+    /// How many values the JSON form and the protobuf form write.
     #[cfg(test)]
     pub fn holes(&self) -> (usize, usize) {
         let json = self
