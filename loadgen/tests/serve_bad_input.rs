@@ -302,6 +302,8 @@ fn app() -> App {
                     version: 1,
                     resource_version: u64::from(i),
                     created: 0,
+                    profile: workloads::PodProfile::Minimal,
+                    revision: Default::default(),
                 },
             )
         })

@@ -399,8 +399,10 @@ fn is_expired(text: &str) -> bool {
 }
 
 /// The errors a restart of the server causes: no connection while it is down, and a request
-/// sent on a pooled connection that the restart closed, which hyper reports as `SendRequest`.
+/// sent on a pooled connection that the restart closed, which hyper reports as `SendRequest`,
+/// or as `Canceled` when the connection closed while the request waited to be sent (more
+/// likely with typical pods: a list takes longer, so a request is in flight more often).
 fn is_server_gone(text: &str) -> bool {
     let text = text.to_lowercase();
-    text.contains("connect") || text.contains("sendrequest")
+    text.contains("connect") || text.contains("sendrequest") || text.contains("(canceled)")
 }

@@ -51,6 +51,11 @@ pub struct SoakArgs {
     /// Pods.
     #[arg(long, default_value_t = 10_000)]
     pub keys: usize,
+    /// How much of a real pod the server sends (docs/workloads.md, "Pod profiles"). Typical by
+    /// default: a soak looks for memory that grows, and a cache of realistic pods is what a
+    /// leak or fragmentation would show in (minimal pods understate the cache twentyfold).
+    #[arg(long, default_value_t = workloads::PodProfile::Typical)]
+    pub pod_profile: workloads::PodProfile,
     /// Events per segment [default: a minute of churn, at most 2,000,000].
     #[arg(long)]
     pub segment_events: Option<usize>,
@@ -286,6 +291,7 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
         .events(segment_events)
         .seed(args.seed);
     let mut config = ServeConfig::new(spec, args.rate);
+    config.pod_profile = args.pod_profile;
     config.hold_churn = true;
     let mut server = Server::start(config)
         .await

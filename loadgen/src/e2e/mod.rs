@@ -88,6 +88,10 @@ pub struct E2eArgs {
     /// The workload's seed.
     #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
     pub seed: u64,
+    /// How much of a real pod the server sends: minimal, typical or large (docs/workloads.md,
+    /// "Pod profiles").
+    #[arg(long, default_value_t = workloads::PodProfile::Typical)]
+    pub pod_profile: workloads::PodProfile,
     /// Give up on a client whose cache does not match this many seconds after the churn.
     #[arg(long, default_value_t = 60.0)]
     pub settle_seconds: f64,
@@ -118,10 +122,11 @@ pub struct E2eArgs {
 }
 
 impl E2eArgs {
-    /// The server a client runs against: `spec` at `rate`, with these arguments' window and
-    /// publication interval, and a bookmark each second.
+    /// The server a client runs against: `spec` at `rate`, with these arguments' pod profile,
+    /// window and publication interval, and a bookmark each second.
     fn serve_config(&self, spec: WorkloadSpec, rate: f64) -> ServeConfig {
         let mut config = ServeConfig::new(spec, rate);
+        config.pod_profile = self.pod_profile;
         config.window = self.window;
         config.bookmark_interval = Duration::from_secs(1);
         config.publish_interval = self.publish_interval;

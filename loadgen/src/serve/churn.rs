@@ -6,6 +6,14 @@
 //! `Deleted` op is one `ADDED`, `MODIFIED` or `DELETED` event; a later relist (W3) deletes the
 //! pods it leaves out, as `DELETED` events (the server has no watch to miss them); a resync
 //! changes nothing. Event `n` (counting from the start) gets resource version `K + n`.
+//!
+//! For the `typical` and `large` pod profiles an update is, as on a real cluster, mostly the
+//! kubelet's: 80% are status updates (a container restarts: its restart count, container id
+//! and start time, the Ready conditions' transition time and the kubelet's `managedFields`
+//! time change), 10% metadata changes (the `loadgen/touched` annotation) and 10% spec changes
+//! (the first container's image tag, and `metadata.generation`). Which one is a function of
+//! the key and its version, and each key's [`Revision`] lives here, so one seed gives one
+//! stream (times aside: they are the churn's clock, as the creation time always was).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::encode::PodFields;
-use super::objects::EventType;
+use super::objects::{EventType, Revision};
+use super::profile::mix;
 use super::store::{Change, Store, StoredPod};
 use kcache::{Key, KeyMap};
-use workloads::{Generated, Op, Pod};
+use workloads::{Generated, Op, Pod, PodProfile};
 
 /// At most this many events go into the store under one lock.
 const BATCH: u64 = 4096;
@@ -56,14 +65,18 @@ pub struct Churn {
     names: Vec<Option<Arc<str>>>,
     /// Each node name as the pods' `spec.nodeName`, shared by every pod on it.
     nodes: KeyMap<Arc<str>>,
+    /// How much of a real pod each event carries.
+    profile: PodProfile,
+    /// What each key's incarnation went through (empty for `minimal`, which shows none of it).
+    revisions: Vec<Revision>,
     resource_version: u64,
     pods: usize,
 }
 
 impl Churn {
     /// Takes the workload's initial population: the pods present at start and the resource
-    /// version after them.
-    pub fn new(generated: Generated) -> (Self, Vec<Arc<StoredPod>>, u64) {
+    /// version after them, as pods of `profile`.
+    pub fn new(generated: Generated, profile: PodProfile) -> (Self, Vec<Arc<StoredPod>>, u64) {
         let keys = generated.universe.keys.len();
         let namespaces = generated
             .universe
@@ -81,6 +94,12 @@ impl Churn {
             created: vec![unix_now(); keys],
             names: vec![None; keys],
             nodes: KeyMap::default(),
+            profile,
+            revisions: if profile == PodProfile::Minimal {
+                Vec::new()
+            } else {
+                vec![Revision::default(); keys]
+            },
             resource_version: 0,
             pods: 0,
         };
@@ -159,6 +178,40 @@ impl Churn {
             version: pod.version,
             resource_version,
             created: self.created[pod.id as usize],
+            profile: self.profile,
+            revision: self
+                .revisions
+                .get(pod.id as usize)
+                .copied()
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Moves the key's revision on for a `kind` event of `pod`: a new incarnation starts
+    /// afresh; an update is a status, metadata or spec change (see the module documentation).
+    fn revise(&mut self, kind: EventType, pod: &Pod) {
+        let id = pod.id as usize;
+        let Some(revision) = self.revisions.get_mut(id) else {
+            return;
+        };
+        let since_created = || (unix_now() - self.created[id]).clamp(0, i64::from(u32::MAX)) as u32;
+        match kind {
+            EventType::Added => *revision = Revision::default(),
+            EventType::Deleted => {}
+            EventType::Modified => match mix(u64::from(pod.id) << 32 ^ pod.version) % 10 {
+                0 => {
+                    revision.spec = revision.spec.wrapping_add(1);
+                    revision.touched_at = since_created();
+                }
+                1 => {
+                    revision.touched = revision.touched.wrapping_add(1);
+                    revision.touched_at = since_created();
+                }
+                _ => {
+                    revision.restarts = revision.restarts.wrapping_add(1);
+                    revision.status_at = since_created();
+                }
+            },
         }
     }
 
@@ -168,6 +221,7 @@ impl Churn {
             self.incarnation[pod.id as usize] += 1;
             self.created[pod.id as usize] = unix_now();
         }
+        self.revise(kind, pod);
         self.mark(pod, kind != EventType::Deleted);
         self.resource_version += 1;
         Change::new(kind, self.fields(pod, self.resource_version))
@@ -307,7 +361,7 @@ mod tests {
             let spec = WorkloadSpec::new(workload).keys(300).events(2000);
             let generated = generate(&spec);
             let model = generated.model.clone();
-            let (churn, initial, rv) = Churn::new(generated);
+            let (churn, initial, rv) = Churn::new(generated, PodProfile::Typical);
             assert_eq!(initial.len(), 300, "{workload}");
             assert_eq!(rv, 300);
             let store = Store::new(initial, rv, 100_000);
@@ -330,6 +384,53 @@ mod tests {
                     pod.key
                 );
             }
+        }
+    }
+
+    /// Every change of a W1 run as (event, key, revision without its times).
+    fn stream(seed: u64) -> Vec<(EventType, u32, (u32, u32, u32))> {
+        let spec = WorkloadSpec::new(Workload::W1)
+            .keys(200)
+            .events(5000)
+            .seed(seed);
+        let (mut churn, _, _) = Churn::new(generate(&spec), PodProfile::Typical);
+        let mut queue = VecDeque::new();
+        while churn.next_events(&mut queue) {}
+        queue
+            .into_iter()
+            .map(|change| {
+                let f = change.pod.fields();
+                let r = f.revision;
+                (change.kind, f.id, (r.restarts, r.spec, r.touched))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn updates_are_mostly_status_and_the_stream_follows_the_seed() {
+        let events = stream(7);
+        assert_eq!(events, stream(7), "the same seed, the same stream");
+        let (mut status, mut spec, mut metadata) = (0, 0, 0);
+        let mut last = std::collections::HashMap::new();
+        for &(kind, id, revision) in &events {
+            if let (EventType::Modified, Some(&(restarts, specs, touched))) = (kind, last.get(&id))
+            {
+                match revision {
+                    (r, _, _) if r == restarts + 1 => status += 1,
+                    (_, s, _) if s == specs + 1 => spec += 1,
+                    (_, _, t) if t == touched + 1 => metadata += 1,
+                    other => panic!("{other:?} after {:?}", last[&id]),
+                }
+            }
+            last.insert(id, revision);
+        }
+        let updates = f64::from(status + spec + metadata);
+        assert!(updates > 3000.0, "{updates}");
+        for (share, expected) in [(status, 0.8), (spec, 0.1), (metadata, 0.1)] {
+            assert!(
+                (f64::from(share) / updates - expected).abs() < 0.04,
+                "{status} {spec} {metadata}"
+            );
         }
     }
 }

@@ -1,20 +1,25 @@
 //! A served pod written straight from its few varying fields, in JSON and in protobuf, without
 //! building a typed object per event.
 //!
-//! Every pod `serve` sends has the same shape (namespace, name, uid, resource version, creation
-//! time, two labels, one container, maybe a node); only those fields vary. Building a
+//! Every pod of the `minimal` profile has the same shape (namespace, name, uid, resource
+//! version, creation time, two labels, one container, maybe a node); only those fields vary. Building a
 //! `k8s_openapi::Pod` (a dozen `String`s and a map) and serialising it cost more than the rest
 //! of an event together, so the churn writes the bytes from a template instead. The templates
 //! are held to the typed encoders by the tests below: the JSON is byte for byte what serde
 //! writes for the `k8s_openapi` pod ([`super::objects::pod_json`]), the protobuf byte for byte
-//! what prost writes for the `k8s-pb` pod ([`typed_pod`]).
+//! what prost writes for the `k8s-pb` pod ([`typed_pod`]). The `typical` and `large` profiles
+//! render from templates compiled from typed pods ([`super::template`]); the functions here
+//! choose by [`PodFields::profile`], and the same tests hold every profile to serde and prost.
 
 use std::sync::Arc;
 
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 
-use super::objects::{PodState, VERSION_LABEL};
+use super::objects::{PodState, Revision, VERSION_LABEL};
+use super::profile::{Shape, Values};
+use super::template::template;
+use workloads::PodProfile;
 
 /// The one container every served pod runs.
 pub const CONTAINER_NAME: &str = "app";
@@ -43,6 +48,10 @@ pub struct PodFields {
     pub resource_version: u64,
     /// See [`PodState::created`].
     pub created: i64,
+    /// See [`PodState::profile`].
+    pub profile: PodProfile,
+    /// See [`PodState::revision`].
+    pub revision: Revision,
 }
 
 impl PodFields {
@@ -57,6 +66,8 @@ impl PodFields {
             version: self.version,
             resource_version: self.resource_version,
             created: self.created,
+            profile: self.profile,
+            revision: self.revision,
         }
     }
 }
@@ -66,8 +77,7 @@ pub fn uid(state: &PodState<'_>) -> String {
     format!("{:08x}-0000-4000-8000-{:012x}", state.incarnation, state.id)
 }
 
-/// The latest second a four-digit year can write: 9999-12-31T23:59:59Z.
-const MAX_RFC3339_SECOND: i64 = 253_402_300_799;
+use super::profile::MAX_RFC3339_SECOND;
 
 /// Whether the pod carries a creation time: the churn's are always now, so the template writes
 /// the years 1970..=9999 and leaves the field out otherwise (the typed encoder would write
@@ -83,7 +93,11 @@ pub fn pod_json(state: &PodState<'_>) -> Vec<u8> {
 
 /// [`pod_json`], and where its `metadata` object is in it (for metadata-only answers).
 pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>) {
-    let mut out = Vec::with_capacity(320);
+    let mut out = Vec::with_capacity(if state.profile == PodProfile::Minimal {
+        320
+    } else {
+        8192
+    });
     let metadata = write_pod_json(&mut out, state);
     (out, metadata)
 }
@@ -91,6 +105,10 @@ pub fn pod_json_parts(state: &PodState<'_>) -> (Vec<u8>, std::ops::Range<usize>)
 /// Appends the pod as JSON to `out` (which may already hold what goes before it, such as an
 /// event's head), and returns where its `metadata` object is in `out`.
 pub fn write_pod_json(out: &mut Vec<u8>, state: &PodState<'_>) -> std::ops::Range<usize> {
+    if state.profile != PodProfile::Minimal {
+        let shape = Shape::of(state);
+        return template(shape).write_json(out, &Values::of(state, shape));
+    }
     out.extend_from_slice(br#"{"apiVersion":"v1","kind":"Pod","metadata":"#);
     let metadata_start = out.len();
     out.push(b'{');
@@ -128,7 +146,7 @@ pub fn write_pod_json(out: &mut Vec<u8>, state: &PodState<'_>) -> std::ops::Rang
 
 /// `s` as a JSON string: copied as it is when nothing in it needs escaping (the workload's
 /// names never do), through serde_json otherwise.
-fn push_json_str(out: &mut Vec<u8>, s: &str) {
+pub(super) fn push_json_str(out: &mut Vec<u8>, s: &str) {
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
         out.push(b'"');
         out.extend_from_slice(s.as_bytes());
@@ -138,7 +156,7 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
     }
 }
 
-fn push_u64(out: &mut Vec<u8>, n: u64) {
+pub(super) fn push_u64(out: &mut Vec<u8>, n: u64) {
     let mut digits = [0u8; 20];
     let mut i = digits.len();
     let mut n = n;
@@ -154,7 +172,7 @@ fn push_u64(out: &mut Vec<u8>, n: u64) {
 }
 
 /// `YYYY-MM-DDTHH:MM:SSZ` for a second in 0001..=9999 (Howard Hinnant's `civil_from_days`).
-fn push_rfc3339(out: &mut Vec<u8>, second: i64) {
+pub(super) fn push_rfc3339(out: &mut Vec<u8>, second: i64) {
     let days = second.div_euclid(86_400);
     let of_day = second.rem_euclid(86_400);
     let z = days + 719_468;
@@ -187,6 +205,10 @@ fn push_rfc3339(out: &mut Vec<u8>, second: i64) {
 
 /// The bare `v1.Pod` protobuf message (no envelope), written directly.
 pub fn pod_protobuf(state: &PodState<'_>) -> Vec<u8> {
+    if state.profile != PodProfile::Minimal {
+        let shape = Shape::of(state);
+        return template(shape).protobuf(&Values::of(state, shape));
+    }
     let mut metadata = Vec::with_capacity(160);
     string_field(&mut metadata, 1, state.name);
     string_field(&mut metadata, 3, state.namespace);
@@ -232,6 +254,11 @@ pub fn pod_protobuf(state: &PodState<'_>) -> Vec<u8> {
 /// The `k8s-pb` pod for `state`: what the protobuf template must equal when prost encodes it,
 /// and what a client decodes the template into.
 pub fn typed_pod(state: &PodState<'_>) -> core::Pod {
+    if state.profile != PodProfile::Minimal {
+        let shape = Shape::of(state);
+        let pod = super::profile::typed_pod(shape, &Values::of(state, shape));
+        return super::convert::pod(&pod);
+    }
     core::Pod {
         metadata: Some(meta::ObjectMeta {
             name: Some(state.name.to_owned()),
@@ -323,10 +350,41 @@ mod tests {
             version,
             resource_version,
             created,
+            profile: PodProfile::Minimal,
+            revision: Revision::default(),
         }
     }
 
+    fn revision() -> impl Strategy<Value = Revision> {
+        (
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+            any::<u32>(),
+        )
+            .prop_map(
+                |(restarts, spec, touched, status_at, touched_at)| Revision {
+                    restarts,
+                    spec,
+                    touched,
+                    status_at,
+                    touched_at,
+                },
+            )
+    }
+
+    fn profile() -> impl Strategy<Value = PodProfile> {
+        prop_oneof![
+            Just(PodProfile::Minimal),
+            Just(PodProfile::Typical),
+            Just(PodProfile::Large)
+        ]
+    }
+
     proptest! {
+        // Every profile and shape (the id picks the container count, the node whether it is
+        // scheduled): the template writes what serde and prost write for the typed pod.
         #[test]
         fn the_templates_write_what_the_typed_encoders_write(
             namespace in "[a-z0-9-]{1,20}|.{0,8}",
@@ -337,9 +395,13 @@ mod tests {
             version: u64,
             resource_version: u64,
             created in prop_oneof![0i64..=4_102_444_800, 0i64..=MAX_RFC3339_SECOND],
+            profile in profile(),
+            revision in revision(),
         ) {
-            let s = state(&namespace, &name, node.as_deref(),
+            let mut s = state(&namespace, &name, node.as_deref(),
                 (id, incarnation, version, resource_version, created));
+            s.profile = profile;
+            s.revision = revision;
             let typed = objects::typed_pod_json(&s);
             let template = pod_json(&s);
             prop_assert_eq!(
@@ -375,6 +437,164 @@ mod tests {
             Some(1_700_000_000)
         );
         assert_eq!(pod.spec.unwrap().node_name.as_deref(), Some("node-2"));
+    }
+
+    /// A pod of `profile` as the churn makes one after a few changes.
+    fn churned(profile: PodProfile, id: u32) -> PodState<'static> {
+        PodState {
+            namespace: "ns-123",
+            name: "pod-45678",
+            node: Some("node-4567"),
+            id,
+            incarnation: 1,
+            version: 17,
+            resource_version: 12_345_678,
+            created: 1_760_000_000,
+            profile,
+            revision: Revision {
+                restarts: 3,
+                spec: 1,
+                touched: 2,
+                status_at: 3600,
+                touched_at: 1800,
+            },
+        }
+    }
+
+    /// The sizes docs/workloads.md states ("Pod profiles"), per profile and application
+    /// container count: JSON bytes, protobuf bytes (bare `v1.Pod`), within these ranges.
+    #[test]
+    fn pods_are_the_sizes_the_docs_state() {
+        let expected = |profile, containers| match (profile, containers) {
+            (PodProfile::Minimal, _) => (300..=400, 140..=200),
+            (PodProfile::Typical, 1) => (7_000..=8_500, 4_500..=5_500),
+            (PodProfile::Typical, 2) => (9_500..=11_000, 6_500..=7_500),
+            (PodProfile::Typical, _) => (12_000..=13_500, 8_000..=9_500),
+            (PodProfile::Large, 1) => (22_000..=26_000, 16_000..=19_000),
+            (PodProfile::Large, 2) => (28_000..=32_000, 21_000..=24_000),
+            (PodProfile::Large, _) => (34_000..=38_000, 26_000..=29_000),
+        };
+        for profile in PodProfile::ALL {
+            let mut seen = std::collections::BTreeSet::new();
+            for id in 0..64 {
+                let s = churned(profile, id);
+                let containers = match profile {
+                    PodProfile::Minimal => 1,
+                    _ => Shape::of(&s).containers,
+                };
+                if !seen.insert(containers) {
+                    continue;
+                }
+                let (json, protobuf) = (pod_json(&s).len(), pod_protobuf(&s).len());
+                let (json_range, protobuf_range) = expected(profile, containers);
+                assert!(
+                    json_range.contains(&json) && protobuf_range.contains(&protobuf),
+                    "{profile} with {containers} containers: {json} bytes of JSON, \
+                     {protobuf} of protobuf"
+                );
+            }
+            let shapes = if profile == PodProfile::Minimal { 1 } else { 3 };
+            assert_eq!(seen.len(), shapes, "{profile}: every container count seen");
+        }
+    }
+
+    #[test]
+    fn the_protobuf_pod_carries_what_the_json_pod_does() {
+        for profile in [PodProfile::Typical, PodProfile::Large] {
+            for id in 0..8 {
+                let s = churned(profile, id);
+                let json: serde_json::Value = serde_json::from_slice(&pod_json(&s)).unwrap();
+                let pod = core::Pod::decode(&pod_protobuf(&s)[..]).unwrap();
+                let (metadata, spec, status) = (
+                    pod.metadata.unwrap(),
+                    pod.spec.unwrap(),
+                    pod.status.unwrap(),
+                );
+                let count = |v: &serde_json::Value| v.as_array().map_or(0, Vec::len);
+                assert_eq!(metadata.labels[VERSION_LABEL], "17");
+                assert_eq!(
+                    metadata.annotations.len(),
+                    json["metadata"]["annotations"].as_object().unwrap().len()
+                );
+                assert_eq!(
+                    metadata.managed_fields.len(),
+                    count(&json["metadata"]["managedFields"])
+                );
+                assert_eq!(
+                    metadata.owner_references[0].kind.as_deref(),
+                    Some("ReplicaSet")
+                );
+                assert_eq!(metadata.generation, Some(2));
+                assert_eq!(spec.containers.len(), count(&json["spec"]["containers"]));
+                assert_eq!(
+                    spec.init_containers.len(),
+                    count(&json["spec"]["initContainers"])
+                );
+                for (c, container) in spec.containers.iter().enumerate() {
+                    let j = &json["spec"]["containers"][c];
+                    assert_eq!(container.env.len(), count(&j["env"]));
+                    assert_eq!(container.volume_mounts.len(), count(&j["volumeMounts"]));
+                    assert_eq!(
+                        container.liveness_probe.is_some(),
+                        !j["livenessProbe"].is_null()
+                    );
+                    assert_eq!(
+                        container.readiness_probe.is_some(),
+                        !j["readinessProbe"].is_null()
+                    );
+                    assert_eq!(container.resources.as_ref().unwrap().limits.len(), 2);
+                }
+                assert_eq!(spec.volumes.len(), count(&json["spec"]["volumes"]));
+                assert_eq!(spec.tolerations.len(), 2);
+                assert_eq!(spec.node_name.as_deref(), Some("node-4567"));
+                assert_eq!(status.phase.as_deref(), Some("Running"));
+                assert_eq!(status.conditions.len(), 5);
+                assert_eq!(status.container_statuses.len(), spec.containers.len());
+                let restarts: i32 = status
+                    .container_statuses
+                    .iter()
+                    .map(|c| c.restart_count.unwrap())
+                    .sum();
+                assert_eq!(restarts, 3, "the restarts, spread over the containers");
+                assert_eq!(status.qos_class.as_deref(), Some("Burstable"));
+            }
+        }
+    }
+
+    /// What a pod costs to write per event, per profile and format, as the store writes it
+    /// (the event line; the protobuf frame). Prints, asserts nothing about time:
+    /// `cargo test --release -p loadgen --features wire --lib render_cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement; run in release"]
+    fn render_cost() {
+        use crate::serve::objects::{event_line, EventType};
+        use crate::serve::protobuf::ProtobufPod;
+        const EVENTS: u32 = 200_000;
+        for profile in PodProfile::ALL {
+            let state = |n: u32| {
+                let mut s = churned(profile, n % 100_000);
+                s.resource_version = u64::from(n);
+                s.revision.restarts = n % 7;
+                s
+            };
+            let start = std::time::Instant::now();
+            let mut bytes = 0;
+            for n in 0..EVENTS {
+                let s = state(n);
+                let (line, _, _) = event_line(EventType::Modified, |out| write_pod_json(out, &s));
+                bytes += line.len();
+            }
+            let json = start.elapsed().as_secs_f64() * 1e6 / f64::from(EVENTS);
+            let start = std::time::Instant::now();
+            for n in 0..EVENTS {
+                let pod = ProtobufPod::new("MODIFIED", &pod_protobuf(&state(n)));
+                bytes += pod.frame().len();
+            }
+            let protobuf = start.elapsed().as_secs_f64() * 1e6 / f64::from(EVENTS);
+            eprintln!(
+                "{profile}: JSON {json:.2} µs, protobuf {protobuf:.2} µs per event ({bytes} bytes)"
+            );
+        }
     }
 
     #[test]

@@ -4,7 +4,10 @@
 //!
 //! | module | what it does |
 //! |---|---|
-//! | [`encode`] | a pod written from its varying fields, JSON and protobuf, without a typed object |
+//! | [`encode`] | a pod written from its varying fields, JSON and protobuf, without a typed object (the `minimal` profile by hand, the others through `template`) |
+//! | [`profile`] | the `typical` and `large` pods: a Deployment's pod as a real API server holds it, typed, from the values that vary |
+//! | [`convert`] | that typed pod as the same `k8s-pb` pod (the protobuf reference) |
+//! | `template` | templates compiled once per pod shape from the typed pod's JSON and protobuf, rendered per event |
 //! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents (JSON) |
 //! | [`protobuf`] | the protobuf envelope, watch frames, lists, `Status` |
 //! | [`format`] | JSON or protobuf, chosen from `Accept` |
@@ -21,16 +24,19 @@
 //! it in-process); `loadgen serve` is the same behind a command line.
 
 pub mod churn;
+pub mod convert;
 pub mod encode;
 pub mod faults;
 pub mod format;
 pub mod limits;
 pub mod objects;
 pub mod params;
+pub mod profile;
 pub mod protobuf;
 mod restart;
 pub mod routes;
 pub mod store;
+mod template;
 pub mod watch;
 
 use std::io;
@@ -50,7 +56,7 @@ use faults::{FaultPlan, FaultReport, Faults};
 use limits::Limits;
 use routes::App;
 use store::Store;
-use workloads::{generate, Workload, WorkloadSpec};
+use workloads::{generate, PodProfile, Workload, WorkloadSpec};
 
 /// The default window of recent events a watch can resume from.
 pub const DEFAULT_WINDOW: usize = 100_000;
@@ -88,6 +94,11 @@ pub struct ServeArgs {
     /// The workload's seed.
     #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
     pub seed: u64,
+    /// How much of a real pod each pod carries: minimal (~330 bytes of JSON), typical (a
+    /// Deployment's pod with managedFields and status, ~6 KB) or large (~25 KB)
+    /// (docs/workloads.md, "Pod profiles").
+    #[arg(long, default_value_t = PodProfile::Typical)]
+    pub pod_profile: PodProfile,
     /// Seconds between the bookmarks of a watch with allowWatchBookmarks=true.
     #[arg(long, default_value_t = DEFAULT_BOOKMARK_SECONDS, value_parser = parse_bookmark_seconds)]
     pub bookmark_seconds: f64,
@@ -140,6 +151,8 @@ fn parse_bookmark_seconds(s: &str) -> Result<f64, String> {
 pub struct ServeConfig {
     /// The workload, its sizes and seed.
     pub workload: WorkloadSpec,
+    /// How much of a real pod each pod carries ([`PodProfile::Typical`] by default).
+    pub pod_profile: PodProfile,
     /// Offered churn rate, events per second (above 0).
     pub rate: f64,
     /// Where to listen.
@@ -176,10 +189,12 @@ impl ServeConfig {
         }
     }
 
-    /// `workload` at `rate` on a free loopback port, with the default window and bookmarks.
+    /// `workload` at `rate` on a free loopback port, with typical pods and the default window
+    /// and bookmarks.
     pub fn new(workload: WorkloadSpec, rate: f64) -> Self {
         Self {
             workload,
+            pod_profile: PodProfile::default(),
             rate,
             addr: SocketAddr::from(([127, 0, 0, 1], 0)),
             window: DEFAULT_WINDOW,
@@ -227,9 +242,9 @@ impl Server {
                 ),
             ));
         }
-        let spec = config.workload;
+        let (spec, profile) = (config.workload, config.pod_profile);
         let (churn, initial, resource_version) =
-            tokio::task::spawn_blocking(move || Churn::new(generate(&spec)))
+            tokio::task::spawn_blocking(move || Churn::new(generate(&spec), profile))
                 .await
                 .map_err(io::Error::other)?;
         let initial_pods = initial.len();
@@ -480,6 +495,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
     }
     let config = ServeConfig {
         workload: spec,
+        pod_profile: args.pod_profile,
         rate: args.rate,
         addr: args.addr,
         window: args.window,
@@ -517,11 +533,12 @@ async fn wait_for_ctrl_c() {
 /// What a server serves, in one line.
 fn workload_label(config: &ServeConfig) -> String {
     format!(
-        "{} keys={} events={} seed={} rate={}/s window={}",
+        "{} keys={} events={} seed={} pods={} rate={}/s window={}",
         config.workload.workload,
         config.workload.keys,
         config.workload.events,
         config.workload.seed,
+        config.pod_profile,
         config.rate,
         config.window
     )

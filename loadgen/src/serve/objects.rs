@@ -8,6 +8,7 @@ use bytes::Bytes;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{json, Value};
+use workloads::PodProfile;
 
 /// The Kubernetes version `/version` claims: kubectl 1.32 (the version CI installs) talks to it
 /// without a skew warning.
@@ -70,6 +71,28 @@ pub struct PodState<'a> {
     /// `metadata.creationTimestamp`, in seconds since the Unix epoch (when this incarnation
     /// was created: kubectl's AGE).
     pub created: i64,
+    /// How much of a real pod it carries (docs/workloads.md, "Pod profiles").
+    pub profile: PodProfile,
+    /// What happened to this incarnation since it was created (`minimal` pods ignore it).
+    pub revision: Revision,
+}
+
+/// The changes an incarnation went through, beyond its version (which counts them all): what
+/// the `typical` and `large` pods show of them. The churn keeps one per key and picks, per
+/// update, a kubelet status update (a container restarts), a metadata change (an annotation)
+/// or a spec change (the first container's image).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Revision {
+    /// Container restarts (status updates), spread over the pod's containers.
+    pub restarts: u32,
+    /// Spec changes: the image tag, and `metadata.generation` - 1.
+    pub spec: u32,
+    /// Metadata changes: the `loadgen/touched` annotation.
+    pub touched: u32,
+    /// Seconds from creation to the kubelet's last status update.
+    pub status_at: u32,
+    /// Seconds from creation to the last metadata or spec change.
+    pub touched_at: u32,
 }
 
 pub use super::encode::pod_json;
@@ -77,6 +100,12 @@ pub use super::encode::pod_json;
 /// The `v1.Pod` for `state` built as a `k8s_openapi` object and serialised by serde (starting
 /// with [`POD_HEAD`]): the reference the template [`pod_json`] is tested against.
 pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
+    if state.profile != PodProfile::Minimal {
+        use super::profile::{typed_pod, Shape, Values};
+        let shape = Shape::of(state);
+        return serde_json::to_vec(&typed_pod(shape, &Values::of(state, shape)))
+            .expect("a Pod always serialises");
+    }
     let pod = Pod {
         metadata: ObjectMeta {
             namespace: Some(state.namespace.to_string()),
@@ -350,6 +379,8 @@ mod tests {
             version: 7,
             resource_version: 1234,
             created: 1_700_000_000,
+            profile: PodProfile::Minimal,
+            revision: Revision::default(),
         };
         let json = pod_json(&state);
         assert!(json.starts_with(POD_HEAD));

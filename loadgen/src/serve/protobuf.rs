@@ -233,6 +233,8 @@ mod tests {
             version: 2,
             resource_version: 99,
             created: 1_700_000_000,
+            profile: workloads::PodProfile::Minimal,
+            revision: Default::default(),
         }
     }
 

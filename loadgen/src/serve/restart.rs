@@ -67,8 +67,9 @@ impl Server {
         let old = std::mem::replace(&mut self.http, tokio::spawn(async { Ok(()) }));
         old.await.map_err(io::Error::other)??;
         let spec = self.config.workload.seed(seed);
+        let profile = self.config.pod_profile;
         let (churn, initial, resource_version) =
-            tokio::task::spawn_blocking(move || Churn::new(generate(&spec)))
+            tokio::task::spawn_blocking(move || Churn::new(generate(&spec), profile))
                 .await
                 .map_err(io::Error::other)?;
         tokio::time::sleep(down).await;

@@ -366,6 +366,8 @@ mod tests {
                 version: rv,
                 resource_version: rv,
                 created: 0,
+                profile: workloads::PodProfile::Minimal,
+                revision: Default::default(),
             },
         )
     }

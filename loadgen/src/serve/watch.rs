@@ -231,6 +231,8 @@ mod tests {
                 version: 1,
                 resource_version: rv,
                 created: 0,
+                profile: workloads::PodProfile::Minimal,
+                revision: Default::default(),
             },
         )
     }

@@ -6,15 +6,27 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use loadgen::serve::{ServeConfig, Server};
-use workloads::{Workload, WorkloadSpec};
+use workloads::{PodProfile, Workload, WorkloadSpec};
 
-/// A server for W1 with `keys` pods churning `events` events at `rate` per second, with a
-/// window of `window` events and bookmarks every 200 ms (so tests see some).
+/// A server for W1 with `keys` typical pods churning `events` events at `rate` per second,
+/// with a window of `window` events and bookmarks every 200 ms (so tests see some).
 pub async fn start(keys: usize, events: usize, rate: f64, window: usize) -> Server {
+    start_with(PodProfile::Typical, keys, events, rate, window).await
+}
+
+/// [`start`] with pods of `profile`.
+pub async fn start_with(
+    profile: PodProfile,
+    keys: usize,
+    events: usize,
+    rate: f64,
+    window: usize,
+) -> Server {
     let mut config = ServeConfig::new(
         WorkloadSpec::new(Workload::W1).keys(keys).events(events),
         rate,
     );
+    config.pod_profile = profile;
     config.window = window;
     config.bookmark_interval = Duration::from_millis(200);
     Server::start(config).await.expect("the server starts")

@@ -15,7 +15,7 @@
 //!
 //! | floor | modules | what they hold |
 //! |---|---|---|
-//! | 0 | [`pod`], [`spec`], [`shards`] | the object every workload moves ([`Pod`]), its key function and indexes, and the [`Universe`] of keys; which workload at which size and seed ([`Workload`], [`WorkloadSpec`]); the shard counts the sharded engine takes ([`parse_shards`]) |
+//! | 0 | [`pod`], [`spec`], [`shards`], [`profile`] | the object every workload moves ([`Pod`]), its key function and indexes, and the [`Universe`] of keys; which workload at which size and seed ([`Workload`], [`WorkloadSpec`]); the shard counts the sharded engine takes ([`parse_shards`]); how much of a real pod `loadgen serve` sends ([`PodProfile`]) |
 //! | 1 | [`op`], [`model`] | one producer call ([`Op`]) and how it is performed on a queue; what a run must end with ([`Model`], [`Expected`]) |
 //! | 2 | [`generate`](mod@generate) | the generator: a spec in, the ops and the model out ([`generate()`], [`Generated`]) |
 //!
@@ -32,6 +32,7 @@ pub mod generate;
 pub mod model;
 pub mod op;
 pub mod pod;
+pub mod profile;
 pub mod shards;
 pub mod spec;
 
@@ -41,5 +42,6 @@ pub use op::{Op, Relist};
 pub use pod::{
     pod_indexers, pod_key_fn, Pod, Universe, NAMESPACES, NAMESPACE_INDEX, NODES, NODE_INDEX,
 };
+pub use profile::{PodProfile, UnknownPodProfile};
 pub use shards::{parse_shards, MAX_SHARDS};
 pub use spec::{UnknownWorkload, Workload, WorkloadSpec, DEFAULT_SEED, W3_ROUNDS};

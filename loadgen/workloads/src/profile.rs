@@ -1,0 +1,72 @@
+//! How much of a real pod `loadgen serve` sends: the [`PodProfile`] (docs/workloads.md, "Pod
+//! profiles"). The workloads themselves do not depend on it (a key, a node and a version are
+//! all an engine sees); it lives here because it names a property of the workload the server
+//! replays, chosen on the same command lines as the workload.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How much of a real pod each served object carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PodProfile {
+    /// A name, a namespace, two labels, one container and a node: about 330 bytes of JSON.
+    Minimal,
+    /// A Deployment's pod as a real API server holds it: 1-3 containers with env, probes,
+    /// resources and mounts, the service-account volume, tolerations, `managedFields` and a
+    /// running status (about 6 KB of JSON).
+    #[default]
+    Typical,
+    /// Typical with init containers, two sidecars, ~40 env vars per container and more
+    /// annotations (about 25 KB of JSON).
+    Large,
+}
+
+impl PodProfile {
+    /// Every profile, smallest first.
+    pub const ALL: [PodProfile; 3] = [PodProfile::Minimal, PodProfile::Typical, PodProfile::Large];
+
+    /// `minimal`, `typical`, `large`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PodProfile::Minimal => "minimal",
+            PodProfile::Typical => "typical",
+            PodProfile::Large => "large",
+        }
+    }
+}
+
+impl fmt::Display for PodProfile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// An unknown pod profile name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown pod profile {0:?}: expected one of minimal, typical, large")]
+pub struct UnknownPodProfile(pub String);
+
+impl FromStr for PodProfile {
+    type Err = UnknownPodProfile;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        PodProfile::ALL
+            .into_iter()
+            .find(|p| p.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| UnknownPodProfile(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_typical_is_the_default() {
+        for profile in PodProfile::ALL {
+            assert_eq!(profile.name().parse::<PodProfile>(), Ok(profile));
+        }
+        assert_eq!("LARGE".parse::<PodProfile>(), Ok(PodProfile::Large));
+        assert!("huge".parse::<PodProfile>().is_err());
+        assert_eq!(PodProfile::default(), PodProfile::Typical);
+    }
+}
