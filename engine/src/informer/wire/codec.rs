@@ -367,7 +367,7 @@ fn json_error(what: &str, e: serde_json::Error) -> Error {
 
 /// Decodes JSON after one UTF-8 check of the whole input: serde_json then reads every string
 /// from a `&str` without checking each again, 11% fewer instructions per watch event than
-/// decoding from the bytes (engine/examples/decode_cost.rs under callgrind, for a served pod:
+/// decoding from the bytes (loadgen/examples/decode_cost.rs under callgrind, for a served pod:
 /// 20.5k against 23.1k instructions).
 fn from_json<T: DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Error> {
     let text = std::str::from_utf8(bytes)
