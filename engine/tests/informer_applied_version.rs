@@ -76,20 +76,16 @@ struct Held {
     stopped: mpsc::Receiver<()>,
 }
 
+type Informer = SharedInformer<
+    Pod,
+    MemoryListerWatcher<Pod>,
+    kcache::sharded::DeltaFifo<Pod>,
+    kcache::sharded::IndexedStore<Pod>,
+>;
+
 /// An informer over `srv` that pops one key per batch, with a [`Holder`] armed to stop at the
 /// `stop_at`-th notification.
-fn held_informer(
-    srv: &MemoryListerWatcher<Pod>,
-    stop_at: usize,
-) -> (
-    SharedInformer<
-        Pod,
-        MemoryListerWatcher<Pod>,
-        kcache::sharded::DeltaFifo<Pod>,
-        kcache::sharded::IndexedStore<Pod>,
-    >,
-    Held,
-) {
+fn held_informer(srv: &MemoryListerWatcher<Pod>, stop_at: usize) -> (Informer, Held) {
     let quick = Backoff {
         initial: ms(1),
         max: ms(5),

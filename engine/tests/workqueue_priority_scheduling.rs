@@ -9,7 +9,7 @@ use kcache::workqueue::priority::{
     default_priority_rate_limiter, AddOpts, PriorityOptions, PriorityWorkQueue,
     ReferencePriorityQueue, ShardedPriorityQueue, LOW_PRIORITY,
 };
-use kcache::workqueue::{FakeClock, QueueConfig, TryGet, WorkQueue};
+use kcache::workqueue::{FakeClock, QueueConfig, TryGet};
 use kcache::Key;
 
 const MS: Duration = Duration::from_millis(1);

@@ -249,6 +249,7 @@ mod prometheus {
         totals: Family<Labels, Counter>,
         errors: Family<Labels, Counter>,
         time: Family<Labels, Histogram, fn() -> Histogram>,
+        cache_wait_timeouts: Family<Labels, Counter>,
     }
 
     impl ControllerPrometheus {
@@ -258,7 +259,16 @@ mod prometheus {
                 totals: Family::default(),
                 errors: Family::default(),
                 time: Family::new_with_constructor(reconcile_time_histogram),
+                cache_wait_timeouts: Family::default(),
             };
+            // kcache's own, beside controller-runtime's names.
+            registry
+                .sub_registry_with_prefix("kcache_controller")
+                .register(
+                    "cache_wait_timeouts",
+                    "Reconciles that started before the cache applied their key's last write",
+                    metrics.cache_wait_timeouts.clone(),
+                );
             let r = registry.sub_registry_with_prefix("controller_runtime");
             // prometheus_client appends `_total` to counters.
             r.register(
@@ -321,6 +331,16 @@ mod prometheus {
                     .get_or_create(&controller_label(controller))
                     .clone(),
             ))
+        }
+        fn new_cache_wait_timeouts_metric(
+            &self,
+            controller: &str,
+        ) -> Option<Arc<dyn CounterMetric>> {
+            Some(Arc::new(Count(
+                self.cache_wait_timeouts
+                    .get_or_create(&controller_label(controller))
+                    .clone(),
+            )))
         }
     }
 }
