@@ -440,6 +440,12 @@ pub trait DeltaQueue<T>: Send + Sync {
 
     /// Whether [`close`](Self::close) was called.
     fn is_closed(&self) -> bool;
+    /// Nothing is queued and no popped key is still being processed: every delta queued
+    /// before this call began has been popped and its `process` has returned. (A key whose
+    /// `process` has not begun yet counts as still being processed.) What a shared informer
+    /// checks before it reports the version it has applied; a snapshot, taken shard by shard
+    /// by the sharded engine, which is enough for that: a key cannot move between shards.
+    fn is_drained(&self) -> bool;
 
     /// Populated, and every key of the initial list has been popped (by the sharded engine:
     /// popped and processed).

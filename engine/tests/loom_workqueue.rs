@@ -302,6 +302,34 @@ fn priority_blocked_get_is_woken_by_add() {
     });
 }
 
+/// The sharded priority queue with aging and fairness on: the age words are hints beside the
+/// heads and wake nobody, so a blocked `get` is still woken by an add (of a key overdue at
+/// once: `max_wait` is zero), through the same head and waiter words as without them.
+#[test]
+fn priority_with_aging_and_fairness_sleepers_are_served() {
+    model(|| {
+        let config = kcache::workqueue::QueueConfig::new()
+            .clock(Arc::new(kcache::workqueue::FakeClock::new()));
+        let q = Arc::new(
+            kcache::workqueue::priority::ShardedPriorityQueue::with_options(
+                2,
+                &config,
+                kcache::workqueue::priority::default_priority_rate_limiter(),
+                kcache::workqueue::priority::PriorityOptions::new()
+                    .max_wait(std::time::Duration::ZERO)
+                    .fair(),
+            ),
+        );
+        let worker = {
+            let q = Arc::clone(&q);
+            thread::spawn(move || q.get())
+        };
+        q.add(k("ns/a"));
+        let got = worker.join().unwrap();
+        assert_eq!(got, Ok(k("ns/a")));
+    });
+}
+
 /// The sharded priority queue: a burst of two adds with two sleeping threads serves both.
 #[test]
 fn priority_a_burst_of_adds_with_two_sleepers_serves_both() {

@@ -7,14 +7,19 @@
 //! - 2 and 16 shards: `get`s come only as runs of exactly `len` gets after every handed-out key
 //!   is done; each run is compared as a multiset of (key, priority) and its priorities must not
 //!   increase; every other line in order.
+//!
+//! Each property runs in every ordering mode: controller-runtime's, aging
+//! (`PriorityOptions::max_wait`), fairness by namespace, and both. A `get` line says whether the
+//! entry was handed out overdue, and "priorities must not increase" reads an overdue entry as
+//! above every priority.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use kcache::workqueue::priority::{
-    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
-    TryGetWithPriority,
+    AddOpts, Priority, PriorityOptions, PriorityWorkQueue, ReferencePriorityQueue,
+    ShardedPriorityQueue, TryGetWithPriority,
 };
 use kcache::workqueue::{ExponentialFailureRateLimiter, FakeClock, QueueConfig, WorkQueue};
 use kcache::Key;
@@ -81,10 +86,42 @@ fn op(single_gets: bool) -> impl Strategy<Value = Op> {
     ]
 }
 
+/// The ordering rules a run uses.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Plain,
+    Aging,
+    Fair,
+    AgingAndFair,
+}
+
+fn mode() -> impl Strategy<Value = Mode> {
+    prop_oneof![
+        Just(Mode::Plain),
+        Just(Mode::Aging),
+        Just(Mode::Fair),
+        Just(Mode::AgingAndFair),
+    ]
+}
+
+impl Mode {
+    fn options(self) -> PriorityOptions {
+        // A bound of a few steps, so entries do become overdue in 100 ops.
+        let aging = PriorityOptions::new().max_wait(6 * MS);
+        match self {
+            Mode::Plain => PriorityOptions::new(),
+            Mode::Aging => aging,
+            Mode::Fair => PriorityOptions::new().fair(),
+            Mode::AgingAndFair => aging.fair(),
+        }
+    }
+}
+
 /// One output line of the replay.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Line {
-    Get(String, Priority),
+    /// Key, priority, handed out overdue.
+    Get(String, Priority, bool),
     GetEmpty,
     GetShutDown,
     NumRequeues(u64),
@@ -103,10 +140,11 @@ fn run(make: impl FnOnce(&QueueConfig) -> Box<dyn PriorityWorkQueue>, ops: &[Op]
     let mut processing = BTreeSet::new();
     let mut out = Vec::new();
     let get = |q: &dyn PriorityWorkQueue, out: &mut Vec<Line>, processing: &mut BTreeSet<Key>| {
+        let overdue_before = q.overdue_handouts();
         out.push(match q.try_get_with_priority() {
             TryGetWithPriority::Item(k, p) => {
                 assert!(processing.insert(k.clone()), "{k} handed out twice");
-                Line::Get(k.to_string(), p)
+                Line::Get(k.to_string(), p, q.overdue_handouts() > overdue_before)
             }
             TryGetWithPriority::Empty => Line::GetEmpty,
             TryGetWithPriority::ShutDown => Line::GetShutDown,
@@ -170,19 +208,23 @@ fn run(make: impl FnOnce(&QueueConfig) -> Box<dyn PriorityWorkQueue>, ops: &[Op]
     out
 }
 
-fn reference(config: &QueueConfig) -> Box<dyn PriorityWorkQueue> {
-    Box::new(ReferencePriorityQueue::with_rate_limiter(
-        config,
-        Box::new(ExponentialFailureRateLimiter::new(MS, 50 * MS)),
-    ))
+fn reference(mode: Mode) -> impl FnOnce(&QueueConfig) -> Box<dyn PriorityWorkQueue> {
+    move |config| {
+        Box::new(ReferencePriorityQueue::with_options(
+            config,
+            Box::new(ExponentialFailureRateLimiter::new(MS, 50 * MS)),
+            mode.options(),
+        ))
+    }
 }
 
-fn sharded(shards: usize) -> impl FnOnce(&QueueConfig) -> Box<dyn PriorityWorkQueue> {
+fn sharded(shards: usize, mode: Mode) -> impl FnOnce(&QueueConfig) -> Box<dyn PriorityWorkQueue> {
     move |config| {
-        Box::new(ShardedPriorityQueue::with_rate_limiter(
+        Box::new(ShardedPriorityQueue::with_options(
             shards,
             config,
             Box::new(ExponentialFailureRateLimiter::new(MS, 50 * MS)),
+            mode.options(),
         ))
     }
 }
@@ -209,13 +251,15 @@ fn get_runs(lines: &[Line]) -> Vec<std::ops::Range<usize>> {
     runs
 }
 
-/// Panics if a run hands out a lower priority before a higher one.
+/// Panics if a run hands out a lower effective priority before a higher one (an overdue entry
+/// is above every priority).
 fn assert_priorities_never_rise(lines: &[Line]) {
     for run in get_runs(lines) {
-        let priorities: Vec<Priority> = lines[run]
+        let priorities: Vec<i64> = lines[run]
             .iter()
             .filter_map(|l| match l {
-                Line::Get(_, p) => Some(*p),
+                Line::Get(_, _, true) => Some(i64::MAX),
+                Line::Get(_, p, false) => Some(i64::from(*p)),
                 _ => None,
             })
             .collect();
@@ -237,20 +281,22 @@ proptest! {
 
     #[test]
     fn one_shard_matches_the_reference_line_for_line(
+        mode in mode(),
         ops in prop::collection::vec(op(true), 1..100),
     ) {
-        let expected = run(reference, &ops);
-        let actual = run(sharded(1), &ops);
+        let expected = run(reference(mode), &ops);
+        let actual = run(sharded(1, mode), &ops);
         prop_assert_eq!(actual, expected);
     }
 
     #[test]
     fn many_shards_match_the_reference_as_multisets_and_never_invert_priorities(
+        mode in mode(),
         shards in prop_oneof![Just(2usize), Just(16)],
         ops in prop::collection::vec(op(false), 1..100),
     ) {
-        let mut expected = run(reference, &ops);
-        let mut actual = run(sharded(shards), &ops);
+        let mut expected = run(reference(mode), &ops);
+        let mut actual = run(sharded(shards, mode), &ops);
         assert_priorities_never_rise(&expected);
         assert_priorities_never_rise(&actual);
         sort_get_runs(&mut expected);

@@ -55,6 +55,12 @@ pub trait ReconcileMetricsProvider: Send + Sync {
     fn new_reconcile_errors_metric(&self, controller: &str) -> Arc<dyn CounterMetric>;
     /// `controller_runtime_reconcile_time_seconds{controller}`.
     fn new_reconcile_time_metric(&self, controller: &str) -> Arc<dyn HistogramMetric>;
+    /// `kcache_controller_cache_wait_timeouts_total{controller}`: reconciles that started
+    /// before the cache applied their key's last write, because the wait for it timed out
+    /// (kcache's own; `None`, the default, exports nothing).
+    fn new_cache_wait_timeouts_metric(&self, _controller: &str) -> Option<Arc<dyn CounterMetric>> {
+        None
+    }
 }
 
 /// A snapshot of a controller's reconcile counts ([`Controller::stats`](super::Controller::stats)).
@@ -73,6 +79,14 @@ pub struct ReconcileStats {
     pub skipped_at_shutdown: u64,
     /// Time spent in reconciles, all of them.
     pub total_time: Duration,
+    /// Reconciles that first waited for the cache to apply the version their key's previous
+    /// reconcile wrote ([`Request::wrote`](super::Request::wrote)).
+    pub cache_waits: u64,
+    /// Of `cache_waits`, the ones the timeout ended: the reconcile ran on a cache that may not
+    /// hold its own write yet.
+    pub cache_wait_timeouts: u64,
+    /// Workers waiting for the cache right now.
+    pub waiting_for_cache: u64,
 }
 
 impl ReconcileStats {
@@ -88,6 +102,9 @@ pub(crate) struct ReconcileMetrics {
     panics: AtomicU64,
     skipped: AtomicU64,
     time_ns: AtomicU64,
+    cache_waits: AtomicU64,
+    cache_wait_timeouts: AtomicU64,
+    waiting_for_cache: AtomicU64,
     exported: Option<Exported>,
 }
 
@@ -95,6 +112,7 @@ struct Exported {
     totals: [Arc<dyn CounterMetric>; 3],
     errors: Arc<dyn CounterMetric>,
     time: Arc<dyn HistogramMetric>,
+    cache_wait_timeouts: Option<Arc<dyn CounterMetric>>,
 }
 
 impl ReconcileMetrics {
@@ -103,12 +121,16 @@ impl ReconcileMetrics {
             totals: ReconcileResult::ALL.map(|r| p.new_reconcile_total_metric(controller, r)),
             errors: p.new_reconcile_errors_metric(controller),
             time: p.new_reconcile_time_metric(controller),
+            cache_wait_timeouts: p.new_cache_wait_timeouts_metric(controller),
         });
         Self {
             counts: Default::default(),
             panics: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             time_ns: AtomicU64::new(0),
+            cache_waits: AtomicU64::new(0),
+            cache_wait_timeouts: AtomicU64::new(0),
+            waiting_for_cache: AtomicU64::new(0),
             exported,
         }
     }
@@ -137,6 +159,27 @@ impl ReconcileMetrics {
         self.skipped.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A worker starts waiting for the cache.
+    pub(crate) fn cache_wait_started(&self) {
+        self.cache_waits.fetch_add(1, Ordering::Relaxed);
+        self.waiting_for_cache.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A worker's wait for the cache ended; `timed_out` if the timeout ended it.
+    pub(crate) fn cache_wait_ended(&self, timed_out: bool) {
+        self.waiting_for_cache.fetch_sub(1, Ordering::Relaxed);
+        if timed_out {
+            self.cache_wait_timeouts.fetch_add(1, Ordering::Relaxed);
+            if let Some(counter) = self
+                .exported
+                .as_ref()
+                .and_then(|e| e.cache_wait_timeouts.as_ref())
+            {
+                counter.inc();
+            }
+        }
+    }
+
     pub(crate) fn snapshot(&self) -> ReconcileStats {
         let count = |r: ReconcileResult| self.counts[r as usize].load(Ordering::Relaxed);
         ReconcileStats {
@@ -146,6 +189,9 @@ impl ReconcileMetrics {
             panics: self.panics.load(Ordering::Relaxed),
             skipped_at_shutdown: self.skipped.load(Ordering::Relaxed),
             total_time: Duration::from_nanos(self.time_ns.load(Ordering::Relaxed)),
+            cache_waits: self.cache_waits.load(Ordering::Relaxed),
+            cache_wait_timeouts: self.cache_wait_timeouts.load(Ordering::Relaxed),
+            waiting_for_cache: self.waiting_for_cache.load(Ordering::Relaxed),
         }
     }
 }
@@ -203,6 +249,7 @@ mod prometheus {
         totals: Family<Labels, Counter>,
         errors: Family<Labels, Counter>,
         time: Family<Labels, Histogram, fn() -> Histogram>,
+        cache_wait_timeouts: Family<Labels, Counter>,
     }
 
     impl ControllerPrometheus {
@@ -212,7 +259,16 @@ mod prometheus {
                 totals: Family::default(),
                 errors: Family::default(),
                 time: Family::new_with_constructor(reconcile_time_histogram),
+                cache_wait_timeouts: Family::default(),
             };
+            // kcache's own, beside controller-runtime's names.
+            registry
+                .sub_registry_with_prefix("kcache_controller")
+                .register(
+                    "cache_wait_timeouts",
+                    "Reconciles that started before the cache applied their key's last write",
+                    metrics.cache_wait_timeouts.clone(),
+                );
             let r = registry.sub_registry_with_prefix("controller_runtime");
             // prometheus_client appends `_total` to counters.
             r.register(
@@ -275,6 +331,16 @@ mod prometheus {
                     .get_or_create(&controller_label(controller))
                     .clone(),
             ))
+        }
+        fn new_cache_wait_timeouts_metric(
+            &self,
+            controller: &str,
+        ) -> Option<Arc<dyn CounterMetric>> {
+            Some(Arc::new(Count(
+                self.cache_wait_timeouts
+                    .get_or_create(&controller_label(controller))
+                    .clone(),
+            )))
         }
     }
 }

@@ -14,6 +14,12 @@
 //! - `Err(e)` (or a panic, caught): retried after the rate limiter's delay (the builder's
 //!   [`rate_limiter`](ControllerBuilder::rate_limiter), client-go's default unless set).
 //!
+//! A reconcile that writes tells the controller the resource version the API server answered
+//! with ([`Request::wrote`]); the key's next reconcile then waits until the informer's cache
+//! has applied that version ([`SharedInformer::applied_version`](crate::informer::SharedInformer::applied_version)),
+//! at most [`cache_wait_timeout`](ControllerBuilder::cache_wait_timeout), so it does not act on
+//! a cache older than its own write.
+//!
 //! # Example
 //!
 //! ```
@@ -98,4 +104,4 @@ pub use metrics::ControllerPrometheus;
 pub use metrics::{ReconcileMetricsProvider, ReconcileResult, ReconcileStats};
 pub use queue::{ControllerQueue, Priority, LOW_PRIORITY, NORMAL_PRIORITY};
 pub use reconcile::{Action, Request};
-pub use runtime::{Controller, ControllerBuilder, ControllerError};
+pub use runtime::{Controller, ControllerBuilder, ControllerError, DEFAULT_CACHE_WAIT_TIMEOUT};

@@ -1,6 +1,7 @@
 //! What a reconcile is given and returns, and the worker loop that runs reconciles: take a
-//! key, read its object from the indexer, reconcile, then forget the key's failures and done
-//! it (success), requeue it after a delay, or retry it rate limited (error or panic).
+//! key, wait (bounded) until the cache holds what the key's previous reconcile wrote, read its
+//! object from the indexer, reconcile, then forget the key's failures and done it (success),
+//! requeue it after a delay, or retry it rate limited (error or panic).
 
 use std::fmt;
 use std::future::Future;
@@ -11,7 +12,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::key::Key;
+use crate::informer::{version_at_least, AppliedVersion, VersionWait};
+use crate::key::{Key, KeyMap};
 use crate::workqueue::AsyncGet;
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
@@ -35,6 +37,9 @@ pub struct Request<K> {
     object: Option<Arc<K>>,
     worker: usize,
     retries: u64,
+    /// The newest resource version this reconcile wrote ([`Request::wrote`]); shared by the
+    /// request's clones, read by the worker when the reconcile is over.
+    wrote: Arc<Mutex<Option<String>>>,
 }
 
 impl<K> Request<K> {
@@ -58,6 +63,37 @@ impl<K> Request<K> {
     pub fn retries(&self) -> u64 {
         self.retries
     }
+
+    /// Tells the controller that this reconcile wrote the key's object (or another object of
+    /// the primary informer) and the API server answered with `resource_version`. Whatever the
+    /// reconcile returns, the key's next reconcile starts only once the informer's cache has
+    /// applied that version (or the builder's
+    /// [`cache_wait_timeout`](super::ControllerBuilder::cache_wait_timeout) has passed), so it
+    /// never acts on a cache older than its own write. Call it after every write; the newest
+    /// version counts.
+    ///
+    /// ```
+    /// # use kcache::controller::{Action, Request};
+    /// # struct Pod;
+    /// fn reconcile(request: &Request<Pod>, _: &()) -> Result<Action, String> {
+    ///     // ... update the object; the API server returns it with resource version "1234"
+    ///     request.wrote("1234");
+    ///     Ok(Action::Done)
+    /// }
+    /// ```
+    pub fn wrote(&self, resource_version: &str) {
+        let mut wrote = self.wrote.lock().unwrap_or_else(|e| e.into_inner());
+        let newer = wrote
+            .as_deref()
+            .is_none_or(|old| !version_at_least(old, resource_version));
+        if newer {
+            *wrote = Some(resource_version.to_string());
+        }
+    }
+
+    fn written(&self) -> Option<String> {
+        self.wrote.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
 }
 
 /// Reads a key's object from the primary informer's indexer.
@@ -66,12 +102,50 @@ pub(crate) type Lookup<K> = Arc<dyn Fn(&Key) -> Option<Arc<K>> + Send + Sync>;
 /// Told of every failed reconcile: its key and message.
 pub(crate) type ErrorReport = Arc<dyn Fn(&Key, &str) + Send + Sync>;
 
+/// How a controller waits for its own writes to reach the cache.
+pub(crate) struct CacheWait {
+    /// The primary informer's applied version.
+    pub(crate) applied: AppliedVersion,
+    /// How long a worker waits at most; zero: never.
+    pub(crate) timeout: Duration,
+    /// Per key, the version its last reconcile wrote, until its next reconcile starts.
+    writes: Mutex<KeyMap<String>>,
+    /// Wakes async workers' waits when the controller stops.
+    stopped: tokio::sync::Notify,
+}
+
+impl CacheWait {
+    pub(crate) fn new(applied: AppliedVersion, timeout: Duration) -> Self {
+        Self {
+            applied,
+            timeout,
+            writes: Mutex::default(),
+            stopped: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// The version `key`'s next reconcile must wait for, taken (a key waits once per write),
+    /// if there is one and it is not applied yet.
+    fn take_pending(&self, key: &Key) -> Option<String> {
+        if self.timeout.is_zero() {
+            return None;
+        }
+        let version = self
+            .writes
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key)?;
+        (!self.applied.has_reached(&version)).then_some(version)
+    }
+}
+
 /// The state every worker of one controller shares.
 pub(crate) struct Shared<K> {
     pub(crate) queue: Arc<dyn ControllerQueue>,
     pub(crate) lookup: Lookup<K>,
     pub(crate) metrics: ReconcileMetrics,
     pub(crate) on_error: Option<ErrorReport>,
+    pub(crate) cache_wait: CacheWait,
     /// Set by shutdown: a worker that takes a key after this leaves it unreconciled.
     pub(crate) stopping: AtomicBool,
     /// Workers between their first and last queue call after a reconcile (requeue or forget,
@@ -93,6 +167,7 @@ impl<K> Shared<K> {
         lookup: Lookup<K>,
         metrics: ReconcileMetrics,
         on_error: Option<ErrorReport>,
+        cache_wait: CacheWait,
         workers: usize,
     ) -> Self {
         Self {
@@ -100,6 +175,7 @@ impl<K> Shared<K> {
             lookup,
             metrics,
             on_error,
+            cache_wait,
             stopping: AtomicBool::new(false),
             finishing: AtomicUsize::new(0),
             finished: AtomicU64::new(0),
@@ -121,6 +197,51 @@ impl<K> Shared<K> {
         true
     }
 
+    /// Stops every wait for the cache (the controller is stopping).
+    pub(crate) fn stop_waits(&self) {
+        self.cache_wait.stopped.notify_waiters();
+        self.cache_wait.applied.wake();
+    }
+
+    /// Blocks until the cache has applied what `key`'s previous reconcile wrote, the timeout
+    /// passes, the informer stops or the controller does.
+    fn wait_for_cache(&self, key: &Key) {
+        let wait = &self.cache_wait;
+        let Some(version) = wait.take_pending(key) else {
+            return;
+        };
+        self.metrics.cache_wait_started();
+        // Acquire pairs with shutdown's Release store; `stop_waits` wakes us to read it.
+        let end = wait
+            .applied
+            .wait_blocking_until(&version, Some(wait.timeout), || {
+                self.stopping.load(Ordering::Acquire)
+            });
+        let stopped = self.stopping.load(Ordering::Acquire);
+        self.metrics
+            .cache_wait_ended(end == VersionWait::TimedOut && !stopped);
+    }
+
+    /// [`wait_for_cache`](Self::wait_for_cache) for an async worker.
+    async fn wait_for_cache_async(&self, key: &Key) {
+        let wait = &self.cache_wait;
+        let Some(version) = wait.take_pending(key) else {
+            return;
+        };
+        self.metrics.cache_wait_started();
+        let stopped = wait.stopped.notified();
+        tokio::pin!(stopped);
+        // Registered before the check: a stop after it wakes this wait.
+        stopped.as_mut().enable();
+        let timed_out = !self.stopping.load(Ordering::Acquire)
+            && tokio::select! {
+                _ = wait.applied.wait_for(&version) => false,
+                _ = &mut stopped => false,
+                _ = tokio::time::sleep(wait.timeout) => true,
+            };
+        self.metrics.cache_wait_ended(timed_out);
+    }
+
     fn request(&self, key: Key, worker: usize) -> Request<K> {
         let object = (self.lookup)(&key);
         let retries = self.queue.num_requeues(&key);
@@ -129,6 +250,7 @@ impl<K> Shared<K> {
             object,
             worker,
             retries,
+            wrote: Arc::default(),
         }
     }
 
@@ -137,12 +259,21 @@ impl<K> Shared<K> {
     fn finish<E: fmt::Display>(
         &self,
         key: &Key,
+        wrote: Option<String>,
         outcome: Result<Result<Action, E>, String>,
         took: Duration,
     ) {
         // SeqCst, like every access to `finishing` and `finished`: `is_idle` relies on one
         // total order of these and its own reads (see there).
         self.finishing.fetch_add(1, Ordering::SeqCst);
+        if let Some(version) = wrote {
+            // Before `done`: the key's next reconcile cannot start before it, and finds this.
+            self.cache_wait
+                .writes
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone(), version);
+        }
         let (result, panicked) = match outcome {
             Ok(Ok(Action::Done)) => {
                 self.queue.forget(key);
@@ -264,12 +395,17 @@ where
         if !shared.admit(&key) {
             continue;
         }
+        shared.wait_for_cache(&key);
+        // A shutdown during the wait leaves the key unreconciled, as at `get`.
+        if !shared.admit(&key) {
+            continue;
+        }
         let request = shared.request(key, worker);
         let started = Instant::now();
         let outcome = catch_unwind(AssertUnwindSafe(|| reconcile(&request, ctx)))
             .map_err(|panic| panic_message(&*panic));
         let took = started.elapsed();
-        shared.finish(&request.key, outcome, took);
+        shared.finish(&request.key, request.written(), outcome, took);
     }
 }
 
@@ -289,7 +425,12 @@ pub(crate) async fn run_async_worker<K, C, E, F, Fut>(
         if !shared.admit(&key) {
             continue;
         }
+        shared.wait_for_cache_async(&key).await;
+        if !shared.admit(&key) {
+            continue;
+        }
         let request = shared.request(key.clone(), worker);
+        let wrote = Arc::clone(&request.wrote);
         let started = Instant::now();
         let outcome = match catch_unwind(AssertUnwindSafe(|| reconcile(request, Arc::clone(&ctx))))
         {
@@ -297,7 +438,8 @@ pub(crate) async fn run_async_worker<K, C, E, F, Fut>(
             Err(panic) => Err(panic_message(&*panic)),
         };
         let took = started.elapsed();
-        shared.finish(&key, outcome, took);
+        let wrote = wrote.lock().unwrap_or_else(|e| e.into_inner()).take();
+        shared.finish(&key, wrote, outcome, took);
     }
 }
 

@@ -6,16 +6,18 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use thiserror::Error;
 
 use crate::informer::{
-    HandlerOptions, InformerError, ListerWatcher, Registration, SharedInformer, Versioned,
+    AppliedVersion, HandlerOptions, InformerError, ListerWatcher, Registration, SharedInformer,
+    Versioned,
 };
 use crate::key::{Key, KeyFn};
 use crate::queue::DeltaQueue;
 use crate::store::Indexer;
-use crate::workqueue::priority::ShardedPriorityQueue;
+use crate::workqueue::priority::{PriorityOptions, ShardedPriorityQueue};
 use crate::workqueue::{
     default_controller_rate_limiter, DelayingQueue, QueueConfig, RateLimiter, RateLimitingQueue,
     ShardedQueue, DEFAULT_WORKQUEUE_SHARDS,
@@ -27,8 +29,11 @@ use super::metrics::{ReconcileMetrics, ReconcileMetricsProvider, ReconcileStats}
 use super::nice::lower_this_thread;
 use super::queue::ControllerQueue;
 use super::reconcile::{
-    run_async_worker, run_sync_worker, Action, ErrorReport, Lookup, Request, Shared,
+    run_async_worker, run_sync_worker, Action, CacheWait, ErrorReport, Lookup, Request, Shared,
 };
+
+/// How long a reconcile waits by default for the cache to apply its key's last write.
+pub const DEFAULT_CACHE_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why a controller could not start.
 #[derive(Debug, Error)]
@@ -72,6 +77,7 @@ pub struct ControllerBuilder<'a, K> {
     limiter: Option<Box<dyn RateLimiter<Key>>>,
     queue_config: Option<QueueConfig>,
     priority_queue: bool,
+    priority_options: PriorityOptions,
     lookup: Lookup<K>,
     key_fn: KeyFn<K>,
     primary: PrimaryRegistrar<'a, K>,
@@ -83,6 +89,9 @@ pub struct ControllerBuilder<'a, K> {
     handler_options: HandlerOptions,
     metrics: Option<Arc<dyn ReconcileMetricsProvider>>,
     on_error: Option<ErrorReport>,
+    /// The primary informer's applied version, and how long to wait for it.
+    applied: AppliedVersion,
+    cache_wait_timeout: Duration,
 }
 
 /// Workers: threads or tokio tasks.
@@ -121,6 +130,7 @@ impl<K: Versioned + Send + Sync + 'static> Controller<K> {
             limiter: None,
             queue_config: None,
             priority_queue: false,
+            priority_options: PriorityOptions::new(),
             lookup: Arc::new(move |key: &Key| store.get_by_key(key)),
             key_fn: primary.key_fn(),
             primary: Box::new(move |handler, options| {
@@ -133,6 +143,8 @@ impl<K: Versioned + Send + Sync + 'static> Controller<K> {
             handler_options: HandlerOptions::new(),
             metrics: None,
             on_error: None,
+            applied: primary.applied_version(),
+            cache_wait_timeout: DEFAULT_CACHE_WAIT_TIMEOUT,
         }
     }
 }
@@ -185,6 +197,15 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
     /// [`queue`](Self::queue).
     pub fn priority_queue(mut self, on: bool) -> Self {
         self.priority_queue = on;
+        self
+    }
+
+    /// Aging and fairness for the builder's priority queue ([`PriorityOptions`]:
+    /// `max_wait`, `fair`, `fair_by`); implies [`priority_queue(true)`](Self::priority_queue).
+    /// Ignored with [`queue`](Self::queue). See docs/controller.md for when to turn them on.
+    pub fn priority_options(mut self, options: PriorityOptions) -> Self {
+        self.priority_queue = true;
+        self.priority_options = options;
         self
     }
 
@@ -268,6 +289,16 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
     /// [`ControllerPrometheus`](super::ControllerPrometheus)).
     pub fn metrics(mut self, provider: Arc<dyn ReconcileMetricsProvider>) -> Self {
         self.metrics = Some(provider);
+        self
+    }
+
+    /// How long a worker waits, before it reconciles a key, for the primary informer's cache
+    /// to apply the version the key's previous reconcile wrote ([`Request::wrote`]); after
+    /// that it reconciles anyway and counts a `cache_wait_timeouts`. Default
+    /// [`DEFAULT_CACHE_WAIT_TIMEOUT`] (10 s); `Duration::ZERO` never waits. A reconcile that
+    /// never calls `wrote` never waits. The worker (thread or task) is busy while it waits.
+    pub fn cache_wait_timeout(mut self, timeout: Duration) -> Self {
+        self.cache_wait_timeout = timeout;
         self
     }
 
@@ -378,10 +409,11 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
                     .limiter
                     .unwrap_or_else(|| Box::new(default_controller_rate_limiter()));
                 let queue: Arc<dyn ControllerQueue> = if self.priority_queue {
-                    Arc::new(ShardedPriorityQueue::with_rate_limiter(
+                    Arc::new(ShardedPriorityQueue::with_options(
                         DEFAULT_WORKQUEUE_SHARDS,
                         &config,
                         limiter,
+                        self.priority_options,
                     ))
                 } else {
                     Arc::new(RateLimitingQueue::new(
@@ -401,6 +433,7 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
             self.lookup,
             metrics,
             self.on_error,
+            CacheWait::new(self.applied, self.cache_wait_timeout),
             self.workers,
         ));
         let mut controller = Controller {
@@ -488,8 +521,10 @@ impl<K> Controller<K> {
     /// Stops taking keys: reconciles in flight finish (and their requeues are dropped with
     /// the queue's waiting keys); keys still queued are left unreconciled.
     fn stop(&self) {
-        // Release pairs with the workers' Acquire load in `admit`.
+        // Release pairs with the workers' Acquire loads in `admit` and in their waits for the
+        // cache, which `stop_waits` wakes to read it.
         self.shared.stopping.store(true, Ordering::Release);
+        self.shared.stop_waits();
         self.shared.queue.shut_down();
     }
 

@@ -24,9 +24,11 @@
 //! - [`SharedInformer`]: one reflector, one queue, one indexer, many handlers, each with its own
 //!   bounded buffer and delivery thread (or inline on the consumers, or an
 //!   [`AsyncEventHandler`]'s task), `has_synced` and resync period ([`HandlerOptions`]);
-//!   [`StoreReader`] reads the store.
+//!   [`StoreReader`] reads the store; [`AppliedVersion`] says which resource version the store
+//!   has applied and waits for one.
 
 pub mod apiserver;
+mod applied;
 mod backoff;
 mod coalesce;
 mod handler;
@@ -49,6 +51,7 @@ pub use self::kube::{
     from_kube_error, from_kube_event, kube_key, kube_key_fn, KubeListerWatcher,
     MAX_WATCH_TIMEOUT_SECS,
 };
+pub use applied::{version_at_least, AppliedVersion, VersionWait};
 pub use backoff::{Backoff, BackoffTimer};
 pub use handler::{AsyncEventHandler, HandlerOptions, Lag, LagHandler, DEFAULT_HANDLER_BUFFER};
 /// The consumer-to-handler hand-off, public only for the loom model (`tests/loom_fanout.rs`).
@@ -63,7 +66,7 @@ pub use memory::{MemoryListerWatcher, SetResourceVersion, Writes, DEFAULT_WINDOW
 pub use processor::{Registration, MINIMUM_RESYNC_PERIOD};
 pub use reader::StoreReader;
 pub use reflector::{
-    Reflector, ReflectorHandle, ReflectorOptions, ShouldResync, WatchErrorHandler,
+    OnSynced, Reflector, ReflectorHandle, ReflectorOptions, ShouldResync, WatchErrorHandler,
     DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE,
 };
 pub use shared_informer::{InformerError, SharedInformer, SharedInformerBuilder, DEFAULT_BATCH};

@@ -5,6 +5,7 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::applied::AppliedVersion;
 use crate::key::{Key, KeyError};
 use crate::store::{IndexError, Indexer};
 
@@ -15,6 +16,7 @@ use crate::store::{IndexError, Indexer};
 /// reflects every write to that key completed before it).
 pub struct StoreReader<T, I> {
     store: Arc<I>,
+    applied: AppliedVersion,
     _objects: PhantomData<fn() -> T>,
 }
 
@@ -22,6 +24,7 @@ impl<T, I> Clone for StoreReader<T, I> {
     fn clone(&self) -> Self {
         Self {
             store: Arc::clone(&self.store),
+            applied: self.applied.clone(),
             _objects: PhantomData,
         }
     }
@@ -34,11 +37,24 @@ impl<T, I> fmt::Debug for StoreReader<T, I> {
 }
 
 impl<T, I: Indexer<T>> StoreReader<T, I> {
-    pub(crate) fn new(store: Arc<I>) -> Self {
+    pub(crate) fn new(store: Arc<I>, applied: AppliedVersion) -> Self {
         Self {
             store,
+            applied,
             _objects: PhantomData,
         }
+    }
+
+    /// The newest resource version the store has applied (client-go 1.36's
+    /// `LastStoreSyncResourceVersion`); see
+    /// [`SharedInformer::last_store_sync_resource_version`](super::SharedInformer::last_store_sync_resource_version).
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.applied.get()
+    }
+
+    /// The applied version as a handle, to wait for a version.
+    pub fn applied_version(&self) -> &AppliedVersion {
+        &self.applied
     }
 
     /// The object stored under `key`.

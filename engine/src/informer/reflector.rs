@@ -67,6 +67,9 @@ pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
 /// `ShouldResync`; a shared informer answers whether any handler is due).
 pub type ShouldResync = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Told each resource version the reflector reaches, once the queue holds everything up to it.
+pub type OnSynced = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// The page size client-go's pager uses.
 pub const DEFAULT_PAGE_SIZE: usize = 500;
 
@@ -89,6 +92,10 @@ pub struct ReflectorOptions {
     pub error_handler: Option<WatchErrorHandler>,
     /// Consulted before each periodic resync; `None` always resyncs.
     pub should_resync: Option<ShouldResync>,
+    /// Called with each version the reflector reaches (a relist's, a watch batch's newest, a
+    /// bookmark's), after the queue operation that carried it returned; a shared informer
+    /// tracks the version its store has applied with it.
+    pub on_synced: Option<OnSynced>,
 }
 
 impl Default for ReflectorOptions {
@@ -100,6 +107,7 @@ impl Default for ReflectorOptions {
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
             error_handler: None,
             should_resync: None,
+            on_synced: None,
         }
     }
 }
@@ -113,6 +121,7 @@ impl fmt::Debug for ReflectorOptions {
             .field("min_watch_timeout", &self.min_watch_timeout)
             .field("error_handler", &self.error_handler.is_some())
             .field("should_resync", &self.should_resync.is_some())
+            .field("on_synced", &self.on_synced.is_some())
             .finish()
     }
 }
@@ -234,6 +243,15 @@ where
         }
     }
 
+    /// The queue holds everything up to `rv`: the version to resume from, and the news for
+    /// whoever tracks it ([`ReflectorOptions::on_synced`]).
+    fn reached(&self, rv: &str) {
+        self.progress.set_last_sync(rv);
+        if let Some(on_synced) = &self.options.on_synced {
+            on_synced(rv);
+        }
+    }
+
     /// A handle to read the reflector's progress from elsewhere.
     pub fn handle(&self) -> ReflectorHandle {
         ReflectorHandle {
@@ -344,7 +362,7 @@ where
             Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
             Err(_) => return Ok(false),
         }
-        self.progress.set_last_sync(rv);
+        self.reached(rv);
         Ok(true)
     }
 
@@ -550,7 +568,7 @@ where
             // Once per batch, after its events are queued: the version a watch resumes from
             // never runs ahead of the queue.
             if let Some(newest) = &newest {
-                self.progress.set_last_sync(newest.as_str());
+                self.reached(newest.as_str());
             }
             match tail {
                 None => {}

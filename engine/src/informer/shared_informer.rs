@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use super::applied::AppliedVersion;
 use super::backoff::Backoff;
 use super::handler::{
     stderr_lag_handler, AsyncEventHandler, HandlerOptions, LagHandler, DEFAULT_HANDLER_BUFFER,
@@ -249,7 +250,15 @@ where
             let queue = Arc::clone(&queue);
             Box::new(move || queue.close())
         };
+        let applied = {
+            let queue = Arc::clone(&queue);
+            AppliedVersion::new(move || queue.is_drained())
+        };
+        let mut reflector_options = self.reflector;
+        let tracker = applied.clone();
+        reflector_options.on_synced = Some(Arc::new(move |rv: &str| tracker.synced(rv)));
         SharedInformer {
+            applied,
             close_queue,
             key_fn,
             failure: Arc::default(),
@@ -261,7 +270,7 @@ where
                 self.handler_buffer,
                 self.lag_handler,
             )),
-            reflector_options: self.reflector,
+            reflector_options,
             consumers: self.consumers,
             batch: self.batch,
             default_resync: self.resync_period,
@@ -339,6 +348,8 @@ pub struct SharedInformer<T, L, Q, I> {
     close_queue: Box<dyn Fn() + Send + Sync>,
     /// The key function the queue and the store use, for handlers that key objects too.
     key_fn: KeyFn<T>,
+    /// The version the store has applied (see the `applied` module).
+    applied: AppliedVersion,
 }
 
 impl<T, L> SharedInformer<T, L, sharded::DeltaFifo<T>, sharded::IndexedStore<T>>
@@ -549,11 +560,12 @@ where
                 Arc::clone(&self.processor),
             );
             let (batch, stop, failure) = (self.batch, self.stop.clone(), Arc::clone(&self.failure));
+            let applied = self.applied.clone();
             let thread = std::thread::Builder::new()
                 .name(format!("kcache-consumer-{n}"))
                 .spawn(move || {
                     let run = catch_unwind(AssertUnwindSafe(|| {
-                        consume(&*queue, &*store, &processor, batch)
+                        consume(&*queue, &*store, &processor, &applied, batch)
                     }));
                     if let Err(panic) = run {
                         // User code (an index function) panicked while a key was half
@@ -566,6 +578,7 @@ where
                             .get_or_insert(message);
                         stop.stop();
                         queue.close();
+                        applied.stop();
                     }
                 });
             match thread {
@@ -614,11 +627,27 @@ where
 
     /// Read handles on the store.
     pub fn store(&self) -> StoreReader<T, I> {
-        StoreReader::new(Arc::clone(&self.store))
+        StoreReader::new(Arc::clone(&self.store), self.applied.clone())
+    }
+
+    /// The newest resource version the store has *applied* (client-go 1.36's
+    /// `LastStoreSyncResourceVersion`): everything the reflector queued up to it is in the
+    /// store and its notifications are with the handlers. Empty before the first list is
+    /// applied. Never ahead of the store, unlike
+    /// [`last_sync_resource_version`](Self::last_sync_resource_version).
+    pub fn last_store_sync_resource_version(&self) -> String {
+        self.applied.get()
+    }
+
+    /// The store's applied version as a handle: read it, or wait for a version
+    /// ([`AppliedVersion::wait_for`], [`AppliedVersion::wait_for_blocking`]).
+    pub fn applied_version(&self) -> AppliedVersion {
+        self.applied.clone()
     }
 
     /// The newest resource version the reflector has put into the queue; empty before the
-    /// start and before the first list.
+    /// start and before the first list. The consumers may not have applied it yet: see
+    /// [`last_store_sync_resource_version`](Self::last_store_sync_resource_version).
     pub fn last_sync_resource_version(&self) -> String {
         self.lifecycle()
             .reflector
@@ -666,6 +695,7 @@ where
             )
         };
         self.stop.stop();
+        self.applied.stop();
         if let Some(task) = task {
             // The task only ends by returning: it catches its own errors.
             let _ = task.await;
@@ -702,8 +732,13 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 
 /// A consumer thread: pops batches, applies each key to the store and distributes its
 /// notifications, until the queue is closed and empty.
-fn consume<T, Q, I>(queue: &Q, store: &I, processor: &Processor<T>, batch: usize)
-where
+fn consume<T, Q, I>(
+    queue: &Q,
+    store: &I,
+    processor: &Processor<T>,
+    applied: &AppliedVersion,
+    batch: usize,
+) where
     T: Versioned + Send + Sync + 'static,
     Q: DeltaQueue<T>,
     I: Indexer<T>,
@@ -713,10 +748,19 @@ where
         // key), and only once the batch has a key, so an idle consumer holds nothing.
         let mut distributor = None;
         let popped = queue.pop_batch(batch, |deltas, initial| {
-            let distributor = distributor.get_or_insert_with(|| processor.distributor());
+            let distributor = distributor.get_or_insert_with(|| {
+                // The first key of the batch, still in flight: the applied version waits for
+                // this batch's hand-over from here on.
+                applied.begin_batch();
+                processor.distributor()
+            });
             apply_deltas_coalesced(store, distributor, &deltas, initial);
         });
+        let busy = distributor.is_some();
         drop(distributor);
+        if busy {
+            applied.end_batch();
+        }
         if popped.is_err() {
             return;
         }
@@ -728,6 +772,7 @@ impl<T, L, Q, I> Drop for SharedInformer<T, L, Q, I> {
         // Dropped without a shutdown: stop the reflector and let every thread end on its own
         // (consumers once the queue is drained, delivery threads once their buffers are).
         self.stop.stop();
+        self.applied.stop();
         (self.close_queue)();
         drop(self.processor.close());
     }

@@ -647,6 +647,12 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
         self.lock().closed
     }
 
+    fn is_drained(&self) -> bool {
+        // `pop` and `pop_batch` call `process` under this lock, so holding it, no key is
+        // between its pop and the end of its processing.
+        self.lock().queue.is_empty()
+    }
+
     fn has_synced(&self) -> bool {
         self.lock().has_synced()
     }

@@ -1353,6 +1353,17 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         self.closed.load(Ordering::Acquire)
     }
 
+    fn is_drained(&self) -> bool {
+        // A popped key stays in `in_flight` from the moment it leaves `pending` until its
+        // `process` has returned and the consumer releases it, under the shard's lock; so an
+        // empty `pending` and `in_flight`, seen under the lock, mean every key the shard held
+        // before is done with.
+        (0..self.shards.len()).all(|i| {
+            let state = self.lock_shard(i);
+            state.pending.is_empty() && state.in_flight.is_empty()
+        })
+    }
+
     fn has_synced(&self) -> bool {
         // Acquire pairs with the Release stores of `populated`: once it reads true, the count
         // `replace` stored before it (or a later decrement) is what the next load sees.

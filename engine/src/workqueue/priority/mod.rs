@@ -37,6 +37,18 @@
 //!   shards the order *within* a priority is relaxed, but a ready entry of a higher priority is
 //!   never overtaken by one of a lower priority.
 //!
+//! Two ordering rules are kcache's own, opt-in through [`PriorityOptions`] (off, the order is
+//! controller-runtime's exactly):
+//!
+//! - **Aging** ([`PriorityOptions::max_wait`]): an entry that has been ready for `max_wait` is
+//!   *overdue* and goes before every entry that is not, oldest first; so no ready key waits
+//!   behind higher priorities for longer than `max_wait`.
+//! - **Fairness** ([`PriorityOptions::fair`]): keys carry a group (the namespace by default);
+//!   within one priority, groups are served round robin, so a group with one key among a
+//!   thousand of another's is served within a turn.
+//!
+//! The exact rules are in `docs/workqueue.md` ("Aging", "Fairness").
+//!
 //! Metrics are client-go's workqueue metrics with the depth per priority
 //! ([`DepthWithPriorityMetric`](super::DepthWithPriorityMetric)).
 //!
@@ -62,6 +74,8 @@
 //! assert_eq!(q.try_get(), TryGet::Item(Key::new("ns/retry")), "priority 0 before -100");
 //! ```
 
+use std::fmt;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -78,6 +92,8 @@ mod timer;
 
 pub use reference::ReferencePriorityQueue;
 pub use sharded::ShardedPriorityQueue;
+
+use entries::Scheduling;
 
 /// A key's priority: higher is handed out first (Go's `int` in controller-runtime).
 pub type Priority = i32;
@@ -147,6 +163,103 @@ impl AddOpts {
     }
 }
 
+/// A key's group for fairness: keys of one group share the turns of their priority level.
+pub type GroupFn = Arc<dyn Fn(&Key) -> Key + Send + Sync>;
+
+/// The default group: the namespace, i.e. the part of the key before its first `/` (the empty
+/// group for a cluster-scoped key, which has no `/`).
+///
+/// ```
+/// use kcache::Key;
+/// use kcache::workqueue::priority::namespace_group;
+/// assert_eq!(namespace_group(&Key::new("team-a/web-0")).as_str(), "team-a");
+/// assert_eq!(namespace_group(&Key::new("node-1")).as_str(), "");
+/// ```
+pub fn namespace_group(key: &Key) -> Key {
+    Key::new(key.as_str().split_once('/').map_or("", |(ns, _)| ns))
+}
+
+/// kcache's opt-in ordering rules for the priority queues (none by default: the order is
+/// controller-runtime's).
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use kcache::Key;
+/// use kcache::workqueue::{FakeClock, QueueConfig, TryGet, WorkQueue};
+/// use kcache::workqueue::priority::{
+///     default_priority_rate_limiter, AddOpts, PriorityOptions, PriorityWorkQueue,
+///     ReferencePriorityQueue, LOW_PRIORITY,
+/// };
+///
+/// let clock = Arc::new(FakeClock::new());
+/// let q = ReferencePriorityQueue::with_options(
+///     &QueueConfig::new().clock(clock.clone()),
+///     default_priority_rate_limiter(),
+///     PriorityOptions::new().max_wait(Duration::from_secs(10)),
+/// );
+/// q.add_with_opts(AddOpts::new().priority(LOW_PRIORITY), Key::new("ns/resync"));
+/// clock.step(Duration::from_secs(10));
+/// q.add(Key::new("ns/live"));
+/// // Ready for 10 s: overdue, so it goes before the live change.
+/// assert_eq!(q.try_get(), TryGet::Item(Key::new("ns/resync")));
+/// assert_eq!(q.overdue_handouts(), 1);
+/// ```
+#[derive(Clone, Default)]
+pub struct PriorityOptions {
+    max_wait: Option<Duration>,
+    group: Option<GroupFn>,
+}
+
+impl PriorityOptions {
+    /// No aging, no fairness.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Aging: an entry ready since at least `max_wait` is overdue and goes before every entry
+    /// that is not, oldest first (docs/workqueue.md, "Aging").
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = Some(max_wait);
+        self
+    }
+
+    /// Fairness by namespace ([`namespace_group`]): within a priority, namespaces are served
+    /// round robin (docs/workqueue.md, "Fairness").
+    pub fn fair(self) -> Self {
+        self.fair_by(namespace_group)
+    }
+
+    /// Fairness by `group`: within a priority, groups are served round robin. `group` is
+    /// called once per add, outside the queue's locks; it must return the same group for the
+    /// same key every time.
+    pub fn fair_by(mut self, group: impl Fn(&Key) -> Key + Send + Sync + 'static) -> Self {
+        self.group = Some(Arc::new(group));
+        self
+    }
+
+    pub(crate) fn scheduling(&self) -> Scheduling {
+        Scheduling {
+            max_wait: self.max_wait,
+            fair: self.group.is_some(),
+        }
+    }
+
+    /// `key`'s group, with fairness on.
+    pub(crate) fn group_of(&self, key: &Key) -> Option<Key> {
+        self.group.as_ref().map(|group| group(key))
+    }
+}
+
+impl fmt::Debug for PriorityOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PriorityOptions")
+            .field("max_wait", &self.max_wait)
+            .field("fair", &self.group.is_some())
+            .finish()
+    }
+}
+
 /// What [`PriorityWorkQueue::try_get_with_priority`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TryGetWithPriority {
@@ -202,6 +315,13 @@ pub trait PriorityWorkQueue: WorkQueue {
 
     /// How many entries wait for their ready time.
     fn waiting_len(&self) -> usize;
+
+    /// How many keys were handed out because aging made them overdue
+    /// ([`PriorityOptions::max_wait`]): how often aging changed the order. Always 0 without
+    /// aging.
+    fn overdue_handouts(&self) -> u64 {
+        0
+    }
 }
 
 /// The rate limiter controller-runtime's priority queue uses by default: per-key exponential

@@ -12,23 +12,22 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::key::Key;
-use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+use crate::sync::{lock, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
 use super::super::clock::{Clock, Time};
 use super::super::limiter::RateLimiter;
 use super::super::metrics::QueueConfig;
 use super::super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 use super::super::waiters::{block_on, WaiterList};
-use super::entries::Entries;
+use super::entries::{Entries, Taken};
 use super::metrics::PriorityMetrics;
 use super::timer::{Promote, TimerHandle};
 use super::{
-    default_priority_rate_limiter, AddOpts, Priority, PriorityWorkQueue, TryGetWithPriority,
-    DEFAULT_PRIORITY,
+    default_priority_rate_limiter, AddOpts, Priority, PriorityOptions, PriorityWorkQueue,
+    TryGetWithPriority, DEFAULT_PRIORITY,
 };
 
 /// Everything the lock guards.
-#[derive(Default)]
 struct State {
     entries: Entries,
     shutting_down: bool,
@@ -45,6 +44,9 @@ struct Shared {
     clock: Arc<dyn Clock>,
     limiter: Box<dyn RateLimiter<Key>>,
     metrics: Option<PriorityMetrics>,
+    options: PriorityOptions,
+    /// Keys handed out overdue; a statistic, read alone (Relaxed throughout).
+    overdue: AtomicU64,
 }
 
 impl Shared {
@@ -71,7 +73,17 @@ impl Shared {
     }
 
     fn take(&self, state: &mut State) -> Option<(Key, Priority)> {
-        state.entries.take(self.metrics.as_ref())
+        let Taken {
+            key,
+            priority,
+            overdue,
+        } = state
+            .entries
+            .take(self.clock.now(), self.metrics.as_ref())?;
+        if overdue {
+            self.overdue.fetch_add(1, Ordering::Relaxed);
+        }
+        Some((key, priority))
     }
 }
 
@@ -126,12 +138,29 @@ impl ReferencePriorityQueue {
     /// A queue with `config`'s name, metrics provider and clock, asking `limiter` on
     /// rate-limited adds.
     pub fn with_rate_limiter(config: &QueueConfig, limiter: Box<dyn RateLimiter<Key>>) -> Self {
+        Self::with_options(config, limiter, PriorityOptions::new())
+    }
+
+    /// A queue with `config`'s name, metrics provider and clock, asking `limiter` on
+    /// rate-limited adds, ordered with `options`' aging and fairness.
+    pub fn with_options(
+        config: &QueueConfig,
+        limiter: Box<dyn RateLimiter<Key>>,
+        options: PriorityOptions,
+    ) -> Self {
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::default()),
+            state: Mutex::new(State {
+                entries: Entries::new(options.scheduling()),
+                shutting_down: false,
+                draining: false,
+                waiters: WaiterList::default(),
+            }),
             drained: Condvar::new(),
             clock: Arc::clone(config.get_clock()),
             limiter,
             metrics: PriorityMetrics::from_config(config),
+            options,
+            overdue: AtomicU64::new(0),
         });
         let timer = TimerHandle::start(&shared.clock, &shared);
         Self { shared, timer }
@@ -174,6 +203,8 @@ impl Default for ReferencePriorityQueue {
 impl PriorityWorkQueue for ReferencePriorityQueue {
     fn add_with_opts(&self, opts: AddOpts, key: Key) {
         let shared = &*self.shared;
+        // User code (the group function) runs before the lock is taken.
+        let group = shared.options.group_of(&key);
         let mut state = self.lock();
         if state.shutting_down {
             return;
@@ -191,7 +222,7 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
         let processing = state.entries.is_processing(&key);
         let added = state
             .entries
-            .add(key, priority, ready_at, shared.metrics.as_ref());
+            .add(key, priority, ready_at, now, group, shared.metrics.as_ref());
         if added.ready && !processing {
             wakers.extend(state.waiters.pop());
         }
@@ -244,6 +275,10 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
 
     fn waiting_len(&self) -> usize {
         self.lock().entries.waiting_len()
+    }
+
+    fn overdue_handouts(&self) -> u64 {
+        self.shared.overdue.load(Ordering::Relaxed)
     }
 }
 

@@ -14,6 +14,12 @@
 //! that shard's first available entry. So a ready entry is never overtaken by one of a lower
 //! priority in another shard; only the order within one priority is relaxed across shards.
 //!
+//! With aging on, a second word per shard advertises since when its oldest available entry is
+//! ready. A `get` first looks for overdue entries: if a shard's oldest is overdue at the time
+//! the `get` reads the clock, it serves the shard whose oldest is oldest, which hands out that
+//! entry by the reference's rule. Becoming overdue makes nothing newly available, so the
+//! words that wake waiters (below) are the same with aging as without.
+//!
 //! # Waking
 //!
 //! Waiting `get`s register in one list and count themselves in one atomic word, which also
@@ -47,12 +53,12 @@ use super::super::limiter::RateLimiter;
 use super::super::metrics::QueueConfig;
 use super::super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 use super::super::waiters::{block_on, WaiterList};
-use super::entries::Entries;
+use super::entries::{Entries, Taken};
 use super::metrics::PriorityMetrics;
 use super::timer::{Promote, TimerHandle};
 use super::{
-    default_priority_rate_limiter, AddOpts, Priority, PriorityWorkQueue, TryGetWithPriority,
-    DEFAULT_PRIORITY,
+    default_priority_rate_limiter, AddOpts, Priority, PriorityOptions, PriorityWorkQueue,
+    TryGetWithPriority, DEFAULT_PRIORITY,
 };
 
 /// A head word: 0 for "nothing to take", else the priority shifted to be positive, so that
@@ -63,6 +69,20 @@ fn encode(priority: Option<Priority>) -> u64 {
     match priority {
         None => NO_HEAD,
         Some(p) => (i64::from(p) - i64::from(Priority::MIN) + 1) as u64,
+    }
+}
+
+/// An age word: no available entry (with aging on).
+const NO_AGE: u64 = u64::MAX;
+
+/// An age word: since when the shard's oldest available entry is ready, in nanoseconds since
+/// the clock's origin (saturating below [`NO_AGE`]).
+fn encode_age(since: Option<Time>) -> u64 {
+    match since {
+        None => NO_AGE,
+        Some(t) => {
+            u64::try_from(t.since_origin().as_nanos()).map_or(NO_AGE - 1, |n| n.min(NO_AGE - 1))
+        }
     }
 }
 
@@ -88,6 +108,9 @@ struct Shared {
     shards: Box<[CachePadded<Mutex<Entries>>]>,
     /// Per shard, the encoded priority its next `get` would take; written under its lock.
     heads: Box<[CachePadded<AtomicU64>]>,
+    /// Per shard with aging on, since when its oldest available entry is ready
+    /// ([`encode_age`]); written under its lock.
+    ages: Box<[CachePadded<AtomicU64>]>,
     mask: usize,
     /// Where the next scan of the heads starts, to rotate between equal heads.
     cursor: CachePadded<AtomicUsize>,
@@ -105,6 +128,11 @@ struct Shared {
     metrics: Option<PriorityMetrics>,
     /// Whether polling before sleeping has been paying (shared with the sharded workqueue).
     idle: IdlePolicy,
+    options: PriorityOptions,
+    /// Aging's bound, if on.
+    max_wait: Option<Duration>,
+    /// Keys handed out overdue; a statistic, read alone (Relaxed throughout).
+    overdue: AtomicU64,
 }
 
 impl Shared {
@@ -122,6 +150,15 @@ impl Shared {
         // Release: a `get` that reads this head (Acquire) finds the entry under the shard lock
         // anyway; the publication that wakes waiters is `notify`'s RMW.
         self.heads[index].store(head, Ordering::Release);
+        if self.max_wait.is_some() {
+            // Relaxed: only a hint for choosing a shard, always read beside a head and acted
+            // on under the shard's lock, which decides what is taken. A stale age can only
+            // make a `get` serve another shard first, the relaxation across shards.
+            self.ages[index].store(
+                encode_age(shard.oldest_available_since()),
+                Ordering::Relaxed,
+            );
+        }
         head
     }
 
@@ -213,8 +250,27 @@ impl Shared {
         }
     }
 
-    /// The shard with the highest head, if any has one.
-    fn best_shard(&self) -> Option<usize> {
+    /// The shard whose oldest available entry is the oldest overdue one at `now`, if any.
+    fn overdue_shard(&self, max_wait: Duration, now: Time) -> Option<usize> {
+        let mut best = (NO_AGE, 0);
+        for (index, age) in self.ages.iter().enumerate() {
+            let age = age.load(Ordering::Relaxed);
+            if age < best.0 {
+                best = (age, index);
+            }
+        }
+        let since = Time::after_origin(Duration::from_nanos(best.0));
+        (best.0 != NO_AGE && since.saturating_add(max_wait) <= now).then_some(best.1)
+    }
+
+    /// The shard to serve at `now`: the one with the oldest overdue entry (aging), else the
+    /// one with the highest head, if any has one.
+    fn best_shard(&self, now: Time) -> Option<usize> {
+        if let Some(max_wait) = self.max_wait {
+            if let Some(index) = self.overdue_shard(max_wait, now) {
+                return Some(index);
+            }
+        }
         let n = self.heads.len();
         let start = if n == 1 {
             0
@@ -235,12 +291,22 @@ impl Shared {
     /// Takes the highest available entry, if any.
     fn try_take(&self) -> Option<(Key, Priority)> {
         loop {
-            let index = self.best_shard()?;
+            let now = self.clock.now();
+            let index = self.best_shard(now)?;
             let mut shard = self.lock_shard(index);
-            let taken = shard.take(self.metrics.as_ref());
+            let taken = shard.take(now, self.metrics.as_ref());
             self.publish(index, &shard);
-            if taken.is_some() {
-                return taken;
+            drop(shard);
+            if let Some(Taken {
+                key,
+                priority,
+                overdue,
+            }) = taken
+            {
+                if overdue {
+                    self.overdue.fetch_add(1, Ordering::Relaxed);
+                }
+                return Some((key, priority));
             }
             // The head was stale (another `get` took it): look again.
         }
@@ -361,6 +427,13 @@ impl Promote for Shared {
 /// - **`N` shards**: a `get` takes an entry of the highest priority available in any shard
 ///   when it looked; within one priority, keys of one shard come out in the reference's order,
 ///   keys of different shards in no promised order.
+/// - **Aging** (`N` shards): if any shard's oldest available entry was overdue when a `get`
+///   read the clock, the `get` takes the oldest such entry of all shards (ties between shards
+///   in no promised order), as the reference would.
+/// - **Fairness** (`N` shards): round robin between the groups *of one shard*, by the
+///   reference's rule; between shards whose heads are equal, each `get` starts its scan one
+///   shard further, so over any `N` scans that find a level the highest, every shard holding
+///   entries of that level is served at least once.
 ///
 /// ```
 /// use kcache::Key;
@@ -397,13 +470,29 @@ impl ShardedPriorityQueue {
         config: &QueueConfig,
         limiter: Box<dyn RateLimiter<Key>>,
     ) -> Self {
+        Self::with_options(shards, config, limiter, PriorityOptions::new())
+    }
+
+    /// A queue with `config`'s name, metrics provider and clock, asking `limiter` on
+    /// rate-limited adds, ordered with `options`' aging and fairness (each shard applies them
+    /// to its keys; see the type's guarantees).
+    pub fn with_options(
+        shards: usize,
+        config: &QueueConfig,
+        limiter: Box<dyn RateLimiter<Key>>,
+        options: PriorityOptions,
+    ) -> Self {
         let count = shards.clamp(1, 1 << 16).next_power_of_two();
+        let scheduling = options.scheduling();
         let shared = Arc::new(Shared {
             shards: (0..count)
-                .map(|_| CachePadded::new(Mutex::new(Entries::default())))
+                .map(|_| CachePadded::new(Mutex::new(Entries::new(scheduling))))
                 .collect(),
             heads: (0..count)
                 .map(|_| CachePadded::new(AtomicU64::new(NO_HEAD)))
+                .collect(),
+            ages: (0..count)
+                .map(|_| CachePadded::new(AtomicU64::new(NO_AGE)))
                 .collect(),
             mask: count - 1,
             cursor: CachePadded::new(AtomicUsize::new(0)),
@@ -417,6 +506,9 @@ impl ShardedPriorityQueue {
             limiter,
             metrics: PriorityMetrics::from_config(config),
             idle: IdlePolicy::new(),
+            max_wait: scheduling.max_wait,
+            options,
+            overdue: AtomicU64::new(0),
         });
         let timer = TimerHandle::start(&shared.clock, &shared);
         Self { shared, timer }
@@ -461,6 +553,8 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
         if shared.shutting_down.load(Ordering::Acquire) {
             return;
         }
+        // User code (the group function) runs before any lock is taken.
+        let group = shared.options.group_of(&key);
         let now = shared.clock.now();
         let delay = opts.delay(|| shared.limiter.when(&key, now));
         let ready_at = (!delay.is_zero()).then(|| now.saturating_add(delay));
@@ -478,7 +572,7 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
         }
         let promoted = shared.catch_up(&mut shard);
         let processing = shard.is_processing(&key);
-        let added = shard.add(key, priority, ready_at, shared.metrics.as_ref());
+        let added = shard.add(key, priority, ready_at, now, group, shared.metrics.as_ref());
         // Always: a raised priority changes the head without making anything newly ready.
         shared.publish(index, &shard);
         drop(shard);
@@ -547,6 +641,10 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
 
     fn waiting_len(&self) -> usize {
         self.sum(Entries::waiting_len)
+    }
+
+    fn overdue_handouts(&self) -> u64 {
+        self.shared.overdue.load(Ordering::Relaxed)
     }
 }
 

@@ -240,7 +240,7 @@ pub(super) fn ms(
     }
 }
 
-fn limiter(value: &Value) -> Result<LimiterSpec, String> {
+pub(super) fn limiter(value: &Value) -> Result<LimiterSpec, String> {
     const KINDS: &str = "exponential, fast_slow, bucket, max_of or default";
     let Value::Object(obj) = value else {
         return Err(format!(
@@ -487,15 +487,16 @@ fn run<Q: WorkQueue + 'static>(
 }
 
 /// The replay loop of every workqueue trace: parses each line with `parse`, builds the queue
-/// from the first op (`config_of` says whether it is a `config` line, and with which limiter),
-/// applies each op, and writes outputs and refusals as they happen.
-pub(super) fn run_trace<O, R>(
+/// from the first op (`config_of` says whether it is a `config` line, and with which
+/// configuration: a limiter, or more for the priority queues), applies each op, and writes
+/// outputs and refusals as they happen.
+pub(super) fn run_trace<O, C, R>(
     input: impl BufRead,
     mut output: impl Write,
     log: &mut dyn Write,
     parse: impl Fn(&str) -> Result<O, String>,
-    config_of: impl Fn(&O) -> Option<LimiterSpec>,
-    build: impl FnOnce(Option<LimiterSpec>) -> R,
+    config_of: impl Fn(&O) -> Option<C>,
+    build: impl FnOnce(Option<C>) -> R,
     apply: impl Fn(&R, O) -> Result<Option<String>, String>,
 ) -> Result<WorkqueueSummary, OpsError> {
     let mut summary = WorkqueueSummary::default();

@@ -9,6 +9,10 @@
 //! client-go's default. `done` of a key that is not being processed does nothing (it is not a
 //! refusal: that is the priority queue's rule).
 //!
+//! The `config` line may also turn on kcache's opt-in ordering rules: `"max_wait_ms":N`
+//! (aging: `PriorityOptions::max_wait`) and `"fair":true` (fairness by namespace). With aging
+//! on, a `get` that hands out an overdue entry says so: `{"get":I,"priority":P,"overdue":true}`.
+//!
 //! ```
 //! use loadgen::commands::ops::workqueue_priority::{replay, PriorityEngine};
 //! let trace = br#"{"op":"add_with_opts","item":"a","priority":-100}
@@ -29,16 +33,16 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use kcache::workqueue::priority::{
-    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
-    TryGetWithPriority,
+    AddOpts, Priority, PriorityOptions, PriorityWorkQueue, ReferencePriorityQueue,
+    ShardedPriorityQueue, TryGetWithPriority,
 };
 use kcache::workqueue::{FakeClock, QueueConfig};
 use kcache::Key;
 use serde_json::{Map, Value};
 
 use super::workqueue::{
-    delay, delay_ns, item, json_string, ms, parse_wq_op, run_trace, LimiterSpec, WorkqueueSummary,
-    WqOp,
+    delay, delay_ns, item, json_string, limiter, ms, parse_wq_op, run_trace, LimiterSpec,
+    WorkqueueSummary, WqOp,
 };
 use super::OpsError;
 
@@ -54,9 +58,22 @@ pub enum PriorityEngine {
     },
 }
 
+/// A priority trace's `config` line.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PriorityConfig {
+    /// `limiter` (default `{"kind":"default"}`, client-go's default, as in every trace).
+    pub limiter: LimiterSpec,
+    /// `max_wait_ms`, in ns: aging on with this bound.
+    pub max_wait_ns: Option<i64>,
+    /// `fair`: fairness by namespace.
+    pub fair: bool,
+}
+
 /// One line of a priority workqueue trace.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PriorityOp {
+    /// `config`, only as the first line.
+    Config(PriorityConfig),
     /// Any op of the workqueue trace format (`add` is an add at the default priority).
     Base(WqOp),
     /// `add_with_opts`.
@@ -136,6 +153,51 @@ fn add_with_opts(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
     })
 }
 
+fn config(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
+    const OP: &str = "config";
+    const EXAMPLE: &str =
+        r#"{"op":"config","limiter":{"kind":"default"},"max_wait_ms":100,"fair":true}"#;
+    if let Some(unknown) = obj
+        .keys()
+        .find(|k| !matches!(k.as_str(), "op" | "limiter" | "max_wait_ms" | "fair"))
+    {
+        return Err(format!(
+            "{OP}: unexpected field \"{unknown}\" (expected {EXAMPLE})"
+        ));
+    }
+    let limiter = match obj.get("limiter") {
+        Some(value) => limiter(value)?,
+        None => LimiterSpec::Default,
+    };
+    let max_wait_ns = match obj.get("max_wait_ms") {
+        None => None,
+        Some(_) => {
+            let ns = ms(obj, OP, "max_wait_ms", EXAMPLE)?;
+            if ns < 0 {
+                return Err(format!(
+                    "{OP}: \"max_wait_ms\" must not be negative, got {}",
+                    obj["max_wait_ms"]
+                ));
+            }
+            Some(ns)
+        }
+    };
+    let fair = match obj.get("fair") {
+        None => false,
+        Some(Value::Bool(b)) => *b,
+        Some(other) => {
+            return Err(format!(
+                "{OP}: \"fair\" must be true or false, got {other} (expected {EXAMPLE})"
+            ))
+        }
+    };
+    Ok(PriorityOp::Config(PriorityConfig {
+        limiter,
+        max_wait_ns,
+        fair,
+    }))
+}
+
 /// Parses one non-blank line of a priority workqueue trace.
 ///
 /// ```
@@ -150,8 +212,10 @@ fn add_with_opts(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
 pub fn parse_priority_op(line: &str) -> Result<PriorityOp, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| format!("not valid JSON: {e}"))?;
     if let Value::Object(obj) = &value {
-        if obj.get("op") == Some(&Value::String("add_with_opts".into())) {
-            return add_with_opts(obj);
+        match obj.get("op").and_then(Value::as_str) {
+            Some("add_with_opts") => return add_with_opts(obj),
+            Some("config") => return config(obj),
+            _ => {}
         }
     }
     parse_wq_op(line).map(PriorityOp::Base)
@@ -164,17 +228,30 @@ struct Replayer {
 }
 
 impl Replayer {
-    fn new(engine: PriorityEngine, limiter: Option<LimiterSpec>) -> Self {
+    fn new(engine: PriorityEngine, trace_config: Option<PriorityConfig>) -> Self {
         let clock = Arc::new(FakeClock::new());
         let config = QueueConfig::new().clock(clock.clone());
-        let limiter = limiter.unwrap_or_else(default_limiter).build();
-        let queue: Box<dyn PriorityWorkQueue> = match engine {
-            PriorityEngine::Reference => {
-                Box::new(ReferencePriorityQueue::with_rate_limiter(&config, limiter))
+        let (limiter, options) = match trace_config {
+            None => (default_limiter(), PriorityOptions::new()),
+            Some(c) => {
+                let mut options = PriorityOptions::new();
+                if let Some(ns) = c.max_wait_ns {
+                    options = options.max_wait(delay(ns));
+                }
+                if c.fair {
+                    options = options.fair();
+                }
+                (c.limiter, options)
             }
-            PriorityEngine::Sharded { shards } => Box::new(
-                ShardedPriorityQueue::with_rate_limiter(shards, &config, limiter),
-            ),
+        };
+        let limiter = limiter.build();
+        let queue: Box<dyn PriorityWorkQueue> = match engine {
+            PriorityEngine::Reference => Box::new(ReferencePriorityQueue::with_options(
+                &config, limiter, options,
+            )),
+            PriorityEngine::Sharded { shards } => Box::new(ShardedPriorityQueue::with_options(
+                shards, &config, limiter, options,
+            )),
         };
         Self { clock, queue }
     }
@@ -196,6 +273,7 @@ impl Replayer {
                 q.add_with_opts(opts, item);
                 return Ok(None);
             }
+            PriorityOp::Config(_) => return Ok(None),
             PriorityOp::Base(op) => op,
         };
         Ok(match op {
@@ -224,13 +302,21 @@ impl Replayer {
                 self.clock.step(delay(ns));
                 None
             }
-            WqOp::Get => Some(match q.try_get_with_priority() {
-                TryGetWithPriority::Item(item, priority) => format!(
-                    "{{\"get\":{},\"priority\":{priority}}}",
-                    json_string(item.as_str())
-                ),
-                TryGetWithPriority::Empty => "{\"get\":null,\"empty\":true}".to_string(),
-                TryGetWithPriority::ShutDown => "{\"get\":null,\"shutdown\":true}".to_string(),
+            WqOp::Get => Some(match (q.overdue_handouts(), q.try_get_with_priority()) {
+                (before, TryGetWithPriority::Item(item, priority)) => {
+                    // One replay thread: the count moved only if this get was overdue.
+                    let overdue = if q.overdue_handouts() > before {
+                        ",\"overdue\":true"
+                    } else {
+                        ""
+                    };
+                    format!(
+                        "{{\"get\":{},\"priority\":{priority}{overdue}}}",
+                        json_string(item.as_str())
+                    )
+                }
+                (_, TryGetWithPriority::Empty) => "{\"get\":null,\"empty\":true}".to_string(),
+                (_, TryGetWithPriority::ShutDown) => "{\"get\":null,\"shutdown\":true}".to_string(),
             }),
             WqOp::Done(item) => {
                 // A key not being processed: nothing, by the priority queue's rule.
@@ -261,7 +347,7 @@ pub fn replay(
         log,
         parse_priority_op,
         |op| match op {
-            PriorityOp::Base(WqOp::Config(limiter)) => Some(limiter.clone()),
+            PriorityOp::Config(config) => Some(config.clone()),
             _ => None,
         },
         |limiter| Replayer::new(engine, limiter),
