@@ -302,12 +302,13 @@ async fn has_synced_per_registration_with_batches() {
     informer.shutdown().await;
 }
 
-// A registration 1000 times slower than the others, with a small bound: the consumers wait
-// for it, nothing is lost or duplicated, its pending count never exceeds the bound, and the
-// fast ones get everything too.
+// A registration far slower than the others (held until the churn has filled its buffer,
+// then 100 µs a call), with a small bound: the consumers wait for it, nothing is lost or
+// duplicated, its pending count never exceeds the bound, and the fast ones get everything too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_registration_with_a_small_bound_back_pressures_and_loses_nothing() {
     let srv = server(100_000);
+    let permits = Arc::new(Permits::default());
     let (lags, lag_handler) = lag_counter();
     let informer = builder(&srv)
         .shards(4)
@@ -319,7 +320,10 @@ async fn a_slow_registration_with_a_small_bound_back_pressures_and_loses_nothing
         Log::costly(Duration::from_nanos(100)),
         Log::costly(Duration::from_nanos(100)),
     ];
-    let slow = Log::costly(Duration::from_micros(100));
+    let slow = Log {
+        cost: Duration::from_micros(100),
+        ..Log::permitted(&permits)
+    };
     let fast_task = AsyncLog::default();
     let fast_regs = [
         informer.add_event_handler(fast[0].clone()).unwrap(),
@@ -332,7 +336,15 @@ async fn a_slow_registration_with_a_small_bound_back_pressures_and_loses_nothing
     assert_eq!(slow_reg.bound(), 32);
     assert_eq!(slow_reg.name(), "slow");
     informer.start().unwrap();
+    // The churn comes through the watch, after the (empty) initial list, while the slow
+    // handler holds its first call: its buffer fills, and the consumers must wait for it.
+    fast_regs[0].wait_for_sync().await;
     churn(&srv, 40, 10);
+    eventually("the held handler's buffer to fill", || {
+        slow_reg.pending() == slow_reg.bound()
+    })
+    .await;
+    permits.grant(u64::MAX / 2);
     let final_rv = srv.resource_version();
     eventually("the informer to catch up", || {
         informer.last_sync_resource_version() == final_rv && informer.queued_keys() == 0
@@ -404,6 +416,7 @@ async fn a_slow_registration_that_coalesces_skips_only_intermediate_states() {
     let srv = server(100_000);
     let informer = builder(&srv).shards(4).consumers(2).batch(16).build();
     let fast = Log::costly(Duration::from_nanos(100));
+    // 100 µs a call against thousands of changes through the watch: it lags, and merges.
     let slow = Log::costly(Duration::from_micros(100));
     let fast_reg = informer.add_event_handler(fast.clone()).unwrap();
     let slow_reg = informer
@@ -418,6 +431,9 @@ async fn a_slow_registration_that_coalesces_skips_only_intermediate_states() {
         srv.upsert(pod(&format!("k{k:03}"), 0)).unwrap();
     }
     informer.start().unwrap();
+    fast_reg.wait_for_sync().await;
+    // After the initial list, so the changes come through the watch (a churn racing the
+    // list could be listed whole, leaving the handler nothing to lag behind).
     churn(&srv, 40, 20);
     let final_rv = srv.resource_version();
     eventually("the informer to catch up", || {

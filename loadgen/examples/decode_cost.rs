@@ -71,9 +71,10 @@ fn event(profile: PodProfile, i: u32) -> StoredPod {
 fn pass(mode: &str, lines: &[Vec<u8>], frames: &[Vec<u8>]) {
     let json = JsonCodec::<Pod>::new();
     let pb = ProtobufCodec::<k8s_pb::api::core::v1::Pod>::new();
-    let compact_json = CompactCodec::json_only("", "v1", "pods").index_field(pod_fields::node_name());
-    let compact_pb = CompactCodec::protobuf::<k8s_pb::api::core::v1::Pod>()
-        .index_field(pod_fields::node_name());
+    let compact_json =
+        CompactCodec::json_only("", "v1", "pods").index_field(pod_fields::node_name());
+    let compact_pb =
+        CompactCodec::protobuf::<k8s_pb::api::core::v1::Pod>().index_field(pod_fields::node_name());
     let object = |event| match event {
         kcache::informer::WatchEvent::Modified(o) => o,
         other => panic!("not a change: {other:?}"),
@@ -104,7 +105,10 @@ fn pass(mode: &str, lines: &[Vec<u8>], frames: &[Vec<u8>]) {
         }),
         "compact-protobuf+decode" => frames.iter().for_each(|frame| {
             let o = object(compact_pb.event(Format::Protobuf, frame).expect("decodes"));
-            black_box(o.decode_protobuf::<k8s_pb::api::core::v1::Pod>().expect("decodes"));
+            black_box(
+                o.decode_protobuf::<k8s_pb::api::core::v1::Pod>()
+                    .expect("decodes"),
+            );
         }),
         other => {
             eprintln!("unknown mode {other:?}: none, all, {}", MODES.join(", "));

@@ -394,3 +394,100 @@ pub fn capacity_svg(curves: &[Curve], path: &Path) -> Result<(), ChartError> {
         .map_err(|e| err(path, e))?;
     root.present().map_err(|e| err(path, e))
 }
+
+/// One row of [`clients_svg`]: a client's name and two figures.
+#[derive(Debug, Clone)]
+pub struct ClientBar {
+    /// The client.
+    pub client: String,
+    /// Its CPU per event received, microseconds.
+    pub cpu_us_per_event: Option<f64>,
+    /// What its cache holds per pod, bytes.
+    pub bytes_per_pod: Option<f64>,
+}
+
+/// One panel of [`clients_svg`]: where, the axis' label, which figure, the bars' colour.
+type Panel<'a, 'b> = (
+    &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    &'static str,
+    fn(&ClientBar) -> Option<f64>,
+    RGBColor,
+);
+
+/// Two panels of horizontal bars, one bar per client: CPU microseconds per event (left) and
+/// bytes per cached pod (right), each bar labelled with its value; `title` above both.
+pub fn clients_svg(title: &str, bars: &[ClientBar], path: &Path) -> Result<(), ChartError> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| err(path, e))?;
+    }
+    let height = 140 + 34 * bars.len().max(1) as u32;
+    let root = SVGBackend::new(path, (WIDTH, height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| err(path, e))?;
+    let root = root
+        .titled(title, ("sans-serif", 20))
+        .map_err(|e| err(path, e))?;
+    let (left, right) = root.split_horizontally(WIDTH / 2);
+    let panels: [Panel<'_, '_>; 2] = [
+        (
+            &left,
+            "client CPU µs per event",
+            |b| b.cpu_us_per_event,
+            SHARDED,
+        ),
+        (
+            &right,
+            "bytes per cached pod",
+            |b| b.bytes_per_pod,
+            REFERENCE,
+        ),
+    ];
+    for (area, label, value, color) in panels {
+        let max = bars.iter().filter_map(value).fold(0f64, f64::max).max(1e-9);
+        let n = bars.len() as i32;
+        let mut chart = ChartBuilder::on(area)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(if std::ptr::eq(area, &left) { 170 } else { 10 })
+            .build_cartesian_2d(0.0..max * 1.3, (0..n).into_segmented())
+            .map_err(|e| err(path, e))?;
+        let names: Vec<&str> = bars.iter().map(|b| b.client.as_str()).collect();
+        let show_names = std::ptr::eq(area, &left);
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_desc(label)
+            .x_labels(5)
+            .x_label_formatter(&|v| si(*v))
+            .y_labels(bars.len().max(1))
+            // The first client at the top: row i is drawn at n - 1 - i.
+            .y_label_formatter(&|v| match v {
+                SegmentValue::CenterOf(i) if show_names && (0..n).contains(i) => {
+                    names[(n - 1 - i) as usize].to_owned()
+                }
+                _ => String::new(),
+            })
+            .draw()
+            .map_err(|e| err(path, e))?;
+        for (i, bar) in bars.iter().enumerate() {
+            let Some(v) = value(bar) else { continue };
+            let i = n - 1 - i as i32;
+            chart
+                .draw_series([Rectangle::new(
+                    [
+                        (0.0, SegmentValue::Exact(i)),
+                        (v, SegmentValue::Exact(i + 1)),
+                    ],
+                    color.filled(),
+                )])
+                .map_err(|e| err(path, e))?;
+            chart
+                .draw_series([Text::new(
+                    si(v),
+                    (v + max * 0.02, SegmentValue::CenterOf(i)),
+                    ("sans-serif", 14),
+                )])
+                .map_err(|e| err(path, e))?;
+        }
+    }
+    root.present().map_err(|e| err(path, e))
+}

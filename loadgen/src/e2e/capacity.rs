@@ -177,6 +177,7 @@ mod tests {
             churn_seconds,
             lag_us: (1, lag_p99_us, lag_p99_us),
             peak_bytes: None,
+            bytes_per_pod: None,
             client_cpu_seconds: Some(client_cpu),
             client_sync_cpu_seconds: None,
             server_cpu_seconds: Some(0.5),

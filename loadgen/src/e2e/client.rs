@@ -118,6 +118,10 @@ pub struct E2eClientArgs {
     /// kcache's own client lists by streaming (`sendInitialEvents`).
     #[arg(long)]
     pub streaming_lists: bool,
+    /// Where the parent writes the server's final state (`namespace/name resourceVersion`
+    /// lines) before it says `churned`; without it the client lists the server to find out.
+    #[arg(long)]
+    pub expected: Option<PathBuf>,
 }
 
 /// What the child reports on its stdout.
@@ -213,6 +217,35 @@ impl Seen {
         }
         out.flush()
     }
+}
+
+/// Writes a server's final state for [`read_expected`]: a `namespace/name resourceVersion` line
+/// per pod. The parent hands it over so that checking a cache of a million pods costs the
+/// client no list (whose JSON the server would have to write for every pod, and the client
+/// hold whole).
+pub fn write_expected<'a>(
+    path: &PathBuf,
+    pods: impl Iterator<Item = (&'a str, &'a str, u64)>,
+) -> std::io::Result<()> {
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    for (namespace, name, rv) in pods {
+        writeln!(out, "{namespace}/{name} {rv}")?;
+    }
+    out.flush()
+}
+
+/// Reads what [`write_expected`] wrote.
+fn read_expected(path: &PathBuf) -> Result<BTreeMap<String, String>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the server's final state {}: {e}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            line.split_once(' ')
+                .map(|(key, rv)| (key.to_owned(), rv.to_owned()))
+                .ok_or_else(|| format!("{}:{}: not `key version`", path.display(), i + 1))
+        })
+        .collect()
 }
 
 /// Reads a `--seen` file back.
@@ -502,15 +535,18 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
     // does not.
     let peak_bytes = status_field_bytes("VmHWM");
     let cpu_at_catch_up = process_cpu_seconds();
-    // The churn is over, so one list is the server's final state. Metadata is all the
-    // comparison reads.
-    let expected = state_of(
-        api.list_metadata(&ListParams::default())
-            .await
-            .map_err(|e| format!("listing the server's final state: {e}"))?
-            .items
-            .iter(),
-    );
+    let expected = match &args.expected {
+        Some(path) => read_expected(path)?,
+        // The churn is over, so one list is the server's final state. Metadata is all the
+        // comparison reads.
+        None => state_of(
+            api.list_metadata(&ListParams::default())
+                .await
+                .map_err(|e| format!("listing the server's final state: {e}"))?
+                .items
+                .iter(),
+        ),
+    };
     let mut cache = read_cache();
     while cache != expected && churn_end.elapsed() < settle {
         tokio::time::sleep(Duration::from_millis(10)).await;
@@ -619,6 +655,19 @@ async fn run_discarding(args: &E2eClientArgs, wire: Wire) -> Result<ClientOutcom
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expected_states_read_back_what_was_written() {
+        let path = std::env::temp_dir().join(format!("loadgen-expected-{}", std::process::id()));
+        write_expected(&path, [("ns", "a", 7), ("", "b", 9)].into_iter()).unwrap();
+        let state = read_expected(&path).unwrap();
+        assert_eq!(state.get("ns/a").map(String::as_str), Some("7"));
+        assert_eq!(state.get("/b").map(String::as_str), Some("9"));
+        std::fs::write(&path, "ns/a 7\nbroken\n").unwrap();
+        let err = read_expected(&path).unwrap_err();
+        assert!(err.ends_with(":2: not `key version`"), "{err}");
+        std::fs::remove_file(path).unwrap();
+    }
 
     #[test]
     fn seen_files_read_back_what_was_written() {

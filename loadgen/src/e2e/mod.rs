@@ -119,6 +119,10 @@ pub struct E2eArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Also draw each client's CPU per event and bytes per cached pod as an SVG chart here
+    /// (one run at `--rate`; not with `--find-capacity`).
+    #[arg(long)]
+    pub chart: Option<PathBuf>,
 }
 
 impl E2eArgs {
@@ -256,6 +260,27 @@ pub fn main(args: E2eArgs) -> ExitCode {
         }
     }
     print_reports(&reports, args.rate);
+    if let Some(path) = &args.chart {
+        let bars: Vec<crate::chart::ClientBar> = reports
+            .iter()
+            .map(|r| crate::chart::ClientBar {
+                client: r.client.to_owned(),
+                cpu_us_per_event: r.client_cpu_us_per_event,
+                bytes_per_pod: r.bytes_per_pod,
+            })
+            .collect();
+        let title = format!(
+            "{}, {} {} pods, {:.0} events/s offered",
+            args.workload.to_string().to_uppercase(),
+            spec.keys,
+            args.pod_profile,
+            args.rate
+        );
+        if let Err(e) = crate::chart::clients_svg(&title, &bars, path) {
+            eprintln!("loadgen e2e: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if let Some(path) = &args.json {
         let figures = serde_json::json!({
             "workload": args.workload.to_string(),
@@ -525,9 +550,12 @@ async fn run_client(
         .map_err(|e| format!("cannot start the server: {e}"))?;
     let initial_pods = server.initial_pods();
     let seen = seen_path(client);
+    let expected = seen.with_extension("expected");
     let mut child = std::process::Command::new(exe)
         .arg("e2e-client")
         .args(["--url", &server.url(), "--client", client.name()])
+        .arg("--expected")
+        .arg(&expected)
         .args(["--settle-seconds", &settle_seconds.to_string()])
         .args(streaming_lists.then_some("--streaming-lists"))
         .arg("--seen")
@@ -567,6 +595,17 @@ async fn run_client(
     let server_cpu_seconds = cpu_before
         .zip(process_cpu_seconds())
         .map(|(before, after)| after - before);
+    // The server's final state, for the child to check its cache against.
+    let final_state = server.store().snapshot(None);
+    client::write_expected(
+        &expected,
+        final_state
+            .pods
+            .iter()
+            .map(|p| (&*p.namespace, &*p.name, p.resource_version)),
+    )
+    .map_err(|e| format!("writing {}: {e}", expected.display()))?;
+    drop(final_state);
     // The child may have died already; its exit status tells below.
     if let Some(mut stdin) = child.stdin.take() {
         let _ = stdin.write_all(b"churned\n");
@@ -583,6 +622,7 @@ async fn run_client(
         })?;
     let events = read_seen(&seen).map_err(|e| format!("reading {}: {e}", seen.display()));
     let _ = std::fs::remove_file(&seen);
+    let _ = std::fs::remove_file(&expected);
     let events = events?;
 
     // Up to an hour in microseconds; a longer lag is clamped to it.

@@ -218,28 +218,10 @@ where
         if format == Format::Json {
             return Err(json_answer_to_protobuf_client());
         }
-        let list = unwrap_object(body)?;
-        let mut page = Page {
-            items: Vec::new(),
-            resource_version: String::new(),
-            continue_token: None,
-        };
-        for field in Fields::new(list.raw) {
-            match field? {
-                (1, Value::Bytes(bytes)) => {
-                    let metadata = meta::ListMeta::decode(bytes)
-                        .map_err(|e| decode_error("the list's metadata", e))?;
-                    page.resource_version = metadata.resource_version.unwrap_or_default();
-                    page.continue_token = metadata.r#continue.filter(|c| !c.is_empty());
-                }
-                (2, Value::Bytes(bytes)) => {
-                    let item = T::decode(bytes).map_err(|e| decode_error("a list item", e))?;
-                    page.items.push(Arc::new(Proto(item)));
-                }
-                _ => {}
-            }
-        }
-        Ok(page)
+        protobuf_list(body, |item| {
+            let item = T::decode(item).map_err(|e| decode_error("a list item", e))?;
+            Ok(Arc::new(Proto(item)))
+        })
     }
 
     fn event(&self, format: Format, frame: &[u8]) -> Result<WatchEvent<Proto<T>>, Error> {
@@ -268,6 +250,33 @@ where
             }
         })
     }
+}
+
+/// A protobuf list body (`k8s\0` + `Unknown` + a `…List` message): its metadata read, each
+/// item (field 2, the item's own message) made by `item`.
+pub(crate) fn protobuf_list<T>(
+    body: &[u8],
+    mut item: impl FnMut(&[u8]) -> Result<Arc<T>, Error>,
+) -> Result<Page<T>, Error> {
+    let list = unwrap_object(body)?;
+    let mut page = Page {
+        items: Vec::new(),
+        resource_version: String::new(),
+        continue_token: None,
+    };
+    for field in Fields::new(list.raw) {
+        match field? {
+            (1, Value::Bytes(bytes)) => {
+                let metadata = meta::ListMeta::decode(bytes)
+                    .map_err(|e| decode_error("the list's metadata", e))?;
+                page.resource_version = metadata.resource_version.unwrap_or_default();
+                page.continue_token = metadata.r#continue.filter(|c| !c.is_empty());
+            }
+            (2, Value::Bytes(bytes)) => page.items.push(item(bytes)?),
+            _ => {}
+        }
+    }
+    Ok(page)
 }
 
 /// Any serde type over JSON (custom resources, `k8s-openapi` types): asks for

@@ -4,10 +4,9 @@ use std::sync::Arc;
 
 use super::super::super::lister_watcher::{Error, Page, Versioned, WatchEvent};
 use super::super::codec::{
-    protobuf_status, unwrap_object, watch_event, Codec, Format, JsonBookmark, JsonStatus,
-    ResourcePath, JSON,
+    protobuf_list, protobuf_status, unwrap_object, watch_event, Codec, Format, JsonBookmark,
+    JsonStatus, ResourcePath, JSON,
 };
-use super::super::protowire::{Fields, Value};
 use super::fields::{FieldId, FieldPath};
 use super::json;
 use super::layout::{with_builder, Builder};
@@ -166,34 +165,9 @@ impl CompactCodec {
     }
 
     fn protobuf_list(&self, body: &[u8]) -> Result<Page<CompactObject>, Error> {
-        let list = unwrap_object(body)?;
-        let mut page = Page {
-            items: Vec::new(),
-            resource_version: String::new(),
-            continue_token: None,
-        };
-        for field in Fields::new(list.raw) {
-            match field? {
-                (1, Value::Bytes(bytes)) => {
-                    use prost::Message;
-                    let metadata =
-                        k8s_pb::apimachinery::pkg::apis::meta::v1::ListMeta::decode(bytes)
-                            .map_err(|e| {
-                                super::super::codec::decode_error("the list's metadata", e)
-                            })?;
-                    page.resource_version = metadata.resource_version.unwrap_or_default();
-                    page.continue_token = metadata.r#continue.filter(|c| !c.is_empty());
-                }
-                (2, Value::Bytes(item)) => page.items.push(Arc::new(CompactObject::build(
-                    Format::Protobuf,
-                    item,
-                    self.fields(),
-                    self.plan(),
-                )?)),
-                _ => {}
-            }
-        }
-        Ok(page)
+        protobuf_list(body, |item| {
+            CompactObject::build(Format::Protobuf, item, self.fields(), self.plan()).map(Arc::new)
+        })
     }
 
     fn json_list(&self, body: &[u8]) -> Result<Page<CompactObject>, Error> {
