@@ -9,10 +9,10 @@
 mod informer_common;
 
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{key_fn, pod, server, Pod};
+use informer_common::{key_fn, pod, server, Gate, Pod};
 use kcache::controller::{Action, Controller, Request};
 use kcache::informer::{MemoryListerWatcher, SharedInformer};
 use kcache::{EventHandler, Key};
@@ -26,25 +26,6 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
             "timed out waiting for {what}"
         );
         tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-}
-
-#[derive(Default)]
-struct Gate {
-    open: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Gate {
-    fn wait(&self) {
-        let mut open = self.open.lock().unwrap();
-        while !*open {
-            open = self.cond.wait(open).unwrap();
-        }
-    }
-    fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.cond.notify_all();
     }
 }
 

@@ -9,32 +9,12 @@
 mod informer_common;
 
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{key_fn, ms, pod, server, Pod};
+use informer_common::{key_fn, ms, pod, server, Gate, Pod};
 use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, VersionWait};
 use kcache::{DeltaObject, EventHandler, Key};
-
-/// A door the consumer waits at until the test opens it.
-#[derive(Default)]
-struct Gate {
-    open: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Gate {
-    fn wait(&self) {
-        let mut open = self.open.lock().unwrap();
-        while !*open {
-            open = self.cond.wait(open).unwrap();
-        }
-    }
-    fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.cond.notify_all();
-    }
-}
 
 /// An inline handler that, once armed, stops the consumer at its `stop_at`-th notification:
 /// it tells the test (`stopped`) and waits at the gate.

@@ -7,10 +7,10 @@ mod informer_common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{error_log, key_fn, ms, pod, server, Pod};
+use informer_common::{error_log, key_fn, ms, pod, server, Gate, Pod};
 use kcache::informer::{
     Backoff, HandlerOptions, InformerError, ListerWatcher, MemoryListerWatcher, SharedInformer,
     SharedInformerBuilder,
@@ -40,26 +40,6 @@ async fn frozen_until(what: &str, mut cond: impl FnMut() -> bool) {
             "timed out waiting for {what}"
         );
         tokio::task::yield_now().await;
-    }
-}
-
-/// A door a handler waits at until the test opens it.
-#[derive(Default)]
-struct Gate {
-    open: Mutex<bool>,
-    cond: Condvar,
-}
-
-impl Gate {
-    fn wait(&self) {
-        let mut open = self.open.lock().unwrap();
-        while !*open {
-            open = self.cond.wait(open).unwrap();
-        }
-    }
-    fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.cond.notify_all();
     }
 }
 

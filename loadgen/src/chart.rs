@@ -406,12 +406,14 @@ pub struct ClientBar {
     pub bytes_per_pod: Option<f64>,
 }
 
-/// One panel of [`clients_svg`]: where, the axis' label, which figure, the bars' colour.
+/// One panel of [`clients_svg`]: where, the axis' label, which figure, the bars' colour,
+/// whether it names the clients (the left one does, for both).
 type Panel<'a, 'b> = (
     &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
     &'static str,
     fn(&ClientBar) -> Option<f64>,
     RGBColor,
+    bool,
 );
 
 /// Two panels of horizontal bars, one bar per client: CPU microseconds per event (left) and
@@ -433,25 +435,26 @@ pub fn clients_svg(title: &str, bars: &[ClientBar], path: &Path) -> Result<(), C
             "client CPU µs per event",
             |b| b.cpu_us_per_event,
             SHARDED,
+            true,
         ),
         (
             &right,
             "bytes per cached pod",
             |b| b.bytes_per_pod,
             REFERENCE,
+            false,
         ),
     ];
-    for (area, label, value, color) in panels {
+    for (area, label, value, color, show_names) in panels {
         let max = bars.iter().filter_map(value).fold(0f64, f64::max).max(1e-9);
         let n = bars.len() as i32;
         let mut chart = ChartBuilder::on(area)
             .margin(10)
             .x_label_area_size(35)
-            .y_label_area_size(if std::ptr::eq(area, &left) { 170 } else { 10 })
+            .y_label_area_size(if show_names { 170 } else { 10 })
             .build_cartesian_2d(0.0..max * 1.3, (0..n).into_segmented())
             .map_err(|e| err(path, e))?;
         let names: Vec<&str> = bars.iter().map(|b| b.client.as_str()).collect();
-        let show_names = std::ptr::eq(area, &left);
         chart
             .configure_mesh()
             .disable_y_mesh()

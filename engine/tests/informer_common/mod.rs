@@ -2,7 +2,7 @@
 //! ListerWatcher wrapper that records every call.
 #![allow(dead_code)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use kcache::informer::{
@@ -157,4 +157,27 @@ pub fn error_log() -> (Arc<Mutex<Vec<Error>>>, kcache::informer::WatchErrorHandl
         log,
         Arc::new(move |e: &Error| sink.lock().unwrap().push(e.clone())),
     )
+}
+
+/// A door a handler (or a consumer) waits at until the test opens it.
+#[derive(Default)]
+pub struct Gate {
+    open: Mutex<bool>,
+    cond: Condvar,
+}
+
+impl Gate {
+    /// Waits until the door is open.
+    pub fn wait(&self) {
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.cond.wait(open).unwrap();
+        }
+    }
+
+    /// Opens the door for every waiter, now and later.
+    pub fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cond.notify_all();
+    }
 }

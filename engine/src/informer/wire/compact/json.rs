@@ -268,10 +268,17 @@ impl<'de> Visitor<'de> for MetadataSeed<'_, '_> {
                 _ => {
                     let raw: &RawValue = map.next_value()?;
                     write_key(b, &mut first, &key).map_err(custom)?;
+                    // Formatted only for an error message, never per event.
                     let what = || format!("metadata.{key_str}");
                     match key_str {
                         "name" | "namespace" | "uid" | "resourceVersion" => {
-                            let span = write_string(b, raw, &what()).map_err(custom)?;
+                            let field = match key_str {
+                                "name" => "metadata.name",
+                                "namespace" => "metadata.namespace",
+                                "uid" => "metadata.uid",
+                                _ => "metadata.resourceVersion",
+                            };
+                            let span = write_string(b, raw, field).map_err(custom)?;
                             let slot = match key_str {
                                 "name" => &mut b.meta.name,
                                 "namespace" => &mut b.meta.namespace,
