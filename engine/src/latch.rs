@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::sync::{lock, AtomicBool, Condvar, Mutex, Ordering};
+use crate::sync::{lock, wait, wait_timeout, AtomicBool, Condvar, Mutex, Ordering};
 
 /// Fires once; [`wait`](Latch::wait) blocks until it has.
 #[derive(Debug, Default)]
@@ -48,17 +48,13 @@ impl Latch {
         let mut fired = lock(&self.fired);
         while !*fired {
             match deadline {
-                None => fired = self.cond.wait(fired).unwrap_or_else(|e| e.into_inner()),
+                None => fired = wait(&self.cond, fired),
                 Some(deadline) => {
                     let now = Instant::now();
                     if now >= deadline {
                         return false;
                     }
-                    fired = self
-                        .cond
-                        .wait_timeout(fired, deadline - now)
-                        .map(|(guard, _)| guard)
-                        .unwrap_or_else(|e| e.into_inner().0);
+                    fired = wait_timeout(&self.cond, fired, deadline - now);
                 }
             }
         }

@@ -31,28 +31,157 @@ pub(crate) use std::sync::{
 /// Locks `mutex`, ignoring poisoning: kcache's critical sections leave the protected state
 /// consistent at every point where user code (which may panic) can run, so a poisoned lock
 /// still guards valid state.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
+///
+/// Generic over [`Lockable`] so that the one helper serves both the shim's mutex (loom's under
+/// `kcache_loom`) and std's, which the modules loom does not model use directly.
+pub(crate) fn lock<L: Lockable + ?Sized>(mutex: &L) -> L::Guard<'_> {
+    mutex.lock_ignoring_poison()
 }
 
 /// Takes `lock` shared, ignoring poisoning (see [`lock`] for why that is sound here).
-pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    match lock.read() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
-    }
+pub(crate) fn read<L: ReadWriteLockable + ?Sized>(lock: &L) -> L::Read<'_> {
+    lock.read_ignoring_poison()
 }
 
 /// Takes `lock` exclusive, ignoring poisoning (see [`lock`] for why that is sound here).
-pub(crate) fn write<T>(lock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    match lock.write() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
+pub(crate) fn write<L: ReadWriteLockable + ?Sized>(lock: &L) -> L::Write<'_> {
+    lock.write_ignoring_poison()
+}
+
+/// Waits on `condvar`, giving back `guard` relocked, ignoring poisoning (see [`lock`]).
+pub(crate) fn wait<'a, C: Waitable, T>(condvar: &C, guard: C::Guard<'a, T>) -> C::Guard<'a, T> {
+    condvar.wait_ignoring_poison(guard)
+}
+
+/// Waits on `condvar` for at most `timeout`, ignoring poisoning (see [`lock`]); whether the
+/// wait timed out is for the caller to judge from its own deadline.
+pub(crate) fn wait_timeout<'a, C: Waitable, T>(
+    condvar: &C,
+    guard: C::Guard<'a, T>,
+    timeout: std::time::Duration,
+) -> C::Guard<'a, T> {
+    condvar.wait_timeout_ignoring_poison(guard, timeout)
+}
+
+/// A mutex [`lock`] can take: std's, and loom's when the crate is built for loom.
+pub(crate) trait Lockable {
+    type Guard<'a>
+    where
+        Self: 'a;
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_>;
+}
+
+/// A read-write lock [`read`] and [`write`] can take: std's, and loom's under loom.
+pub(crate) trait ReadWriteLockable {
+    type Read<'a>
+    where
+        Self: 'a;
+    type Write<'a>
+    where
+        Self: 'a;
+    fn read_ignoring_poison(&self) -> Self::Read<'_>;
+    fn write_ignoring_poison(&self) -> Self::Write<'_>;
+}
+
+/// A condition variable [`wait`] and [`wait_timeout`] can wait on: std's, and loom's under loom.
+pub(crate) trait Waitable {
+    type Guard<'a, T: 'a>;
+    fn wait_ignoring_poison<'a, T>(&self, guard: Self::Guard<'a, T>) -> Self::Guard<'a, T>;
+    fn wait_timeout_ignoring_poison<'a, T>(
+        &self,
+        guard: Self::Guard<'a, T>,
+        timeout: std::time::Duration,
+    ) -> Self::Guard<'a, T>;
+}
+
+/// Implements the two traits for one family of lock types (std's, loom's): their `lock`,
+/// `read` and `write` all return a `LockResult` whose error still holds the guard.
+macro_rules! ignore_poison_for {
+    ($module:path) => {
+        const _: () = {
+            use $module as family;
+
+            impl<T: ?Sized> Lockable for family::Mutex<T> {
+                type Guard<'a>
+                    = family::MutexGuard<'a, T>
+                where
+                    Self: 'a;
+                fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+                    self.lock().unwrap_or_else(|e| e.into_inner())
+                }
+            }
+
+            impl<T: ?Sized> ReadWriteLockable for family::RwLock<T> {
+                type Read<'a>
+                    = family::RwLockReadGuard<'a, T>
+                where
+                    Self: 'a;
+                type Write<'a>
+                    = family::RwLockWriteGuard<'a, T>
+                where
+                    Self: 'a;
+                fn read_ignoring_poison(&self) -> Self::Read<'_> {
+                    self.read().unwrap_or_else(|e| e.into_inner())
+                }
+                fn write_ignoring_poison(&self) -> Self::Write<'_> {
+                    self.write().unwrap_or_else(|e| e.into_inner())
+                }
+            }
+
+            impl Waitable for family::Condvar {
+                type Guard<'a, T: 'a> = family::MutexGuard<'a, T>;
+                fn wait_ignoring_poison<'a, T>(
+                    &self,
+                    guard: Self::Guard<'a, T>,
+                ) -> Self::Guard<'a, T> {
+                    self.wait(guard).unwrap_or_else(|e| e.into_inner())
+                }
+                fn wait_timeout_ignoring_poison<'a, T>(
+                    &self,
+                    guard: Self::Guard<'a, T>,
+                    timeout: std::time::Duration,
+                ) -> Self::Guard<'a, T> {
+                    match self.wait_timeout(guard, timeout) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
+                }
+            }
+        };
+    };
+}
+
+ignore_poison_for!(std::sync);
+
+/// A lock behind an `Arc` is taken through it, as method calls would auto-deref.
+impl<L: Lockable + ?Sized> Lockable for std::sync::Arc<L> {
+    type Guard<'a>
+        = L::Guard<'a>
+    where
+        Self: 'a;
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        (**self).lock_ignoring_poison()
     }
 }
+
+impl<L: ReadWriteLockable + ?Sized> ReadWriteLockable for std::sync::Arc<L> {
+    type Read<'a>
+        = L::Read<'a>
+    where
+        Self: 'a;
+    type Write<'a>
+        = L::Write<'a>
+    where
+        Self: 'a;
+    fn read_ignoring_poison(&self) -> Self::Read<'_> {
+        (**self).read_ignoring_poison()
+    }
+    fn write_ignoring_poison(&self) -> Self::Write<'_> {
+        (**self).write_ignoring_poison()
+    }
+}
+#[cfg(kcache_loom)]
+ignore_poison_for!(loom::sync);
 
 /// Locks `mutex` like [`lock`], but tries for a while before it sleeps: a few microseconds of
 /// spinning with exponential backoff, then a few yields (`crossbeam_utils::Backoff`), then up

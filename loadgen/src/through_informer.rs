@@ -55,6 +55,7 @@ use crate::server_feed::{
     millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
     ServedPod,
 };
+use crate::sync::lock;
 use crate::ui::Ui;
 use crate::units::si;
 use crate::verdict::Verdict;
@@ -218,11 +219,7 @@ impl Recorder {
                 .mismatches
                 .store(self.mismatches, Ordering::Release);
             if self.mismatches == 0 {
-                *self
-                    .shared
-                    .caught_up
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+                *lock(&self.shared.caught_up) = Some(Instant::now());
             }
         }
         self.shared
@@ -293,7 +290,7 @@ impl Drop for Recorder {
     fn drop(&mut self) {
         let record = std::mem::take(&mut self.record);
         let latency = self.latency.take().map(|(_, h)| h);
-        *self.shared.record.lock().unwrap_or_else(|e| e.into_inner()) = Some((record, latency));
+        *lock(&self.shared.record) = Some((record, latency));
     }
 }
 
@@ -484,7 +481,7 @@ where
         ));
         let wall = handlers
             .iter()
-            .filter_map(|h| *h.caught_up.lock().unwrap_or_else(|e| e.into_inner()))
+            .filter_map(|h| *lock(&h.caught_up))
             .max()
             .map_or_else(|| start.elapsed(), |at| at.saturating_duration_since(start));
         let produced = producer
@@ -515,11 +512,7 @@ where
     let mut records = Vec::with_capacity(handlers.len());
     let mut buffers = Vec::with_capacity(handlers.len());
     for (h, shared) in handlers.iter().enumerate() {
-        let taken = shared
-            .record
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let taken = lock(&shared.record).take();
         let Some((record, hist)) = taken else {
             failures.push(format!("handler {h}: its record was never handed over"));
             continue;
@@ -527,11 +520,7 @@ where
         if let Some(hist) = hist {
             latency.add(&hist).unwrap_or_default();
         }
-        let caught_up = shared
-            .caught_up
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .map(|at| at.saturating_duration_since(start));
+        let caught_up = lock(&shared.caught_up).map(|at| at.saturating_duration_since(start));
         records.push((record, caught_up));
         let registration = &registrations[h];
         buffers.push(BufferFigures {

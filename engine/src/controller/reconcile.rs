@@ -18,6 +18,7 @@ use crate::workqueue::AsyncGet;
 
 use super::metrics::{ReconcileMetrics, ReconcileResult};
 use super::queue::ControllerQueue;
+use crate::sync::{lock, wait};
 
 /// What a successful reconcile asks for next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +83,7 @@ impl<K> Request<K> {
     /// }
     /// ```
     pub fn wrote(&self, resource_version: &str) {
-        let mut wrote = self.wrote.lock().unwrap_or_else(|e| e.into_inner());
+        let mut wrote = lock(&self.wrote);
         let newer = wrote
             .as_deref()
             .is_none_or(|old| !version_at_least(old, resource_version));
@@ -92,7 +93,7 @@ impl<K> Request<K> {
     }
 
     fn written(&self) -> Option<String> {
-        self.wrote.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        lock(&self.wrote).clone()
     }
 }
 
@@ -130,11 +131,7 @@ impl CacheWait {
         if self.timeout.is_zero() {
             return None;
         }
-        let version = self
-            .writes
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key)?;
+        let version = lock(&self.writes).remove(key)?;
         (!self.applied.has_reached(&version)).then_some(version)
     }
 }
@@ -268,11 +265,7 @@ impl<K> Shared<K> {
         self.finishing.fetch_add(1, Ordering::SeqCst);
         if let Some(version) = wrote {
             // Before `done`: the key's next reconcile cannot start before it, and finds this.
-            self.cache_wait
-                .writes
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone(), version);
+            lock(&self.cache_wait.writes).insert(key.clone(), version);
         }
         let (result, panicked) = match outcome {
             Ok(Ok(Action::Done)) => {
@@ -326,7 +319,7 @@ impl<K> Shared<K> {
 
     /// A worker returned (or was never started).
     pub(crate) fn worker_ended(&self) {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = lock(&self.running);
         *running = running.saturating_sub(1);
         if *running == 0 {
             self.ended.notify_all();
@@ -336,9 +329,9 @@ impl<K> Shared<K> {
 
     /// Blocks until every worker has returned.
     pub(crate) fn wait_workers(&self) {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = lock(&self.running);
         while *running > 0 {
-            running = self.ended.wait(running).unwrap_or_else(|e| e.into_inner());
+            running = wait(&self.ended, running);
         }
     }
 
@@ -349,7 +342,7 @@ impl<K> Shared<K> {
             tokio::pin!(notified);
             // Registered before the check: a last worker ending after it wakes this waiter.
             notified.as_mut().enable();
-            if *self.running.lock().unwrap_or_else(|e| e.into_inner()) == 0 {
+            if *lock(&self.running) == 0 {
                 return;
             }
             notified.await;
@@ -438,7 +431,7 @@ pub(crate) async fn run_async_worker<K, C, E, F, Fut>(
             Err(panic) => Err(panic_message(&*panic)),
         };
         let took = started.elapsed();
-        let wrote = wrote.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let wrote = lock(&wrote).take();
         shared.finish(&key, wrote, outcome, took);
     }
 }

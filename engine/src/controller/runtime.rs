@@ -31,6 +31,7 @@ use super::queue::ControllerQueue;
 use super::reconcile::{
     run_async_worker, run_sync_worker, Action, CacheWait, ErrorReport, Lookup, Request, Shared,
 };
+use crate::sync::lock;
 
 /// How long a reconcile waits by default for the cache to apply its key's last write.
 pub const DEFAULT_CACHE_WAIT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -543,11 +544,7 @@ impl<K> Controller<K> {
     pub fn shutdown_blocking(&self) {
         self.stop();
         self.shared.wait_workers();
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let workers = lock(&self.workers).take();
         if let Some(Workers::Threads(threads)) = workers {
             for thread in threads {
                 let _ = thread.join();
@@ -556,11 +553,7 @@ impl<K> Controller<K> {
     }
 
     async fn join_workers(&self) {
-        let workers = self
-            .workers
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let workers = lock(&self.workers).take();
         match workers {
             // Every worker has counted itself out: each thread is returning, so joining is
             // immediate.

@@ -38,7 +38,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::sync::{lock, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, wait, wait_timeout, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// How a wait for a version ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -199,21 +199,13 @@ impl AppliedVersion {
                 return VersionWait::TimedOut;
             }
             state = match deadline {
-                None => self
-                    .inner
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(|e| e.into_inner()),
+                None => wait(&self.inner.changed, state),
                 Some(deadline) => {
                     let left = deadline.saturating_duration_since(Instant::now());
                     if left.is_zero() {
                         return VersionWait::TimedOut;
                     }
-                    self.inner
-                        .changed
-                        .wait_timeout(state, left)
-                        .map(|(guard, _)| guard)
-                        .unwrap_or_else(|e| e.into_inner().0)
+                    wait_timeout(&self.inner.changed, state, left)
                 }
             };
         }

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::sync::{lock, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, wait, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// The buffer no longer takes batches (closed or removed); the batch was dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -205,7 +205,7 @@ impl<N> Handoff<N> {
                 }
                 waited_since.get_or_insert_with(Instant::now);
                 state.senders_waiting += 1;
-                state = self.room.wait(state).unwrap_or_else(|e| e.into_inner());
+                state = wait(&self.room, state);
                 state.senders_waiting -= 1;
                 continue;
             }
@@ -283,7 +283,7 @@ impl<N> Handoff<N> {
                 TryRecv::Empty => {}
             }
             state = match &self.data {
-                Wake::Thread(data) => data.wait(state).unwrap_or_else(|e| e.into_inner()),
+                Wake::Thread(data) => wait(data, state),
                 Wake::Task(_) => panic!("recv on a hand-off made for a task"),
             };
         }

@@ -32,6 +32,7 @@ use super::lister_watcher::{
     WatchStream,
 };
 use crate::key::{Key, KeyError, KeyFn};
+use crate::sync::lock;
 
 /// What the in-memory server needs to stamp objects: setting the resource version of a write.
 pub trait SetResourceVersion: Versioned {
@@ -215,7 +216,7 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
 
     fn control(&self) -> MutexGuard<'_, Control> {
         // Counters and flags: a panic cannot leave them half-written.
-        self.inner.control.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.inner.control)
     }
 
     /// Creates or replaces an object: stamps it with the next resource version and sends
@@ -522,7 +523,7 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> ListerWatcher<T>
 
 impl<T> fmt::Debug for MemoryListerWatcher<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let control = self.inner.control.lock().unwrap_or_else(|e| e.into_inner());
+        let control = lock(&self.inner.control);
         f.debug_struct("MemoryListerWatcher")
             .field("server", &self.inner.server)
             .field("faults", &control.faults)

@@ -50,6 +50,7 @@ use super::turns::Turns;
 use crate::consumer::EventHandler;
 use crate::delta::DeltaObject;
 use crate::key::KeyFn;
+use crate::sync::{lock, read, write};
 
 /// client-go's `minimumResyncPeriod`: a handler cannot ask to resync more often.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -232,7 +233,7 @@ impl<T> Listener<T> {
                 if self.shared.removed.load(Ordering::Acquire) {
                     return;
                 }
-                let mut handler = handler.lock().unwrap_or_else(|e| e.into_inner());
+                let mut handler = lock(handler);
                 deliver_inline(&mut **handler, &batch, &self.shared);
             }
         }
@@ -787,7 +788,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
     pub(crate) fn distributor(&self) -> Distributor<'_, T> {
         // The lock before the ticket: a ticket holder must never wait for the lock (a writer
         // waiting for it would wait for the ticket holders ahead, which wait for this one).
-        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let listeners = read(&self.listeners);
         let ticket = self.turns.take();
         let batches = listeners.iter().map(|_| Vec::new()).collect();
         Distributor {
@@ -811,7 +812,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
         let name = options.name.unwrap_or_else(|| format!("handler-{id}"));
         let bound = options.bound.unwrap_or(self.default_bound).max(1);
         // Held until the registration is listed, so `start_tasks` spawns it or we do.
-        let runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        let runtime = lock(&self.runtime);
         let buffer = match &handler {
             NewHandler::Thread(_) => Some(Arc::new(Buffer::for_thread(bound))),
             NewHandler::Task(_) => Some(Arc::new(Buffer::for_task(bound))),
@@ -871,7 +872,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
             syncing: AtomicBool::new(false),
             worker: Mutex::new(worker),
         });
-        let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        let mut listeners = write(&self.listeners);
         let snapshot: Vec<_> = initial()
             .into_iter()
             .map(|obj| Notification::Add { obj, initial: true })
@@ -886,15 +887,12 @@ impl<T: Send + Sync + 'static> Processor<T> {
                 let _ = buffer.send_over_bound(snapshot);
             }
             Sink::Inline(handler) => {
-                let mut handler = handler.lock().unwrap_or_else(|e| e.into_inner());
+                let mut handler = lock(handler);
                 deliver_inline(&mut **handler, &snapshot, &shared);
             }
         }
         listeners.push(Arc::clone(&listener));
-        self.members
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(listener);
+        lock(&self.members).push(listener);
         drop(listeners);
         drop(runtime);
         Ok(Registration {
@@ -906,11 +904,11 @@ impl<T: Send + Sync + 'static> Processor<T> {
 
     /// The informer has started on `handle`: async registrations run there from now on.
     pub(crate) fn start_tasks(&self, handle: &tokio::runtime::Handle) {
-        let mut runtime = self.runtime.lock().unwrap_or_else(|e| e.into_inner());
+        let mut runtime = lock(&self.runtime);
         runtime.handle = Some(handle.clone());
-        let members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+        let members = lock(&self.members);
         for listener in members.iter() {
-            let mut worker = listener.worker.lock().unwrap_or_else(|e| e.into_inner());
+            let mut worker = lock(&listener.worker);
             *worker = match worker.take() {
                 Some(Worker::Unspawned(future)) => Some(Worker::Task(handle.spawn(future))),
                 other => other,
@@ -932,7 +930,7 @@ impl<T> Processor<T> {
     /// Returns false if it was not registered (removed already, or another informer's).
     pub(crate) fn remove(&self, id: u64) -> bool {
         let listener = {
-            let mut members = self.members.lock().unwrap_or_else(|e| e.into_inner());
+            let mut members = lock(&self.members);
             let Some(at) = members.iter().position(|l| l.id() == id) else {
                 return false;
             };
@@ -946,7 +944,7 @@ impl<T> Processor<T> {
         if let Sink::Buffered(buffer) = &listener.sink {
             buffer.remove();
         }
-        let mut listeners = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        let mut listeners = write(&self.listeners);
         listeners.retain(|l| l.id() != id);
         drop(listeners);
         if let Sink::Inline(_) = &listener.sink {
@@ -954,20 +952,14 @@ impl<T> Processor<T> {
         }
         // A task that never ran is dropped here (which marks it stopped); a thread or task
         // ends by itself, detached.
-        drop(
-            listener
-                .worker
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take(),
-        );
+        drop(lock(&listener.worker).take());
         true
     }
 
     /// Unregisters everything; each delivery delivers what its buffer holds, then stops.
     /// Returns the threads and tasks to wait for.
     pub(crate) fn close(&self) -> Stopping {
-        let members = std::mem::take(&mut *self.members.lock().unwrap_or_else(|e| e.into_inner()));
+        let members = std::mem::take(&mut *lock(&self.members));
         // Before the lock, as in `remove`: a consumer still blocked on a full buffer (the
         // informer dropped without a shutdown) gives up rather than holding us.
         for listener in &members {
@@ -975,21 +967,13 @@ impl<T> Processor<T> {
                 buffer.close();
             }
         }
-        self.listeners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        write(&self.listeners).clear();
         let mut stopping = Stopping::default();
         for listener in members {
             if let Sink::Inline(_) = &listener.sink {
                 listener.shared.finished.store(true, Ordering::Release);
             }
-            match listener
-                .worker
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .take()
-            {
+            match lock(&listener.worker).take() {
                 Some(Worker::Thread(thread)) => stopping.threads.push(thread),
                 Some(Worker::Task(task)) => stopping.tasks.push(task),
                 // Never started, so never sent anything: dropping it marks it stopped.
@@ -1002,19 +986,16 @@ impl<T> Processor<T> {
 
     /// How many registrations there are.
     pub(crate) fn len(&self) -> usize {
-        self.listeners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        read(&self.listeners).len()
     }
 
     /// Marks the registrations whose resync is due at `now` and schedules their next one;
     /// true if any is due (client-go's `shouldResync`).
     pub(crate) fn should_resync(&self, now: Instant) -> bool {
-        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let listeners = read(&self.listeners);
         let mut any = false;
         for listener in listeners.iter() {
-            let mut resync = listener.resync.lock().unwrap_or_else(|e| e.into_inner());
+            let mut resync = lock(&listener.resync);
             let due = !resync.period.is_zero() && now >= resync.next;
             if due {
                 resync.next = now + resync.period;
@@ -1027,9 +1008,9 @@ impl<T> Processor<T> {
 
     /// The informer's check period changed before the start: recompute every period.
     pub(crate) fn resync_check_period_changed(&self, check: Duration) {
-        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let listeners = read(&self.listeners);
         for listener in listeners.iter() {
-            let mut resync = listener.resync.lock().unwrap_or_else(|e| e.into_inner());
+            let mut resync = lock(&listener.resync);
             resync.period = effective_resync_period(resync.requested, check);
         }
     }
@@ -1037,7 +1018,7 @@ impl<T> Processor<T> {
 
 impl<T> fmt::Debug for Processor<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let listeners = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let listeners = read(&self.listeners);
         f.debug_struct("Processor")
             .field("listeners", &listeners.len())
             .field("default_bound", &self.default_bound)

@@ -59,6 +59,7 @@ use super::lister_watcher::{
 };
 use super::stop::StopSignal;
 use crate::queue::{DeltaQueue, QueueEvent};
+use crate::sync::lock;
 
 /// Receives every error the reflector meets (client-go's `WatchErrorHandler`).
 pub type WatchErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -136,14 +137,11 @@ struct Progress {
 
 impl Progress {
     fn last_sync(&self) -> String {
-        self.last_sync
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.last_sync).clone()
     }
 
     fn set_last_sync(&self, rv: &str) {
-        let mut last = self.last_sync.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = lock(&self.last_sync);
         last.clear();
         last.push_str(rv);
     }

@@ -47,6 +47,7 @@ use crate::consumer::{apply_deltas_coalesced, EventHandler};
 use crate::key::KeyFn;
 use crate::queue::{DeltaQueue, QueueOptions, TransformFn};
 use crate::store::{IndexError, Indexer, Indexers, KnownObjects};
+use crate::sync::lock;
 use crate::{reference, sharded};
 
 /// How many keys a consumer takes from the queue at once.
@@ -389,7 +390,7 @@ where
     I: Indexer<T> + 'static,
 {
     fn lifecycle(&self) -> MutexGuard<'_, Lifecycle> {
-        self.lifecycle.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.lifecycle)
     }
 
     /// Registers a handler with the informer's default resync period (client-go's
@@ -545,12 +546,7 @@ where
         if lifecycle.started {
             return Err(InformerError::AlreadyStarted);
         }
-        let Some(lister_watcher) = self
-            .lister_watcher
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
+        let Some(lister_watcher) = lock(&self.lister_watcher).take() else {
             return Err(InformerError::AlreadyStarted);
         };
         for n in 0..self.consumers {
@@ -572,10 +568,7 @@ where
                         // applied: the store can no longer be trusted. Stop, as client-go's
                         // crash would, but say why instead of ending the process.
                         let message = panic_message(&*panic);
-                        failure
-                            .lock()
-                            .unwrap_or_else(|e| e.into_inner())
-                            .get_or_insert(message);
+                        lock(&failure).get_or_insert(message);
                         stop.stop();
                         queue.close();
                         applied.stop();
@@ -671,10 +664,7 @@ where
     /// panicked while a key was being applied), which leaves the store untrustworthy, so the
     /// reflector was stopped and the queue closed.
     pub fn failure(&self) -> Option<String> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        lock(&self.failure).clone()
     }
 
     /// Whether [`shutdown`](Self::shutdown) has begun.
@@ -780,7 +770,7 @@ impl<T, L, Q, I> Drop for SharedInformer<T, L, Q, I> {
 
 impl<T, L, Q, I> fmt::Debug for SharedInformer<T, L, Q, I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let lifecycle = self.lifecycle.lock().unwrap_or_else(|e| e.into_inner());
+        let lifecycle = lock(&self.lifecycle);
         f.debug_struct("SharedInformer")
             .field("started", &lifecycle.started)
             .field("stopped", &lifecycle.stopped)

@@ -8,7 +8,7 @@
 //! keys before took theirs) and hands its batch over only when its ticket is served; tickets
 //! are served in order. With one consumer the turn is always its own at once.
 
-use crate::sync::{lock, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, Ordering};
 
 /// Tickets and the one being served.
 #[derive(Debug, Default)]
@@ -39,10 +39,7 @@ impl Turns {
         let mut serving = lock(&self.serving);
         while serving.ticket != ticket {
             serving.waiting += 1;
-            serving = self
-                .advanced
-                .wait(serving)
-                .unwrap_or_else(|e| e.into_inner());
+            serving = wait(&self.advanced, serving);
             serving.waiting -= 1;
         }
     }

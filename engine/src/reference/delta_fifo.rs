@@ -15,7 +15,7 @@ use crate::queue::{
     TransformFn, TryPop,
 };
 use crate::store::KnownObjects;
-use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
 
 mod footprint;
 
@@ -228,7 +228,7 @@ impl<T> DeltaFifo<T> {
     ) -> MutexGuard<'a, State<T>> {
         while !st.has_room(self.max_queued) && st.grows(key, kind, self.compact) {
             st.waiting_producers += 1;
-            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = wait(&self.cond, st);
             st.waiting_producers -= 1;
         }
         st
@@ -257,7 +257,7 @@ impl<T> DeltaFifo<T> {
             if st.closed {
                 return Err(Closed);
             }
-            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = wait(&self.cond, st);
         }
         Ok(st)
     }
@@ -424,7 +424,7 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
         let mut st = self.lock();
         while !st.has_room(self.max_queued) {
             st.waiting_producers += 1;
-            st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+            st = wait(&self.cond, st);
             st.waiting_producers -= 1;
         }
         let mut refused = Vec::new();

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::queue::{Closed, TryPop};
-use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
 
 /// client-go's plain `FIFO`: a queue of objects, not of deltas. It keeps only
 /// the newest object per key, queues a key once, and forgets deletions: `delete` drops the
@@ -223,7 +223,7 @@ impl<T> Fifo<T> {
                 if st.closed {
                     return Err(Closed);
                 }
-                st = self.cond.wait(st).unwrap_or_else(|e| e.into_inner());
+                st = wait(&self.cond, st);
             }
             if let Some((obj, is_in_initial_list)) = st.take_front() {
                 let out = process(obj, is_in_initial_list);

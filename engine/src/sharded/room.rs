@@ -26,7 +26,7 @@
 use std::fmt;
 use std::task::{Context, Poll, Waker};
 
-use crate::sync::{lock, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, Ordering};
 
 /// Set while producers wait (or may wait) for room.
 const WAITING: u64 = 1 << 63;
@@ -172,7 +172,7 @@ impl Room {
             if self.has_room_in(prev) {
                 return;
             }
-            guard = self.cond.wait(guard).unwrap_or_else(|e| e.into_inner());
+            guard = wait(&self.cond, guard);
         }
     }
 

@@ -20,7 +20,7 @@
 //!   check and the wait.
 
 use super::idle::IdlePolicy;
-use crate::sync::{lock, AtomicU64, Condvar, Mutex, Ordering};
+use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, Ordering};
 
 const PERMIT: u64 = 1;
 const PERMIT_MASK: u64 = (1 << 32) - 1;
@@ -155,7 +155,7 @@ impl Scheduler {
             if permits(state) > 0 || is_closed(state) {
                 break;
             }
-            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+            guard = wait(&self.wake, guard);
         }
         drop(guard);
         self.state.fetch_sub(SLEEPER, Ordering::Relaxed);

@@ -33,7 +33,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::key::{Key, KeyMap};
-use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+use crate::sync::{lock, wait, wait_timeout, Condvar, Mutex, MutexGuard};
 
 use super::clock::{Clock, Subscription, Time};
 use super::metrics::{CounterMetric, QueueConfig};
@@ -153,12 +153,10 @@ impl<Q: WorkQueue> Shared<Q> {
             let next = waiting.earliest().filter(|&t| t != Time::MAX);
             waiting.armed = next;
             waiting = match next {
-                None => self.timer.wait(waiting).unwrap_or_else(|e| e.into_inner()),
-                Some(ready) => self
-                    .timer
-                    .wait_timeout(waiting, ready.saturating_duration_since(now))
-                    .map(|(guard, _)| guard)
-                    .unwrap_or_else(|e| e.into_inner().0),
+                None => wait(&self.timer, waiting),
+                Some(ready) => {
+                    wait_timeout(&self.timer, waiting, ready.saturating_duration_since(now))
+                }
             };
             waiting.armed = None;
         }

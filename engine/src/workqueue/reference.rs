@@ -14,7 +14,7 @@ use std::fmt;
 use std::task::{Context, Poll, Waker};
 
 use crate::key::{Key, KeyMap, KeySet};
-use crate::sync::{lock, Condvar, Mutex, MutexGuard};
+use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
 
 use super::clock::Time;
 use super::metrics::{QueueConfig, QueueMetrics};
@@ -131,7 +131,7 @@ impl ReferenceQueue {
     /// Blocks on the condition variable, counted as a waiting thread.
     fn wait<'a>(&self, mut state: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
         state.threads_waiting += 1;
-        state = self.cond.wait(state).unwrap_or_else(|e| e.into_inner());
+        state = wait(&self.cond, state);
         state.threads_waiting -= 1;
         // A woken thread consumes one signal (a spurious wake-up may take another thread's;
         // that thread then re-checks too and at worst waits again: no item is left unserved
@@ -265,7 +265,7 @@ impl WorkQueue for ReferenceQueue {
         wakers.into_iter().for_each(Waker::wake);
         let mut state = self.lock();
         while !state.processing.is_empty() && state.drain {
-            state = self.cond.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = wait(&self.cond, state);
         }
     }
 

@@ -43,7 +43,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::key::{Key, KeyMap};
 use crate::sharded::idle::IdlePolicy;
-use crate::sync::{lock, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, wait, AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
 
 use super::clock::Time;
 use super::metrics::{QueueConfig, QueueMetrics};
@@ -197,7 +197,7 @@ impl ShardedQueue {
     }
 
     fn lock_shard(&self, index: usize) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[index])
+        lock(&*self.shards[index])
     }
 
     /// Hands out the head of `shard`, which the caller took a token for. `None` only if the
@@ -416,7 +416,7 @@ impl WorkQueue for ShardedQueue {
         // after its decrement: a notification cannot fall between the two.
         let mut guard = lock(&self.drain_lock);
         while self.drain.load(Ordering::Acquire) && self.any_processing() {
-            guard = self.drained.wait(guard).unwrap_or_else(|e| e.into_inner());
+            guard = wait(&self.drained, guard);
         }
     }
 

@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::sync::lock;
 use tokio::sync::watch;
 
 /// What happened to an object.
@@ -120,7 +121,7 @@ impl<O> Log<O> {
 
     fn lock(&self) -> MutexGuard<'_, Segments<O>> {
         // Every change under the lock completes before anything that can panic runs.
-        self.segments.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.segments)
     }
 
     /// The sequence number of the next entry: a reader at it has read everything.

@@ -64,6 +64,7 @@ pub use cursor::{Cursor, Item};
 pub use log::{Event, Kind};
 pub use pager::{ContinueError, Paged, Pager, Snapshot};
 
+use crate::sync::{lock, read, write};
 use cursor::OpenGuard;
 use log::{Entry, Log};
 
@@ -134,7 +135,7 @@ pub struct ApiServer<K, O> {
 
 impl<K, O> fmt::Debug for ApiServer<K, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = self.state.read().unwrap_or_else(|e| e.into_inner());
+        let state = read(&self.state);
         f.debug_struct("ApiServer")
             .field("resource_version", &state.resource_version)
             .field("objects", &state.objects.len())
@@ -236,16 +237,16 @@ impl<K: Ord + Hash, O: Clone + Send + Sync + 'static> ApiServer<K, O> {
     fn read(&self) -> RwLockReadGuard<'_, State<K, O>> {
         // A panic under the lock cannot leave the state half-written in a way that matters:
         // a batch's writes are applied one by one, each complete.
-        self.state.read().unwrap_or_else(|e| e.into_inner())
+        read(&self.state)
     }
 
     fn write_lock(&self) -> RwLockWriteGuard<'_, State<K, O>> {
         // See `read`.
-        self.state.write().unwrap_or_else(|e| e.into_inner())
+        write(&self.state)
     }
 
     fn open_count(&self) -> Arc<AtomicUsize> {
-        Arc::clone(&self.open.lock().unwrap_or_else(|e| e.into_inner()))
+        Arc::clone(&lock(&self.open))
     }
 
     /// How many recent events it keeps.
@@ -328,7 +329,7 @@ impl<K: Ord + Hash, O: Clone + Send + Sync + 'static> ApiServer<K, O> {
     pub fn close_watches(&self) {
         // The write lock keeps watches from starting: each is either closed or not counted.
         let _state = self.write_lock();
-        *self.open.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(AtomicUsize::new(0));
+        *lock(&self.open) = Arc::new(AtomicUsize::new(0));
         self.log.append(vec![Entry::Close], None);
     }
 

@@ -15,6 +15,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use crate::sync::lock;
 use tokio::time::Instant;
 
 /// The objects a list describes, at one resource version, in key order.
@@ -108,7 +109,7 @@ impl<O, V: PartialEq> Pager<O, V> {
 
     fn lock(&self) -> MutexGuard<'_, Kept<O, V>> {
         // Every change under the lock completes before anything that can panic runs.
-        self.kept.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.kept)
     }
 
     fn alive(&self, at: Instant, now: Instant) -> bool {

@@ -12,7 +12,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::key::Key;
-use crate::sync::{lock, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
 
 use super::super::clock::{Clock, Time};
 use super::super::limiter::RateLimiter;
@@ -370,11 +370,7 @@ impl WorkQueue for ReferencePriorityQueue {
         wakers.into_iter().for_each(Waker::wake);
         let mut state = self.lock();
         while state.draining && state.entries.processing_len() > 0 {
-            state = self
-                .shared
-                .drained
-                .wait(state)
-                .unwrap_or_else(|e| e.into_inner());
+            state = wait(&self.shared.drained, state);
         }
     }
 

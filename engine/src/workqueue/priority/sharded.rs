@@ -46,7 +46,9 @@ use crossbeam_utils::CachePadded;
 
 use crate::key::Key;
 use crate::sharded::idle::IdlePolicy;
-use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{
+    lock, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
+};
 
 use super::super::clock::{Clock, Time};
 use super::super::limiter::RateLimiter;
@@ -141,7 +143,7 @@ impl Shared {
     }
 
     fn lock_shard(&self, index: usize) -> MutexGuard<'_, Entries> {
-        lock(&self.shards[index])
+        lock(&*self.shards[index])
     }
 
     /// Publishes `shard`'s head; the caller holds its lock. Returns the new head.
@@ -728,11 +730,7 @@ impl WorkQueue for ShardedPriorityQueue {
         // after its decrement: a notification cannot fall between the two.
         let mut guard = lock(&self.shared.drain_lock);
         while self.shared.draining.load(Ordering::SeqCst) && self.shared.any_processing() {
-            guard = self
-                .shared
-                .drained
-                .wait(guard)
-                .unwrap_or_else(|e| e.into_inner());
+            guard = wait(&self.shared.drained, guard);
         }
     }
 

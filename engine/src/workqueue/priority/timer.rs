@@ -14,7 +14,7 @@
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
-use crate::sync::{lock, Condvar, Mutex};
+use crate::sync::{lock, wait, wait_timeout, Condvar, Mutex};
 
 use super::super::clock::{Clock, Subscription, Time};
 
@@ -134,14 +134,10 @@ fn run<P: Promote>(timer: &Timer, queue: &Weak<P>, clock: &dyn Clock) {
         }
         state.armed = next;
         state = match next {
-            None => timer.cond.wait(state).unwrap_or_else(|e| e.into_inner()),
+            None => wait(&timer.cond, state),
             Some(at) => {
                 let wait = at.saturating_duration_since(clock.now());
-                timer
-                    .cond
-                    .wait_timeout(state, wait)
-                    .map(|(guard, _)| guard)
-                    .unwrap_or_else(|e| e.into_inner().0)
+                wait_timeout(&timer.cond, state, wait)
             }
         };
         state.armed = None;
