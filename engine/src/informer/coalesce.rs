@@ -33,7 +33,7 @@
 
 use std::collections::VecDeque;
 
-use super::processor::Notification;
+use super::notification::Notification;
 use crate::delta::DeltaObject;
 use crate::key::{Key, KeyFn, KeyMap};
 

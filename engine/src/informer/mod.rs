@@ -37,6 +37,7 @@ mod handoff;
 mod kube;
 mod lister_watcher;
 mod memory;
+mod notification;
 mod processor;
 mod reader;
 mod reflector;

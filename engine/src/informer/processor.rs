@@ -46,6 +46,7 @@ use super::coalesce::Coalesced;
 use super::handler::{AsyncEventHandler, Lag, LagHandler};
 use super::handoff::{Handoff, HandoffCounters, TryRecv};
 use super::lister_watcher::Versioned;
+use super::notification::Notification;
 use super::turns::Turns;
 use crate::consumer::EventHandler;
 use crate::delta::DeltaObject;
@@ -62,29 +63,6 @@ const POLL: Duration = Duration::from_millis(5);
 /// Registration ids, unique across informers, so a registration given to the wrong informer's
 /// `remove_event_handler` removes nothing there.
 static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
-/// One notification for one handler.
-pub(crate) enum Notification<T> {
-    Add { obj: Arc<T>, initial: bool },
-    Update { old: Arc<T>, new: Arc<T> },
-    Delete(DeltaObject<T>),
-}
-
-impl<T> Notification<T> {
-    fn is_initial(&self) -> bool {
-        matches!(self, Notification::Add { initial: true, .. })
-    }
-
-    /// Calls `handler`, catching a panic; true if it panicked.
-    fn call(&self, handler: &mut (impl EventHandler<T> + ?Sized)) -> bool {
-        catch_unwind(AssertUnwindSafe(|| match self {
-            Notification::Add { obj, initial } => handler.on_add(obj, *initial),
-            Notification::Update { old, new } => handler.on_update(old, new),
-            Notification::Delete(obj) => handler.on_delete(obj),
-        }))
-        .is_err()
-    }
-}
 
 type Buffer<T> = Handoff<Notification<T>>;
 

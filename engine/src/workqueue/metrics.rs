@@ -27,7 +27,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::clock::{Clock, RealClock, Time};
-use super::priority::Priority;
 
 /// A gauge that goes up and down by one (client-go `GaugeMetric`).
 pub trait GaugeMetric: Send + Sync {
@@ -45,11 +44,14 @@ pub trait SettableGaugeMetric: Send + Sync {
 
 /// A gauge per priority level (controller-runtime's `DepthMetricWithPriority`): the depth of
 /// a [priority queue](super::priority), told which level each entry enters or leaves.
+///
+/// Levels are plain `i32`s here (what [`Priority`](super::priority::Priority) names), so that
+/// the metrics, which the priority queues build on, do not import them back.
 pub trait DepthWithPriorityMetric: Send + Sync {
     /// Adds one at `priority`.
-    fn inc(&self, priority: Priority);
+    fn inc(&self, priority: i32);
     /// Subtracts one at `priority`.
-    fn dec(&self, priority: Priority);
+    fn dec(&self, priority: i32);
 }
 
 /// A plain depth gauge standing in for a per-priority one: the provider has no per-priority
@@ -57,10 +59,10 @@ pub trait DepthWithPriorityMetric: Send + Sync {
 struct AllPriorities(Arc<dyn GaugeMetric>);
 
 impl DepthWithPriorityMetric for AllPriorities {
-    fn inc(&self, _: Priority) {
+    fn inc(&self, _: i32) {
         self.0.inc();
     }
-    fn dec(&self, _: Priority) {
+    fn dec(&self, _: i32) {
         self.0.dec();
     }
 }
