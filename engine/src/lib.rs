@@ -38,7 +38,8 @@
 //! # #[cfg(feature = "informer")]
 //! # tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap().block_on(async {
 //! use std::sync::Arc;
-//! use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+//! use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
+//! use kcache_sim::MemoryListerWatcher;
 //! use kcache::{EventHandler, IndexFunc, Key, KeyFn};
 //!
 //! #[derive(Clone)]

@@ -16,12 +16,13 @@ use informer_common::{key_fn, pod, server, Pod};
 use kcache::controller::{
     Action, Controller, ControllerQueue, Owned, Priority, Request, LOW_PRIORITY, NORMAL_PRIORITY,
 };
-use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
 use kcache::workqueue::{
     DelayingQueue, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig,
     RateLimitingQueue, ReferenceQueue, ShardedQueue, ShutDown, TryGet, WaitSlot, WorkQueue,
 };
 use kcache::{Key, KeyFn};
+use kcache_sim::MemoryListerWatcher;
 
 /// Polls `cond` until it holds; fails the test after 20 s (a liveness guard, not a timing).
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

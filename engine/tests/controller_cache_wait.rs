@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use informer_common::{key_fn, pod, server, Gate, Pod};
 use kcache::controller::{Action, Controller, Request};
-use kcache::informer::{MemoryListerWatcher, SharedInformer};
+use kcache::informer::SharedInformer;
 use kcache::{EventHandler, Key};
+use kcache_sim::MemoryListerWatcher;
 
 /// Polls `cond` until it holds; fails the test after 20 s (a liveness guard, not a timing).
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

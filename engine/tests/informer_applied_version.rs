@@ -13,8 +13,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use informer_common::{key_fn, ms, pod, server, Gate, Pod};
-use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, VersionWait};
+use kcache::informer::{Backoff, SharedInformer, VersionWait};
 use kcache::{DeltaObject, EventHandler, Key};
+use kcache_sim::MemoryListerWatcher;
 
 /// An inline handler that, once armed, stops the consumer at its `stop_at`-th notification:
 /// it tells the test (`stopped`) and waits at the gate.

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use informer_common::{key_fn, ms, pod, server, Pod};
 use kcache::informer::{
-    AsyncEventHandler, Backoff, HandlerOptions, Lag, MemoryListerWatcher, SharedInformer,
-    SharedInformerBuilder,
+    AsyncEventHandler, Backoff, HandlerOptions, Lag, SharedInformer, SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
+use kcache_sim::MemoryListerWatcher;
 
 /// Polls `cond` until it holds; fails the test after 20 s.
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

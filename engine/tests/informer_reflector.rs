@@ -14,13 +14,14 @@ use tokio::task::JoinHandle;
 
 use informer_common::{error_log, key_fn, ms, pod, server, Call, Pod, Recording};
 use kcache::informer::{
-    Backoff, Error, ListOptions, ListerWatcher, MemoryListerWatcher, Page, Reflector,
-    ReflectorOptions, StopSignal, WatchOptions, WatchStream,
+    Backoff, Error, ListOptions, ListerWatcher, Page, Reflector, ReflectorOptions, StopSignal,
+    WatchOptions, WatchStream,
 };
 use kcache::reference::{DeltaFifo, IndexedStore};
 use kcache::{
     process_deltas, DeltaQueue, Key, KnownObjects, NoopHandler, QueueOptions, Store, TryPop,
 };
+use kcache_sim::MemoryListerWatcher;
 
 type Queue = DeltaFifo<Pod>;
 

@@ -12,10 +12,10 @@ use std::time::Duration;
 
 use informer_common::{error_log, key_fn, ms, pod, server, Gate, Pod};
 use kcache::informer::{
-    Backoff, HandlerOptions, InformerError, ListerWatcher, MemoryListerWatcher, SharedInformer,
-    SharedInformerBuilder,
+    Backoff, HandlerOptions, InformerError, ListerWatcher, SharedInformer, SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, Indexer, Key, TransformError};
+use kcache_sim::MemoryListerWatcher;
 
 /// Polls `cond` until it holds; fails the test after 10 s.
 async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {

@@ -20,8 +20,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use informer_common::{key_fn, ms, pod, server, Pod};
-use kcache::informer::{Backoff, MemoryListerWatcher, SharedInformer, SharedInformerBuilder};
+use kcache::informer::{Backoff, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
+use kcache_sim::MemoryListerWatcher;
 
 const KEYS: u64 = 2_000;
 const EVENTS_PER_SCALE: u64 = 20_000;

@@ -572,8 +572,9 @@ fn informers_indexes_and_controllers_work_with_compact_objects() {
     use kcache::informer::wire::{
         compact_key_fn, index_by_field, index_by_label, index_by_namespace,
     };
-    use kcache::informer::{MemoryListerWatcher, SharedInformer};
+    use kcache::informer::SharedInformer;
     use kcache::EventHandler;
+    use kcache_sim::MemoryListerWatcher;
 
     tokio::runtime::Runtime::new().unwrap().block_on(async {
         let codec = codec(false, false);

@@ -35,12 +35,13 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use kcache::controller::{Action, Controller, ControllerQueue, Event, Request};
-use kcache::informer::{HandlerOptions, MemoryListerWatcher, SharedInformer};
+use kcache::informer::{HandlerOptions, SharedInformer};
 use kcache::workqueue::priority::{ReferencePriorityQueue, ShardedPriorityQueue};
 use kcache::workqueue::{
     DelayingQueue, QueueConfig, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
+use kcache_sim::MemoryListerWatcher;
 
 use crate::controller_loop::{
     check_controller, child_args as w6_child_args, last_events, phase_summary, reconcile,

@@ -19,9 +19,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kcache::informer::{
-    ListOptions, ListerWatcher, MemoryListerWatcher, Versioned, WatchEvent, WatchOptions,
-};
+use kcache::informer::{ListOptions, ListerWatcher, Versioned, WatchEvent, WatchOptions};
+use kcache_sim::MemoryListerWatcher;
 
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::EngineKind;

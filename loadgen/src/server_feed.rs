@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kcache::informer::{MemoryListerWatcher, SetResourceVersion, Versioned, Writes};
+use kcache::informer::{SetResourceVersion, Versioned};
 use kcache::{IndexFunc, IndexValues, Indexers, KeyFn};
+use kcache_sim::{MemoryListerWatcher, Writes};
 use smallvec::smallvec;
 
 use crate::informer_verdict::KeyView;

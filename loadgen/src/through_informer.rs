@@ -34,10 +34,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use kcache::informer::{
-    Backoff, HandlerOptions, MemoryListerWatcher, SharedInformer, SharedInformerBuilder,
-};
+use kcache::informer::{Backoff, HandlerOptions, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
+use kcache_sim::MemoryListerWatcher;
 
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::SHARDED_BATCH;

@@ -27,7 +27,8 @@
 //! use std::collections::HashMap;
 //! use std::sync::{Arc, Mutex};
 //! use kcache::controller::{Action, Controller, Request};
-//! use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+//! use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
+//! use kcache_sim::MemoryListerWatcher;
 //! use kcache::{Key, KeyFn};
 //!
 //! #[derive(Clone)]

@@ -22,6 +22,13 @@ pub trait Versioned {
     fn resource_version(&self) -> &str;
 }
 
+/// An object whose resource version a server can set: what a server that stores typed objects
+/// (the simulated API server in the `kcache-sim` crate, a test's own) needs to stamp a write.
+pub trait SetResourceVersion: Versioned {
+    /// Sets the object's resource version.
+    fn set_resource_version(&mut self, resource_version: &str);
+}
+
 /// How to list (client-go's `metav1.ListOptions` as a list uses it).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ListOptions {
@@ -223,7 +230,7 @@ pub type WatchStream<T> = Pin<Box<dyn Stream<Item = Result<WatchEvent<T>, Error>
 
 /// Lists and watches one resource (client-go's `ListerWatcher`).
 ///
-/// Implemented in memory by [`MemoryListerWatcher`](super::MemoryListerWatcher); an HTTP one
+/// Implemented in memory by the `kcache-sim` crate's `MemoryListerWatcher`; an HTTP one
 /// against a Kubernetes API server returns what the server sends.
 pub trait ListerWatcher<T>: Send + Sync {
     /// One page of the list.

@@ -9,11 +9,10 @@
 //!
 //! - [`ListerWatcher`]: the source: paged lists and watches from a resource version, with the
 //!   server's errors (`410 Expired` among them).
-//! - [`apiserver`]: the simulated API server's state machine (objects, resource versions, the
-//!   window of events and its 410s, paged lists, the watch fan-out), shared by
-//!   [`MemoryListerWatcher`] and `loadgen serve`.
-//! - [`MemoryListerWatcher`]: that server as an in-process `ListerWatcher`, with scripted
-//!   failures, for tests and the load generator.
+//! - [`SetResourceVersion`]: what a server that stores typed objects needs of them. The
+//!   simulated API server (its state machine and an in-process `ListerWatcher` with scripted
+//!   failures) is not part of this library: it is the `kcache-sim` crate, for tests and the
+//!   load generator.
 //! - [`Reflector`] and [`Backoff`]: list, replace, watch, relist on 410, back off on failure,
 //!   resync.
 //! - `KubeListerWatcher` (feature `kube`): the same over kube-rs' `Api<K>`, against a real
@@ -27,7 +26,6 @@
 //!   [`StoreReader`] reads the store; [`AppliedVersion`] says which resource version the store
 //!   has applied and waits for one.
 
-pub mod apiserver;
 mod applied;
 mod backoff;
 mod coalesce;
@@ -36,7 +34,6 @@ mod handoff;
 #[cfg(feature = "kube")]
 mod kube;
 mod lister_watcher;
-mod memory;
 mod notification;
 mod processor;
 mod reader;
@@ -60,15 +57,14 @@ pub use handler::{AsyncEventHandler, HandlerOptions, Lag, LagHandler, DEFAULT_HA
 #[doc(hidden)]
 pub use handoff::{Handoff, HandoffClosed, TryRecv};
 pub use lister_watcher::{
-    Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
-    WatchStream,
+    Error, ListOptions, ListerWatcher, Page, SetResourceVersion, Status, Versioned, WatchEvent,
+    WatchOptions, WatchStream,
 };
-pub use memory::{MemoryListerWatcher, SetResourceVersion, Writes, DEFAULT_WINDOW};
 pub use processor::{Registration, MINIMUM_RESYNC_PERIOD};
 pub use reader::StoreReader;
 pub use reflector::{
     OnSynced, Reflector, ReflectorHandle, ReflectorOptions, ShouldResync, WatchErrorHandler,
-    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE,
+    DEFAULT_MIN_WATCH_TIMEOUT, DEFAULT_PAGE_SIZE, DEFAULT_READ_AHEAD,
 };
 pub use shared_informer::{InformerError, SharedInformer, SharedInformerBuilder, DEFAULT_BATCH};
 pub use stop::StopSignal;

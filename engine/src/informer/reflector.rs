@@ -89,6 +89,9 @@ pub struct ReflectorOptions {
     pub backoff: Backoff,
     /// The shortest watch timeout asked of the server (see [`DEFAULT_MIN_WATCH_TIMEOUT`]).
     pub min_watch_timeout: Duration,
+    /// The most watch events one queue batch holds: the first event and those the stream
+    /// already holds behind it (see [`DEFAULT_READ_AHEAD`]; 0 counts as 1, no read-ahead).
+    pub read_ahead: usize,
     /// Where errors go; `None` drops them.
     pub error_handler: Option<WatchErrorHandler>,
     /// Consulted before each periodic resync; `None` always resyncs.
@@ -106,6 +109,7 @@ impl Default for ReflectorOptions {
             resync_period: Duration::ZERO,
             backoff: Backoff::default(),
             min_watch_timeout: DEFAULT_MIN_WATCH_TIMEOUT,
+            read_ahead: DEFAULT_READ_AHEAD,
             error_handler: None,
             should_resync: None,
             on_synced: None,
@@ -120,6 +124,7 @@ impl fmt::Debug for ReflectorOptions {
             .field("resync_period", &self.resync_period)
             .field("backoff", &self.backoff)
             .field("min_watch_timeout", &self.min_watch_timeout)
+            .field("read_ahead", &self.read_ahead)
             .field("error_handler", &self.error_handler.is_some())
             .field("should_resync", &self.should_resync.is_some())
             .field("on_synced", &self.on_synced.is_some())
@@ -466,7 +471,8 @@ where
 
     /// Applies one watch's events to the queue until it ends (client-go's `handleWatch`), in
     /// batches: the events the stream already holds go to the queue in one
-    /// [`apply_events`](DeltaQueue::apply_events) call (see [`DECODE_AHEAD`]).
+    /// [`apply_events`](DeltaQueue::apply_events) call (at most
+    /// [`ReflectorOptions::read_ahead`]).
     async fn handle_watch(
         &self,
         mut stream: WatchStream<T>,
@@ -493,7 +499,7 @@ where
             let more = matches!(next, Some(Ok(_)));
             ahead.push_back(next);
             if more {
-                decode_ahead(&mut stream, &mut ahead);
+                decode_ahead(&mut stream, &mut ahead, self.options.read_ahead.max(1));
             }
             // The object events and bookmarks form the batch; what ends the watch (an error
             // event, a broken connection, the end) can only be last, and is handled after the
@@ -613,16 +619,19 @@ impl<T: Versioned> NewestVersion<T> {
     }
 }
 
-/// The most events one batch holds: the first event and what is decoded ahead of it.
+/// The most events one queue batch holds by default ([`ReflectorOptions::read_ahead`]).
 ///
-/// 256: the in-memory server's producer (`loadgen`) writes batches of up to 256 events, which a
-/// watch then holds at once; a batch that size takes each shard lock of a 16-shard queue about
-/// 16 times instead of 256, and the stop signal and the resync timer are still looked at
-/// every few hundred events.
-const DECODE_AHEAD: usize = 256;
+/// Why 256: what a watch holds at once is what its server sent in one burst. A real API server
+/// buffers each watcher's events in a channel sized by its watch cache (from ten events up to a
+/// thousand for a busy, indexed resource such as pods) and writes what it holds in one go, so
+/// a watcher that fell behind, or one of a busy resource, receives hundreds at once. A batch of
+/// 256 takes each shard lock of a 16-shard queue about 16 times instead of 256, which is most
+/// of what batching saves; a larger one saves little more and makes the stop signal and the
+/// resync timer wait longer between looks.
+pub const DEFAULT_READ_AHEAD: usize = 256;
 
-/// Adds to `ahead` the events `stream` already holds (until `ahead` holds [`DECODE_AHEAD`])
-/// without waiting for more.
+/// Adds to `ahead` the events `stream` already holds (until `ahead` holds `limit`) without
+/// waiting for more.
 ///
 /// Why: decoding an event costs several times what queueing it does, so a queue consumer that
 /// is handed events one at a time as they are decoded finishes each before the next arrives,
@@ -635,6 +644,7 @@ const DECODE_AHEAD: usize = 256;
 fn decode_ahead<T>(
     stream: &mut WatchStream<T>,
     ahead: &mut VecDeque<Option<Result<WatchEvent<T>, Error>>>,
+    limit: usize,
 ) {
     // A waker that does nothing is enough: on `Pending` the loop in `handle_watch` polls the
     // stream again with its own waker before it waits. (`Waker::noop` needs Rust 1.85.)
@@ -644,7 +654,7 @@ fn decode_ahead<T>(
     }
     static NOOP: OnceLock<Waker> = OnceLock::new();
     let mut cx = Context::from_waker(NOOP.get_or_init(|| Waker::from(Arc::new(Noop))));
-    while ahead.len() < DECODE_AHEAD {
+    while ahead.len() < limit {
         match stream.as_mut().poll_next(&mut cx) {
             Poll::Ready(Some(Ok(event))) => ahead.push_back(Some(Ok(event))),
             Poll::Ready(Some(Err(err))) => {
@@ -699,17 +709,17 @@ mod tests {
 
     #[test]
     fn decoding_ahead_takes_what_is_ready_in_order_and_no_more() {
-        let script = (1..=DECODE_AHEAD + 5).map(bookmark).collect();
+        let script = (1..=DEFAULT_READ_AHEAD + 5).map(bookmark).collect();
         let mut stream: WatchStream<()> = Box::pin(Scripted(script));
         let mut ahead = VecDeque::new();
-        decode_ahead(&mut stream, &mut ahead);
-        let expected: Vec<String> = (1..=DECODE_AHEAD).map(|rv| rv.to_string()).collect();
-        assert_eq!(versions(&ahead), expected, "at most DECODE_AHEAD, in order");
+        decode_ahead(&mut stream, &mut ahead, DEFAULT_READ_AHEAD);
+        let expected: Vec<String> = (1..=DEFAULT_READ_AHEAD).map(|rv| rv.to_string()).collect();
+        assert_eq!(versions(&ahead), expected, "at most the limit, in order");
 
         let script = [bookmark(1), Poll::Pending, bookmark(2)].into();
         let mut stream: WatchStream<()> = Box::pin(Scripted(script));
         let mut ahead = VecDeque::new();
-        decode_ahead(&mut stream, &mut ahead);
+        decode_ahead(&mut stream, &mut ahead, DEFAULT_READ_AHEAD);
         assert_eq!(versions(&ahead), ["1"], "stops at the first Pending");
     }
 
@@ -723,13 +733,13 @@ mod tests {
         .into();
         let mut stream: WatchStream<()> = Box::pin(Scripted(script));
         let mut ahead = VecDeque::new();
-        decode_ahead(&mut stream, &mut ahead);
+        decode_ahead(&mut stream, &mut ahead, DEFAULT_READ_AHEAD);
         assert_eq!(versions(&ahead), ["1", "error"]);
 
         let script = [bookmark(1), Poll::Ready(None), bookmark(2)].into();
         let mut stream: WatchStream<()> = Box::pin(Scripted(script));
         let mut ahead = VecDeque::new();
-        decode_ahead(&mut stream, &mut ahead);
+        decode_ahead(&mut stream, &mut ahead, DEFAULT_READ_AHEAD);
         assert_eq!(versions(&ahead), ["1", "end"], "never polled past its end");
     }
 }

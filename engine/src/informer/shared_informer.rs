@@ -304,7 +304,8 @@ struct Lifecycle {
 /// ```
 /// # tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap().block_on(async {
 /// use std::sync::{Arc, Mutex};
-/// use kcache::informer::{MemoryListerWatcher, SetResourceVersion, SharedInformer, Versioned};
+/// use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
+/// use kcache_sim::MemoryListerWatcher;
 /// use kcache::{EventHandler, Key};
 ///
 /// #[derive(Clone, Debug)]

@@ -6,10 +6,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use kcache::informer::{
-    Error, ListOptions, ListerWatcher, MemoryListerWatcher, Page, SetResourceVersion, Versioned,
-    WatchOptions, WatchStream,
+    Error, ListOptions, ListerWatcher, Page, SetResourceVersion, Versioned, WatchOptions,
+    WatchStream,
 };
 use kcache::{Key, KeyError, KeyFn};
+use kcache_sim::MemoryListerWatcher;
 
 /// A test object: a name, a payload value and the server's resource version.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents (JSON) |
 //! | [`protobuf`] | the protobuf envelope, watch frames, lists, `Status` |
 //! | [`format`] | JSON or protobuf, chosen from `Accept` |
-//! | [`store`] | the pods in the engine's simulated API server (`kcache::informer::apiserver`: the window of recent events, paged lists, the fan-out to watches) |
+//! | [`store`] | the pods in the engine's simulated API server (`kcache_sim::apiserver`: the window of recent events, paged lists, the fan-out to watches) |
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
 //! | [`routes`] | paths, query parameters, lists, gets and watches |

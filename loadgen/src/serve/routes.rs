@@ -23,7 +23,7 @@ use super::objects::{self, Status};
 use super::params;
 use super::store::Store;
 use super::watch::{WatchOptions, Watcher};
-use kcache::informer::apiserver::ContinueError;
+use kcache_sim::apiserver::ContinueError;
 
 /// What every request handler shares.
 #[derive(Debug, Clone)]

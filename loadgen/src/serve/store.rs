@@ -1,5 +1,5 @@
 //! The pods as `loadgen serve` holds them: the engine's simulated API server
-//! ([`kcache::informer::apiserver`], the same one behind the in-memory `ListerWatcher`) with
+//! ([`kcache_sim::apiserver`], the same one behind the in-memory `ListerWatcher`) with
 //! pods keyed by namespace and name, each event serialised once.
 //!
 //! The engine's server keeps the resource version, the current pods, the window of recent
@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kcache::informer::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
+use kcache_sim::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
 use super::encode::{pod_protobuf, write_pod_json, PodFields};
 use super::objects::{event_line, EventType, Status, POD_HEAD};
@@ -352,7 +352,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kcache::informer::apiserver::Item;
+    use kcache_sim::apiserver::Item;
 
     fn change(kind: EventType, i: u32, rv: u64) -> Change {
         Change::new(

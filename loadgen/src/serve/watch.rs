@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use kcache::informer::apiserver::{Cursor, Event, Item};
+use kcache_sim::apiserver::{Cursor, Event, Item};
 use tokio::sync::watch;
 use tokio::time::Instant;
 

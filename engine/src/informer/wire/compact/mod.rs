@@ -41,8 +41,8 @@ use prost::Message;
 use serde::de::DeserializeOwned;
 use smallvec::smallvec;
 
+use super::super::lister_watcher::SetResourceVersion;
 use super::super::lister_watcher::{Error, Versioned};
-use super::super::memory::SetResourceVersion;
 use super::codec::Format;
 use crate::key::{namespace_name_key, Key, KeyError, KeyFn, ObjectMeta};
 use crate::store::{IndexFunc, IndexValues};

@@ -1,5 +1,5 @@
 //! A simulated Kubernetes API server's state machine, for one resource: the one implementation
-//! behind [`MemoryListerWatcher`](super::MemoryListerWatcher) (in-process, typed objects) and
+//! behind [`MemoryListerWatcher`](crate::MemoryListerWatcher) (in-process, typed objects) and
 //! `loadgen serve` (HTTP, pre-serialised pods).
 //!
 //! It keeps what an API server's watch cache keeps: the current objects, a resource version
@@ -32,7 +32,7 @@
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-//! use kcache::informer::apiserver::{ApiServer, Item, Kind, Start};
+//! use kcache_sim::apiserver::{ApiServer, Item, Kind, Start};
 //!
 //! let server: ApiServer<&str, u32> = ApiServer::new([], 0, 100);
 //! server.write(|w| {
@@ -64,7 +64,7 @@ pub use cursor::{Cursor, Item};
 pub use log::{Event, Kind};
 pub use pager::{ContinueError, Paged, Pager, Snapshot};
 
-use crate::sync::{lock, read, write};
+use crate::{lock, read, write};
 use cursor::OpenGuard;
 use log::{Entry, Log};
 

@@ -1,7 +1,7 @@
 //! An in-memory API server for one resource, as a [`ListerWatcher`]: what tests and the load
 //! generator drive an informer with.
 //!
-//! The server itself is [`ApiServer`] (module [`apiserver`](super::apiserver), the same one
+//! The server itself is [`ApiServer`] (module [`apiserver`](crate::apiserver), the same one
 //! `loadgen serve` puts behind HTTP): the current objects, a resource version that every write
 //! increments, and a bounded window of recent events. A watch from a version still in the
 //! window replays what came after it and then follows live writes; a watch from an older
@@ -26,19 +26,14 @@ use std::time::Duration;
 use futures_core::Stream;
 use tokio::time::Sleep;
 
-use super::apiserver::{ApiServer, ContinueError, Cursor, Item, Kind, Pager, Start, Writer};
-use super::lister_watcher::{
-    Error, ListOptions, ListerWatcher, Page, Status, Versioned, WatchEvent, WatchOptions,
+use kcache::informer::{
+    Error, ListOptions, ListerWatcher, Page, SetResourceVersion, Status, WatchEvent, WatchOptions,
     WatchStream,
 };
-use crate::key::{Key, KeyError, KeyFn};
-use crate::sync::lock;
+use kcache::{Key, KeyError, KeyFn};
 
-/// What the in-memory server needs to stamp objects: setting the resource version of a write.
-pub trait SetResourceVersion: Versioned {
-    /// Sets the object's resource version.
-    fn set_resource_version(&mut self, resource_version: &str);
-}
+use crate::apiserver::{ApiServer, ContinueError, Cursor, Item, Kind, Pager, Start, Writer};
+use crate::lock;
 
 /// How many events the window keeps by default (the API server's watch cache keeps about as
 /// many per resource).
@@ -99,7 +94,8 @@ impl<T: SetResourceVersion + Clone> Writes<'_, '_, T> {
 /// ```
 /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
 /// use std::sync::Arc;
-/// use kcache::informer::{ListerWatcher, ListOptions, MemoryListerWatcher, SetResourceVersion, Versioned};
+/// use kcache::informer::{ListerWatcher, ListOptions, SetResourceVersion, Versioned};
+/// use kcache_sim::MemoryListerWatcher;
 /// use kcache::Key;
 ///
 /// #[derive(Clone, Debug)]
@@ -243,7 +239,8 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
     /// use std::sync::Arc;
-    /// use kcache::informer::{ListerWatcher, ListOptions, MemoryListerWatcher, SetResourceVersion, Versioned};
+    /// use kcache::informer::{ListerWatcher, ListOptions, SetResourceVersion, Versioned};
+    /// use kcache_sim::MemoryListerWatcher;
     /// use kcache::Key;
     ///
     /// #[derive(Clone, Debug)]
@@ -594,6 +591,7 @@ impl<T: Send + Sync + 'static> Stream for MemoryWatch<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kcache::informer::Versioned;
     use std::future::poll_fn;
 
     #[derive(Debug, Clone, PartialEq)]

@@ -15,7 +15,7 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use crate::sync::lock;
+use crate::lock;
 use tokio::time::Instant;
 
 /// The objects a list describes, at one resource version, in key order.

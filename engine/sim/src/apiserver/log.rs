@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::sync::lock;
+use crate::lock;
 use tokio::sync::watch;
 
 /// What happened to an object.
