@@ -34,7 +34,7 @@
 //! from 700k to 1.0M, and W1's capacity (`loadgen capacity --workload w1`) from 1.08M to
 //! 1.8-1.9M events/s (paced, a consumer meets batches too once the rate is high); the
 //! producer's took W1 (100k keys, where the producer is the bottleneck) from about 3.4M to
-//! 3.9M; the relist steps W3 by about 6%. results/BENCHMARKS.md §2 has the runs.
+//! 3.9M; the relist steps W3 by about 6%. results/BENCHMARKS.md §14 has the runs.
 //!
 //! # A build without them
 //!
