@@ -224,7 +224,8 @@
 //! - `sharded/prefetch.rs`: one intrinsic, `PREFETCHT0`, a hint that never faults and reads
 //!   nothing. The addresses it is given are computed, never dereferenced.
 //! - `sharded/indexer/slot.rs`: the slot holding a key's current object, whose readers borrow
-//!   it under an epoch guard (crossbeam-epoch) instead of counting references.
+//!   it under an epoch guard (crossbeam-epoch) instead of counting references; its pointer
+//!   is an `ObjectCell`, which owns the object's strong count by type and retires it on drop.
 //! - `sharded/indexer/published.rs`: the store's current content, mirrored as a plain pointer
 //!   for pinned readers.
 //! - `sharded/indexer/writable.rs`: the one place that replaces a slot's object.
@@ -239,8 +240,9 @@
 //!   before the replacement has unpinned. [`sharded::ReadGuard`] owns its pin and borrows the
 //!   store; it cannot leave its thread (crossbeam's `Guard` is neither `Send` nor `Sync`), and
 //!   [`ReadGuard::repin`](sharded::ReadGuard::repin) takes `&mut self`, so nothing borrowed
-//!   from it is in use when it unpins. Every guard is `crossbeam_epoch::pin`'s (the default
-//!   collector, the one releases are deferred to); debug builds check it.
+//!   from it is in use when it unpins. Every guard is a `Pinned`, which only
+//!   `crossbeam_epoch::pin` makes (the default collector, the one releases are deferred to),
+//!   so no guard of another collector can reach that code, in any build.
 //! - **Writer-only operations take a proof of exclusive writing.** Publishing a new content is
 //!   a method of the writers' lock held exclusively, borrowed `&mut` (`Exclusive::publish`).
 //!   Replacing a slot's object (a load and a store, sound only while writers of one slot never
@@ -266,7 +268,7 @@
 //! exclusivity, room); no loom model drives the indexer, since loom cannot model
 //! crossbeam-epoch, which is not built on the crate's sync shim.
 
-// No unsafe code, except where a module opts in (the four above), each block with its
+// No unsafe code, except where a module opts in (the five above), each block with its
 // `Safety:`.
 #![deny(unsafe_code)]
 // An `unsafe fn`'s body is not one big unsafe block: each unsafe operation in it still needs

@@ -36,10 +36,10 @@ pub fn kept_schedule(lag: Duration, ops: usize, rate: u64) -> bool {
 /// already was (zero when it was early).
 ///
 /// The producer stands for an API server on another machine: it must not take CPU the
-/// consumers could use. It used to spin for the whole last 200 µs, which at any rate above a
-/// few thousand ops per second meant spinning all the time: a whole core of two gone, so W5's
-/// two sharded consumers shared the other one (capacity 367k events/s; yielding, 590-617k; the
-/// reference's one consumer had a core either way). Yielding leaves the core to any runnable
+/// consumers could use. Spinning for the whole last 200 µs would, at any rate above a few
+/// thousand ops per second, mean spinning all the time: a whole core of two gone, and W5's two
+/// sharded consumers sharing the other one (capacity 367k events/s against 590-617k yielding;
+/// the reference's one consumer has a core either way). Yielding leaves the core to any runnable
 /// consumer and still issues each op on time when none is. (Sleeping until each op was due
 /// freed the core too, but sent the ops due during a sleep's overshoot together, and the
 /// consumers slept between those bursts: the p50 hand-off at 200k/s went from ~10 to ~21 µs.)

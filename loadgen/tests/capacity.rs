@@ -17,6 +17,8 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     let (json, chart) = (dir.join("c.json"), dir.join("curve.svg"));
     let (json_arg, chart_arg) = (json.to_string_lossy(), chart.to_string_lossy());
     // At most 5 probes per engine of at most 2,000 ops at 5,000/s or faster: a few seconds.
+    // The p99 limit is a loose 500 ms, so that the search finds a capacity on however busy a
+    // machine (a debug build, tests alongside): the test is of the search, not of the speed.
     let output = common::run_loadgen(
         &[
             "capacity",
@@ -40,6 +42,8 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
             "1",
             "--max-probes",
             "5",
+            "--p99-ms",
+            "500",
             "--json",
             &json_arg,
             "--chart",
@@ -74,25 +78,18 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
                 "{p}"
             );
         }
-        // The machine may be too busy for even the lowest rate to pass: then the report
-        // says so instead of a number.
-        match c["capacity_events_per_s"].as_u64() {
-            Some(capacity) => {
-                assert!((5_000..=400_000).contains(&capacity), "{c}");
-                assert!(c["at_capacity"]["latency_us"]["p99"].as_f64().unwrap() <= 10_000.0);
-                assert!(probes
-                    .iter()
-                    .any(|p| p["rate"].as_u64() == Some(capacity) && p["passed"] == true));
-            }
-            None => assert!(
-                c["bound"] == "nothing_passed" || c["bound"] == "probe_limit",
-                "{c}"
-            ),
-        }
+        let capacity = c["capacity_events_per_s"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a capacity within a 500 ms p99 limit: {c}"));
+        assert!((5_000..=400_000).contains(&capacity), "{c}");
+        assert!(c["at_capacity"]["latency_us"]["p99"].as_f64().unwrap() <= 500_000.0);
+        assert!(probes
+            .iter()
+            .any(|p| p["rate"].as_u64() == Some(capacity) && p["passed"] == true));
     }
     let svg = std::fs::read_to_string(&chart).expect("the chart exists");
     assert!(
-        svg.starts_with("<svg") && svg.contains("p99 limit 10 ms"),
+        svg.starts_with("<svg") && svg.contains("p99 limit 500 ms"),
         "{svg}"
     );
     std::fs::remove_dir_all(&dir).ok();

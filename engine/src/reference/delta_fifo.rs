@@ -106,6 +106,8 @@ struct State<T> {
     queued_deltas: usize,
     /// Producer threads waiting on `cond` for room.
     waiting_producers: usize,
+    /// Pops waiting on `cond` for a delta: what a test checks to know a pop is blocked.
+    waiting_pops: usize,
     /// Async producers waiting for room ([`DeltaQueue::poll_room`]).
     room_wakers: Vec<Waker>,
 }
@@ -151,6 +153,7 @@ impl<T> DeltaFifo<T> {
                 closed: false,
                 queued_deltas: 0,
                 waiting_producers: 0,
+                waiting_pops: 0,
                 room_wakers: Vec::new(),
             }),
             cond: Condvar::new(),
@@ -257,9 +260,17 @@ impl<T> DeltaFifo<T> {
             if st.closed {
                 return Err(Closed);
             }
+            st.waiting_pops += 1;
             st = wait(&self.cond, st);
+            st.waiting_pops -= 1;
         }
         Ok(st)
+    }
+
+    /// How many pops are blocked on an empty queue.
+    #[cfg(test)]
+    pub(crate) fn waiting_pops(&self) -> usize {
+        self.lock().waiting_pops
     }
 
     /// Takes the front key off a non-empty queue: its deltas and `is_in_initial_list`.
@@ -1306,6 +1317,7 @@ mod tests {
         let popper = Arc::clone(&q);
         let popped = blocks_until_woken(
             move || popper.pop(|d, _| shown(&d)),
+            || q.waiting_pops(),
             || q.add(obj("a", 1)).unwrap(),
         );
         assert_eq!(popped, Ok(vec!["Added(1)".to_string()]));
@@ -1315,7 +1327,11 @@ mod tests {
     fn close_wakes_a_blocked_pop() {
         let q = Arc::new(queue());
         let popper = Arc::clone(&q);
-        let popped = blocks_until_woken(move || popper.pop(|_, _| ()), || q.close());
+        let popped = blocks_until_woken(
+            move || popper.pop(|_, _| ()),
+            || q.waiting_pops(),
+            || q.close(),
+        );
         assert_eq!(popped, Err(Closed));
     }
 

@@ -67,6 +67,8 @@ struct FifoState<T> {
     initial_population_count: usize,
     /// Set by `close`.
     closed: bool,
+    /// Pops waiting on `cond` for an item: what a test checks to know a pop is blocked.
+    waiting_pops: usize,
 }
 
 impl<T> FifoState<T> {
@@ -116,6 +118,7 @@ impl<T> Fifo<T> {
                 populated: false,
                 initial_population_count: 0,
                 closed: false,
+                waiting_pops: 0,
             }),
             cond: Condvar::new(),
         }
@@ -207,6 +210,12 @@ impl<T> Fifo<T> {
         Ok(())
     }
 
+    /// How many pops are blocked on an empty queue.
+    #[cfg(test)]
+    pub(crate) fn waiting_pops(&self) -> usize {
+        self.lock().waiting_pops
+    }
+
     /// Blocks until an object is queued, takes it, and returns `process(obj,
     /// is_in_initial_list)`. [`Closed`] once closed and empty. Queued keys whose object was
     /// deleted are skipped.
@@ -223,7 +232,9 @@ impl<T> Fifo<T> {
                 if st.closed {
                     return Err(Closed);
                 }
+                st.waiting_pops += 1;
                 st = wait(&self.cond, st);
+                st.waiting_pops -= 1;
             }
             if let Some((obj, is_in_initial_list)) = st.take_front() {
                 let out = process(obj, is_in_initial_list);
@@ -501,6 +512,7 @@ mod tests {
         let popper = Arc::clone(&f);
         let popped = blocks_until_woken(
             move || popper.pop(|o, _| o.v),
+            || f.waiting_pops(),
             || f.add(obj("a", 7)).unwrap(),
         );
         assert_eq!(popped, Ok(7));

@@ -5,7 +5,7 @@
 
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::key::{Key, KeyError, KeyFn, KeyMap};
 use crate::store::{IndexFunc, KnownObjects};
@@ -87,22 +87,35 @@ pub(crate) fn sorted_key_texts(keys: &[Key]) -> Vec<String> {
     texts
 }
 
-/// Runs `pop` on another thread, checks that it is still blocked 50 ms later, calls `wake`,
-/// and returns what `pop` returned once woken.
+/// Runs `pop` on another thread, waits until the queue reports it blocked (`waiting`, the
+/// number of pops waiting on the queue's condition variable, reaches one) and checks it has
+/// not returned, calls `wake`, and returns what `pop` returned once woken.
+///
+/// The queue's own count, not a sleep, says "blocked": a pop counted there is parked on the
+/// condition variable, on however slow a machine.
 pub(crate) fn blocks_until_woken<R: Send + 'static>(
     pop: impl FnOnce() -> R + Send + 'static,
+    waiting: impl Fn() -> usize,
     wake: impl FnOnce(),
 ) -> R {
     let (tx, rx) = mpsc::channel();
     let popper = thread::spawn(move || tx.send(pop()).unwrap());
-    assert!(
-        rx.recv_timeout(Duration::from_millis(50)).is_err(),
-        "pop returned on an empty queue"
-    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while waiting() == 0 {
+        assert!(
+            rx.try_recv().is_err(),
+            "pop returned on an empty queue instead of blocking"
+        );
+        assert!(Instant::now() < deadline, "pop never blocked on the queue");
+        thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(waiting(), 1, "one pop blocked");
+    assert!(rx.try_recv().is_err(), "a blocked pop has not returned");
     wake();
     let popped = rx
         .recv_timeout(Duration::from_secs(10))
         .expect("the woken pop returns");
     popper.join().unwrap();
+    assert_eq!(waiting(), 0, "no pop left waiting");
     popped
 }

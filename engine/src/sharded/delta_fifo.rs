@@ -283,8 +283,9 @@ struct Popped<T> {
 /// How many keys a consumer takes from a shard per hold of its lock. Taking a key costs
 /// ~0.1-0.3 µs (its pending entry was written on the producer's core), so a hold lasts a few
 /// microseconds: a producer that meets it waits that long spinning (`lock_patiently`) instead
-/// of sleeping in the kernel. Taking a whole batch of 256 keys in one hold made W1's producer
-/// sleep thousands of times a second, each sleep and wake-up costing it tens of microseconds.
+/// of sleeping in the kernel. A hold for a whole batch of 256 keys would outlast the spin, and
+/// W1's producer would sleep thousands of times a second, each sleep and wake-up costing it
+/// tens of microseconds.
 const TAKE_PER_HOLD: usize = 32;
 
 /// Keys handed out by one visit to a shard. Inline room for a single `pop` and small batches,

@@ -71,7 +71,7 @@
 //!   maps) writes the same lock words but still has to visit the items map once per object
 //!   (another shard lock each, nested in the index lock: a cycle with writers) unless the sets
 //!   hold the objects, and sets holding the objects make every update touch every index it is in
-//!   (tried before: the common update got 3× dearer).
+//!   (measured with such sets: the common update costs 3× as much).
 //! - *A lock-free map for items and sets* (e.g. one built on `seize`) would spare the shard
 //!   lock word too, but every write would allocate and retire a map node, an index set could no
 //!   longer be emptied and removed in one critical section (no empty set), and `index_keys` could
@@ -92,6 +92,7 @@
 //! the value's set (a set finds a member's key in its slot). Replaced objects live until the epoch passes them (normally
 //! within a few hundred writes of the writer's thread).
 
+mod epoch;
 mod footprint;
 #[allow(unsafe_code)] // The epoch-kept mirror of the current state: see its `Safety:` comment.
 mod published;
@@ -106,7 +107,6 @@ use std::fmt;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
 use dashmap::try_result::TryResult;
 use dashmap::DashMap;
 use smallvec::SmallVec;
@@ -116,6 +116,7 @@ use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap};
 use crate::store::{
     self, IndexError, IndexFunc, IndexValues, Indexers, KnownObjects, PrefetchStep, Store,
 };
+use epoch::Pinned;
 use published::Published;
 use slot::{Slot, SlotRef};
 use writable::{Fresh, Writable};
@@ -295,14 +296,7 @@ pub struct IndexedStore<T: Send + Sync + 'static> {
 /// ```
 pub struct ReadGuard<'s, T: Send + Sync + 'static> {
     store: &'s IndexedStore<T>,
-    epoch: Guard,
-}
-
-/// Whether `guard` is pinned to the collector that `crossbeam_epoch::pin` uses, the one every
-/// release of a slot's object or a replaced state is deferred to: a guard of another collector
-/// would not hold those releases back. Every guard of the crate is one (debug builds check).
-fn pinned_to_default_collector(guard: &Guard) -> bool {
-    guard.collector() == Some(crossbeam_epoch::default_collector())
+    epoch: Pinned,
 }
 
 fn new_map<V>(capacity: usize) -> DashMap<Key, V, BuildKeyHasher> {
@@ -358,8 +352,8 @@ impl<T: Send + Sync + 'static> Index<T> {
     fn objects<'g, R>(
         &self,
         value: &Key,
-        guard: &'g Guard,
-        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+        guard: &'g Pinned,
+        read: impl Fn(&Slot<T>, &'g Pinned) -> R,
     ) -> Vec<R> {
         self.map
             .get(value)
@@ -371,8 +365,8 @@ impl<T: Send + Sync + 'static> Index<T> {
     fn objects_of_any<'g, R>(
         &self,
         values: &[Key],
-        guard: &'g Guard,
-        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+        guard: &'g Pinned,
+        read: impl Fn(&Slot<T>, &'g Pinned) -> R,
     ) -> Vec<R> {
         match values {
             [one] => self.objects(one, guard, read),
@@ -477,7 +471,7 @@ impl<T: Send + Sync + 'static> State<T> {
 
     /// Removes `key` and un-indexes it while holding its items shard. Its values (user code)
     /// are computed before anything changes, so a panic leaves items and indices as they were.
-    fn remove(&self, key: &Key, guard: &Guard) -> Option<Arc<T>> {
+    fn remove(&self, key: &Key, guard: &Pinned) -> Option<Arc<T>> {
         let (_, slot) = self.items.remove_if_mut(key, |key, slot| {
             let values = self.values_of(slot.load(guard));
             for (index, values) in self.indexes.iter().zip(&values) {
@@ -495,8 +489,8 @@ impl<T: Send + Sync + 'static> State<T> {
     fn object<'g, R>(
         &self,
         key: &Key,
-        guard: &'g Guard,
-        read: impl FnOnce(&Slot<T>, &'g Guard) -> R,
+        guard: &'g Pinned,
+        read: impl FnOnce(&Slot<T>, &'g Pinned) -> R,
     ) -> Option<R> {
         self.items.get(key).map(|slot| read(&slot, guard))
     }
@@ -504,8 +498,8 @@ impl<T: Send + Sync + 'static> State<T> {
     /// `read` of every stored object, one items shard after the other.
     fn all_objects<'g, R>(
         &self,
-        guard: &'g Guard,
-        read: impl Fn(&Slot<T>, &'g Guard) -> R,
+        guard: &'g Pinned,
+        read: impl Fn(&Slot<T>, &'g Pinned) -> R,
     ) -> Vec<R> {
         let mut objects = Vec::with_capacity(self.items.len());
         objects.extend(self.items.iter().map(|entry| read(entry.value(), guard)));
@@ -540,7 +534,7 @@ impl<T: Send + Sync + 'static> IndexedStore<T> {
     pub fn pin(&self) -> ReadGuard<'_, T> {
         ReadGuard {
             store: self,
-            epoch: crossbeam_epoch::pin(),
+            epoch: Pinned::pin(),
         }
     }
 }
@@ -601,7 +595,7 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     }
 
     fn get_by_key(&self, key: &Key) -> Option<Arc<T>> {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         self.state
             .pinned(&guard)
             .object(key, &guard, Slot::load_arc)
@@ -613,7 +607,7 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
 
     /// One pin and one load of the current state for all of `steps`.
     fn prefetch_steps(&self, steps: &[(&Key, PrefetchStep)]) {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         let state = self.state.pinned(&guard);
         for &(key, step) in steps {
             state.prefetch(key, step);
@@ -638,7 +632,7 @@ impl<T: Send + Sync + 'static> KnownObjects<T> for IndexedStore<T> {
     /// slots `WALK_SLOT_AHEAD` (8) entries ahead and their objects `WALK_OBJECT_AHEAD` (4) ahead
     /// (a resync keys every object it visits).
     fn visit_objects(&self, visit: &mut dyn FnMut(&Key, &Arc<T>)) {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         let state = self.state.pinned(&guard);
         let mut entries = state.items.iter();
         // The entries between the one visited and the farthest asked for, in walk order.
@@ -669,13 +663,13 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
 
     fn insert_by_key(&self, key: Key, obj: Arc<T>) -> Option<Arc<T>> {
         let writer = self.state.shared();
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         Writable::current(&writer, &guard).insert(key, obj, &guard)
     }
 
     fn remove_by_key(&self, key: &Key) -> Option<Arc<T>> {
         let writer = self.state.shared();
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         // Replaces no slot's object (the slot leaves the maps and is dropped whole): the
         // shared hold only keeps the write out of a state being replaced.
         writer.pinned(&guard).remove(key, &guard)
@@ -689,7 +683,7 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
         for obj in list {
             keyed.push(((self.key_fn)(&obj)?, obj));
         }
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         // Build with no lock held; only a concurrent add_indexers (rare) forces a rebuild.
         let seen = self.state.load_full();
         let mut fresh = rebuilt(&seen, keyed, &guard);
@@ -708,7 +702,7 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
     }
 
     fn list(&self) -> Vec<Arc<T>> {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         self.state.load().all_objects(&guard, Slot::load_arc)
     }
 
@@ -719,7 +713,7 @@ impl<T: Send + Sync + 'static> Store<T> for IndexedStore<T> {
 
 impl<T: Send + Sync + 'static> State<T> {
     /// Every (key, object), for rebuilding a state no reader has seen.
-    fn all_objects_keyed(&self, guard: &Guard) -> Vec<(Key, Arc<T>)> {
+    fn all_objects_keyed(&self, guard: &Pinned) -> Vec<(Key, Arc<T>)> {
         self.items
             .iter()
             .map(|entry| (entry.key().clone(), entry.value().load_arc(guard)))
@@ -731,7 +725,7 @@ impl<T: Send + Sync + 'static> State<T> {
 fn rebuilt<T: Send + Sync + 'static>(
     like: &State<T>,
     entries: impl IntoIterator<Item = (Key, Arc<T>)>,
-    guard: &Guard,
+    guard: &Pinned,
 ) -> State<T> {
     let indexes = like
         .indexes
@@ -759,7 +753,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
     /// The objects that share any of `obj`'s `name` values, each read under the shard lock of
     /// a value it has, like [`by_index`](store::Indexer::by_index).
     fn index(&self, name: &str, obj: &T) -> Result<Vec<Arc<T>>, IndexError> {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         let state = self.state.pinned(&guard);
         let (_, index) = state.index(name)?;
         let values = (index.func)(obj);
@@ -773,7 +767,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
     }
 
     fn by_index(&self, name: &str, value: &str) -> Result<Vec<Arc<T>>, IndexError> {
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         let state = self.state.pinned(&guard);
         let (_, index) = state.index(name)?;
         Ok(index.objects(&Key::new(value), &guard, Slot::load_arc))
@@ -808,7 +802,7 @@ impl<T: Send + Sync + 'static> store::Indexer<T> for IndexedStore<T> {
         let mut indexes = current.indexes.clone();
         indexes.extend(added.iter().cloned());
         let next = State::empty(indexes, current.items.len());
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         for entry in current.items.iter() {
             let obj = entry.value().load(&guard);
             for index in &added {
@@ -931,7 +925,7 @@ mod tests {
     /// relies on instead of re-checking each object.
     fn assert_sets_name_matching_slots(idx: &IndexedStore<Obj>) {
         let state = idx.state.load();
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         for index in &state.indexes {
             for entry in index.map.iter() {
                 for member in entry.value().iter() {
@@ -986,7 +980,7 @@ mod tests {
             SlotRef::ptr_eq(&before, &after),
             "the object was replaced in place"
         );
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         assert!(std::ptr::eq(
             before.load(&guard),
             &*idx.get_by_key(&Key::new("p1")).unwrap()

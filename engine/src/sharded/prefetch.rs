@@ -29,12 +29,11 @@
 //! apart. A hint only: nothing waits for a prefetch, a wrong address costs nothing but the
 //! hint, and no order, count or content of anything changes.
 //!
-//! Measured (`loadgen run --engine sharded`, the builds before and after alternating, medians):
-//! the consumer's steps took W2 (1M keys) from about 2.0M to 2.7M events/s and W1 at 4M keys
-//! from 700k to 1.0M, and W1's capacity (`loadgen capacity --workload w1`) from 1.08M to
-//! 1.8-1.9M events/s (paced, a consumer meets batches too once the rate is high); the
-//! producer's took W1 (100k keys, where the producer is the bottleneck) from about 3.4M to
-//! 3.9M; the relist steps W3 by about 6%. results/BENCHMARKS.md §14 has the runs.
+//! What they gain (`loadgen run --engine sharded`, a build with them against one without,
+//! medians; the runs are in results/BENCHMARKS.md §14): the consumer's steps about 1.35× on
+//! W2 (1M keys) and 1.4× on W1 at 4M keys, and 1.7× on W1's capacity (paced, a consumer meets
+//! batches too once the rate is high); the producer's about 1.15× on W1 at 100k keys (where the
+//! producer is the bottleneck); the relist steps about 6% on W3.
 //!
 //! # A build without them
 //!

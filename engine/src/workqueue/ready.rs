@@ -20,9 +20,9 @@
 //!
 //! # The searcher (Go's spinning-thread rule)
 //!
-//! A burst of adds to `N` shards used to wake `N` sleepers, most of which found the token
-//! already taken (by a worker that was polling, or by the first one woken) and went back to
-//! sleep: two system calls each, for nothing. Go's scheduler has the cure: a thread that
+//! A burst of adds to `N` shards that woke a sleeper each would wake `N`, most of which would
+//! find the token already taken (by a worker that was polling, or by the first one woken) and
+//! go back to sleep: two system calls each, for nothing. Go's scheduler has the cure: a thread that
 //! readies work wakes a sleeper only if no thread is already *spinning* (looking for work), and
 //! a spinner that finds work wakes the next one only if more work is left.
 //!

@@ -131,11 +131,6 @@ impl Churn {
         (churn, initial, resource_version)
     }
 
-    /// How many ops remain after the initial population.
-    pub fn ops_left(&self) -> usize {
-        self.generated.ops.len() - self.next_op
-    }
-
     fn names(&mut self, pod: &Pod) -> (Arc<str>, Arc<str>) {
         let name = self.names[pod.id as usize].get_or_insert_with(|| {
             let key = pod.key.as_str();

@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
 
 use arc_swap::{ArcSwap, Guard as ArcGuard};
-use crossbeam_epoch::Guard;
 
+use super::epoch::Pinned;
 use crate::sync::{read, write, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// A published value: owned by an `ArcSwap` (for paths that do not pin), mirrored as a plain
@@ -75,8 +75,7 @@ impl<S: Send + Sync + 'static> Published<S> {
     /// A caller holding [`Shared`] or [`Exclusive`] gets the newest value: the lock orders
     /// `publish`'s store before this load. A caller holding only a pin may get the value that
     /// was current just before a concurrent `publish`: whole, alive, and no longer written to.
-    pub(super) fn pinned<'g>(&self, guard: &'g Guard) -> &'g S {
-        debug_assert!(super::pinned_to_default_collector(guard));
+    pub(super) fn pinned<'g>(&self, _guard: &'g Pinned) -> &'g S {
         // Acquire pairs with `publish`'s Release store: the value, built before it was
         // published, is visible here.
         let value = self.current.load(Ordering::Acquire);
@@ -112,7 +111,7 @@ impl<S: Send + Sync + 'static> Published<S> {
 impl<S: Send + Sync + 'static> Shared<'_, S> {
     /// The current value, which stays current while `self` lives, for as long as `guard`
     /// stays pinned.
-    pub(super) fn pinned<'g>(&self, guard: &'g Guard) -> &'g S {
+    pub(super) fn pinned<'g>(&self, guard: &'g Pinned) -> &'g S {
         self.published.pinned(guard)
     }
 }
@@ -125,8 +124,7 @@ impl<S: Send + Sync + 'static> Exclusive<'_, S> {
 
     /// Makes `next` the current value and returns the one it replaces; `guard` pins the
     /// caller. `&mut`: calls never overlap.
-    pub(super) fn publish(&mut self, next: Arc<S>, guard: &Guard) -> Arc<S> {
-        debug_assert!(super::pinned_to_default_collector(guard));
+    pub(super) fn publish(&mut self, next: Arc<S>, guard: &Pinned) -> Arc<S> {
         let published = self.published;
         // Release pairs with `pinned`'s Acquire.
         published
@@ -137,7 +135,7 @@ impl<S: Send + Sync + 'static> Exclusive<'_, S> {
         // the old value alive until every thread pinned now has unpinned. Whoever drops the
         // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
         let retired = Arc::clone(&old);
-        guard.defer(move || release(retired));
+        guard.guard().defer(move || release(retired));
         old
     }
 }
@@ -174,7 +172,7 @@ mod tests {
     #[test]
     fn every_path_reads_the_newest_value() {
         let published = Published::new(1u32);
-        let guard = crossbeam_epoch::pin();
+        let guard = Pinned::pin();
         assert_eq!(*published.pinned(&guard), 1);
         let old = published.exclusive().publish(Arc::new(2), &guard);
         assert_eq!(*old, 1);
@@ -187,10 +185,10 @@ mod tests {
     fn a_replaced_value_outlives_the_pins_that_could_have_read_it() {
         static DROPS: AtomicUsize = AtomicUsize::new(0);
         let published = Published::new(Counted(1, &DROPS));
-        let reader = crossbeam_epoch::pin();
+        let reader = Pinned::pin();
         let borrowed = published.pinned(&reader);
         {
-            let writer = crossbeam_epoch::pin();
+            let writer = Pinned::pin();
             drop(
                 published
                     .exclusive()
@@ -200,7 +198,7 @@ mod tests {
         // The owner and the caller have dropped their counts; the epoch still holds one, and
         // cannot release it while `reader` is pinned.
         for _ in 0..1_000 {
-            crossbeam_epoch::pin().flush();
+            Pinned::pin().flush();
         }
         assert_eq!(borrowed.0, 1);
         assert_eq!(DROPS.load(Ordering::SeqCst), 0);
@@ -211,7 +209,7 @@ mod tests {
             if DROPS.load(Ordering::SeqCst) == 1 {
                 break;
             }
-            crossbeam_epoch::pin().flush();
+            Pinned::pin().flush();
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(DROPS.load(Ordering::SeqCst), 1);

@@ -14,27 +14,26 @@
 //! # What keeps it sound
 //!
 //! - A borrowed object is tied to the guard it was read under (`load` returns `&'g T` for a
-//!   `&'g Guard`), as crossbeam-epoch's `Shared<'g, T>` is.
-//! - The slot's pointer leaves it only as an [`Unpublished`], the one strong count the slot
-//!   held, which only the slot's own swap-out ([`replace`](Slot::replace)) and its drop can
-//!   make (their constructors live in a module of their own, so nothing else in this file can
-//!   wrap a pointer in one), and which [`retire`](Unpublished::retire) consumes: a count is
-//!   released once, by the epoch, and only after the slot stopped publishing it.
+//!   `&'g Pinned`), as crossbeam-epoch's `Shared<'g, T>` is.
+//! - The slot's pointer lives in an `ObjectCell`, which owns its strong count by type: made
+//!   from an `Arc`, it gives the count up only as an `Unpublished`, by its swap-out
+//!   ([`replace`](Slot::replace)) or its drop (both in a module of their own, so nothing else
+//!   in this file can wrap a pointer in one), and `retire` consumes that: a count is released
+//!   once, by the epoch, and only after the slot stopped publishing it.
 //! - [`replace`](Slot::replace) is a load and a store, not a swap: it is an `unsafe fn`
 //!   whose callers promise that writers of one slot never overlap (its only caller is the
 //!   indexer's `Writable`, which holds the key's items-shard entry in a state no other
 //!   writer can reach at the same time).
-//! - Every guard is pinned to crossbeam-epoch's default collector (`crossbeam_epoch::pin`),
-//!   the one the release is deferred to; debug builds check it.
+//! - Every guard is a `Pinned`, which only `crossbeam_epoch::pin` makes: pinned to the
+//!   default collector, the one the release is deferred to.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
-
+use super::epoch::Pinned;
 use crate::key::Key;
-use unpublished::Unpublished;
+use cell::ObjectCell;
 
 /// A shared slot: the items map and every index set that names the key hold one. Counted
 /// without a weak count (`triomphe`), which nothing here uses: 8 bytes of count and the
@@ -49,7 +48,7 @@ pub(super) type SlotRef<T> = triomphe::Arc<Slot<T>>;
 /// `T: Send + Sync + 'static` because the count is released later, on whichever thread runs
 /// the epoch's deferred functions.
 pub(super) struct Slot<T: Send + Sync + 'static> {
-    obj: AtomicPtr<T>,
+    obj: ObjectCell<T>,
     key: Key,
 }
 
@@ -57,7 +56,7 @@ impl<T: Send + Sync + 'static> Slot<T> {
     /// A slot of `key` publishing `obj` (it takes over `obj`'s strong count).
     pub(super) fn new(key: Key, obj: Arc<T>) -> Self {
         Self {
-            obj: AtomicPtr::new(Arc::into_raw(obj).cast_mut()),
+            obj: ObjectCell::new(obj),
             key,
         }
     }
@@ -68,8 +67,7 @@ impl<T: Send + Sync + 'static> Slot<T> {
     }
 
     /// The current object, borrowed for as long as `guard` stays pinned.
-    pub(super) fn load<'g>(&self, guard: &'g Guard) -> &'g T {
-        debug_assert!(super::pinned_to_default_collector(guard));
+    pub(super) fn load<'g>(&self, _guard: &'g Pinned) -> &'g T {
         // Acquire pairs with the Release of `replace`'s store: the object's contents, written
         // before it was published, are visible here. (A new slot reaches readers through a
         // map's lock, which orders its initial pointer.)
@@ -85,14 +83,14 @@ impl<T: Send + Sync + 'static> Slot<T> {
     }
 
     /// The current object as an owned `Arc` (one reference-count increment).
-    pub(super) fn load_arc(&self, guard: &Guard) -> Arc<T> {
+    pub(super) fn load_arc(&self, guard: &Pinned) -> Arc<T> {
         // Safety: the object is borrowed from this slot under `guard`, pinned for the call.
         unsafe { share(self.load(guard)) }
     }
 
     /// Calls `f` with the current object as an `Arc` borrowed for the call, without touching
     /// its reference count (`f` may clone it, which counts as usual).
-    pub(super) fn with_arc<R>(&self, guard: &Guard, f: impl FnOnce(&Arc<T>) -> R) -> R {
+    pub(super) fn with_arc<R>(&self, guard: &Pinned, f: impl FnOnce(&Arc<T>) -> R) -> R {
         let ptr: *const T = self.load(guard);
         // Safety: `ptr` came from `Arc::into_raw` and its allocation stays alive while `guard`
         // is pinned (see `load`), with a strong count of at least one that the slot owns. The
@@ -107,7 +105,7 @@ impl<T: Send + Sync + 'static> Slot<T> {
     pub(super) fn prefetch_object(&self) {
         // Relaxed: the pointer is never dereferenced here, so nothing it points to needs to be
         // visible; a stale pointer only makes the hint useless.
-        crate::sharded::prefetch::value(self.obj.load(Ordering::Relaxed).cast_const());
+        crate::sharded::prefetch::value(self.obj.load(Ordering::Relaxed));
     }
 
     /// Publishes `obj` and returns the object it replaces.
@@ -119,26 +117,13 @@ impl<T: Send + Sync + 'static> Slot<T> {
     /// the slot and release its strong count twice (and leak one of the new ones).
     ///
     /// `guard` must be pinned (to the default collector, as every guard of the crate is).
-    pub(super) unsafe fn replace(&self, obj: Arc<T>, guard: &Guard) -> Arc<T> {
-        // Safety: `self.obj` is this slot's pointer, which holds a pointer from
-        // `Arc::into_raw` (`new`, or an earlier `replace`) whose strong count the slot owns;
-        // the caller guarantees that no other `replace` of this slot overlaps this one.
-        let old = unsafe { Unpublished::swap_out(&self.obj, obj) };
+    pub(super) unsafe fn replace(&self, obj: Arc<T>, guard: &Pinned) -> Arc<T> {
+        // Safety: the caller guarantees that no other `replace` of this slot, hence no other
+        // `swap_out` of its cell, overlaps this one.
+        let old = unsafe { self.obj.swap_out(obj) };
         let previous = old.to_arc();
         old.retire(guard);
         previous
-    }
-}
-
-impl<T: Send + Sync + 'static> Drop for Slot<T> {
-    /// Hands the slot's strong count to the epoch: a reader pinned before the slot was
-    /// unlinked may still be reading the object.
-    fn drop(&mut self) {
-        // Safety: the slot is being dropped, so nothing reads or takes its pointer again, and
-        // the pointer is the one `new` or `replace` published, whose strong count the slot
-        // still owns.
-        let last = unsafe { Unpublished::take_from_dropped(&mut self.obj) };
-        last.retire(&crossbeam_epoch::pin());
     }
 }
 
@@ -159,55 +144,74 @@ unsafe fn share<T>(obj: &T) -> Arc<T> {
     }
 }
 
-/// The strong counts slots give up, in a module of its own so that only the two functions
-/// that take a pointer out of a slot can make one.
-mod unpublished {
+/// A slot's pointer and the strong counts slots give up, in a module of its own so that only
+/// the cell's swap-out and its drop can make an [`Unpublished`].
+mod cell {
     use std::sync::atomic::{AtomicPtr, Ordering};
     use std::sync::Arc;
 
-    use crossbeam_epoch::Guard;
+    use super::super::epoch::Pinned;
 
-    /// The strong count a slot held of an object it no longer publishes. Made only by taking
-    /// the pointer out of a slot ([`swap_out`](Self::swap_out), [`take_from_dropped`](
-    /// Self::take_from_dropped)); released only by [`retire`](Self::retire), which consumes it,
-    /// so each count is released exactly once. Dropping one without retiring it leaks the
-    /// object, which is safe.
-    pub(super) struct Unpublished<T: Send + Sync + 'static>(*const T);
+    /// A slot's pointer: always one from `Arc::into_raw` (never null) whose strong count the
+    /// cell owns. Made from an `Arc` ([`new`](Self::new)); changed only by
+    /// [`swap_out`](Self::swap_out), which gives the old count up as an [`Unpublished`]; on
+    /// drop, the count it still owns is retired through the epoch.
+    pub(super) struct ObjectCell<T: Send + Sync + 'static>(AtomicPtr<T>);
 
-    impl<T: Send + Sync + 'static> Unpublished<T> {
-        /// Stores `next` in `slot` (a slot's pointer) and takes out the pointer it held.
+    impl<T: Send + Sync + 'static> ObjectCell<T> {
+        /// A cell publishing `obj` (it takes over `obj`'s strong count).
+        pub(super) fn new(obj: Arc<T>) -> Self {
+            Self(AtomicPtr::new(Arc::into_raw(obj).cast_mut()))
+        }
+
+        /// The pointer the cell publishes. Only a reader pinned before it loaded the pointer
+        /// may dereference it, and only while pinned (see `Slot::load`).
+        pub(super) fn load(&self, order: Ordering) -> *const T {
+            self.0.load(order).cast_const()
+        }
+
+        /// Publishes `next` and takes out the pointer the cell held.
         ///
         /// # Safety
         ///
-        /// `slot` is a slot's pointer: it holds a pointer from `Arc::into_raw` whose strong
-        /// count the slot owns. No other `swap_out` of `slot` overlaps this one (a load and a
-        /// store, not a swap: overlapping calls would take the same pointer out twice).
-        pub(super) unsafe fn swap_out(slot: &AtomicPtr<T>, next: Arc<T>) -> Self {
+        /// No other `swap_out` of this cell overlaps this one (a load and a store, not a swap:
+        /// overlapping calls would take the same pointer out twice).
+        pub(super) unsafe fn swap_out(&self, next: Arc<T>) -> Unpublished<T> {
             // A load and a store, not a swap: writers of one slot never overlap (the caller's
             // promise), so nothing can change the pointer between the two, and a plain store
             // spares the read-modify-write's wait for this thread's earlier stores. Relaxed
-            // load: the previous store to this slot was ordered before us by whatever made
+            // load: the previous store to this cell was ordered before us by whatever made
             // the writers not overlap (the indexer: the key's items-shard entry lock, and the
             // writers' lock when `add_indexers` moved the slot into a new state), and it
             // ordered the old object's contents with it. Release store: pairs with
             // `Slot::load`'s Acquire, so a reader that sees the new pointer sees the new
             // object's contents.
-            let old = slot.load(Ordering::Relaxed);
-            slot.store(Arc::into_raw(next).cast_mut(), Ordering::Release);
-            Self(old.cast_const())
+            let old = self.0.load(Ordering::Relaxed);
+            self.0
+                .store(Arc::into_raw(next).cast_mut(), Ordering::Release);
+            Unpublished(old.cast_const())
         }
+    }
 
-        /// Takes the pointer out of a slot that is being dropped.
-        ///
-        /// # Safety
-        ///
-        /// `slot` is the pointer of a slot that is being dropped (nothing reads it or takes
-        /// it again), and it holds a pointer from `Arc::into_raw` whose strong count the slot
-        /// owns.
-        pub(super) unsafe fn take_from_dropped(slot: &mut AtomicPtr<T>) -> Self {
-            Self(slot.get_mut().cast_const())
+    impl<T: Send + Sync + 'static> Drop for ObjectCell<T> {
+        /// Hands the cell's strong count to the epoch: a reader pinned before the slot was
+        /// unlinked may still be reading the object.
+        fn drop(&mut self) {
+            // The cell owns the count of the pointer it holds (its invariant), and a drop runs
+            // once, after which nothing reads the pointer: giving it up here is the count's
+            // one release.
+            Unpublished(self.0.get_mut().cast_const()).retire(&Pinned::pin());
         }
+    }
 
+    /// The strong count a slot held of an object it no longer publishes. Made only by an
+    /// [`ObjectCell`] giving its pointer up ([`swap_out`](ObjectCell::swap_out), its drop);
+    /// released only by [`retire`](Self::retire), which consumes it, so each count is
+    /// released exactly once. Dropping one without retiring it leaks the object, which is
+    /// safe.
+    pub(super) struct Unpublished<T: Send + Sync + 'static>(*const T);
+
+    impl<T: Send + Sync + 'static> Unpublished<T> {
         /// The object as an `Arc` of its own (one increment of its count).
         pub(super) fn to_arc(&self) -> Arc<T> {
             // Safety: `self` owns one strong count of the object (it came from
@@ -221,17 +225,19 @@ mod unpublished {
         }
 
         /// Releases the count once no thread pinned now can still read the object.
-        pub(super) fn retire(self, guard: &Guard) {
-            debug_assert!(super::super::pinned_to_default_collector(guard));
+        pub(super) fn retire(self, guard: &Pinned) {
             let Self(ptr) = self;
-            // Safety: `ptr` owns one strong count (it came from `Arc::into_raw`, and a slot
+            // Safety: `ptr` owns one strong count (it came from `Arc::into_raw`, and a cell
             // gave it up: see the constructors), released exactly once, by this deferred
-            // function, since `self` is consumed. The slot no longer publishes it, so a
-            // reader can hold it only under a guard pinned before now, which the epoch waits
-            // for. `T` is `Send + Sync + 'static`, so dropping the `Arc` on another thread, at
-            // any later time, is sound.
+            // function, since `self` is consumed. The cell no longer publishes it, so a
+            // reader can hold it only under a guard pinned before now, which the epoch (the
+            // default collector's: `Pinned` can be of no other) waits for. `T` is
+            // `Send + Sync + 'static`, so dropping the `Arc` on another thread, at any later
+            // time, is sound.
             unsafe {
-                guard.defer_unchecked(move || drop(Arc::from_raw(ptr)));
+                guard
+                    .guard()
+                    .defer_unchecked(move || drop(Arc::from_raw(ptr)));
             }
         }
     }
@@ -270,17 +276,17 @@ mod tests {
     fn every_published_object_is_released_once() {
         static DROPS: AtomicUsize = AtomicUsize::new(0);
         let slot = Slot::new(Key::new("ns/a"), Arc::new(Counted(&DROPS)));
-        let reader = crossbeam_epoch::pin();
+        let reader = Pinned::pin();
         let borrowed: *const Counted = slot.load(&reader);
         {
-            let writer = crossbeam_epoch::pin();
+            let writer = Pinned::pin();
             // Safety: this is the slot's only writer.
             let previous = unsafe { slot.replace(Arc::new(Counted(&DROPS)), &writer) };
             assert!(std::ptr::eq(Arc::as_ptr(&previous), borrowed));
             drop(previous);
         }
         for _ in 0..1_000 {
-            crossbeam_epoch::pin().flush();
+            Pinned::pin().flush();
         }
         assert_eq!(
             DROPS.load(Ordering::SeqCst),
@@ -293,7 +299,7 @@ mod tests {
             if DROPS.load(Ordering::SeqCst) == 2 {
                 break;
             }
-            crossbeam_epoch::pin().flush();
+            Pinned::pin().flush();
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         assert_eq!(DROPS.load(Ordering::SeqCst), 2);

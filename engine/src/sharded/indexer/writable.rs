@@ -21,9 +21,9 @@
 
 use std::sync::Arc;
 
-use crossbeam_epoch::Guard;
 use dashmap::mapref::entry::Entry;
 
+use super::epoch::Pinned;
 use super::published::Shared;
 use super::slot::{Slot, SlotRef};
 use super::{Index, State};
@@ -39,7 +39,7 @@ pub(super) struct Writable<'w, T: Send + Sync + 'static> {
 impl<'w, T: Send + Sync + 'static> Writable<'w, T> {
     /// The current state of the store `shared` locks, which stays current while `shared`
     /// lives, for as long as `guard` stays pinned.
-    pub(super) fn current(shared: &'w Shared<'_, State<T>>, guard: &'w Guard) -> Self {
+    pub(super) fn current(shared: &'w Shared<'_, State<T>>, guard: &'w Pinned) -> Self {
         Self {
             state: shared.pinned(guard),
         }
@@ -49,7 +49,7 @@ impl<'w, T: Send + Sync + 'static> Writable<'w, T> {
     /// first, with no shard lock held; the rest happens while holding `key`'s items-shard
     /// entry, and the old object's values (user code, which may panic) are computed before
     /// anything changes, so a panic leaves items and indices as they were.
-    pub(super) fn insert(self, key: Key, obj: Arc<T>, guard: &Guard) -> Option<Arc<T>> {
+    pub(super) fn insert(self, key: Key, obj: Arc<T>, guard: &Pinned) -> Option<Arc<T>> {
         let state = self.state;
         let values = state.values_of(&obj);
         match state.items.entry(key) {
@@ -106,7 +106,7 @@ impl<T: Send + Sync + 'static> Fresh<T> {
     }
 
     /// Stores `obj` under `key` (a later insert of a key replaces the earlier one).
-    pub(super) fn insert(&mut self, key: Key, obj: Arc<T>, guard: &Guard) {
+    pub(super) fn insert(&mut self, key: Key, obj: Arc<T>, guard: &Pinned) {
         // `&mut self`: this thread is the state's only writer, and its slots are its own.
         Writable { state: &self.0 }.insert(key, obj, guard);
     }
