@@ -32,9 +32,9 @@
 //!
 //! # Layout
 //!
-//! Floors, imports only going down (checked by `scripts/layers`, which reads this table):
+//! Layers, imports only going down (checked by `scripts/layers`, which reads this table):
 //!
-//! | floor | modules | what they hold |
+//! | layer | modules | what they hold |
 //! |---|---|---|
 //! | 0 | `crate` (this file), [`alloc`] | the objects and engines every bench builds; the counting allocator |
 //! | 1 | [`floor`], [`mem`] | the lower bound every competitor is measured against; the `membench` driver |

@@ -200,10 +200,10 @@
 //!
 //! # Layout
 //!
-//! The crate is a stack of floors; a module imports only from its own floor or below, and no
+//! The crate is a stack of layers; a module imports only from its own layer or below, and no
 //! two modules import each other (checked by `scripts/layers`, which reads this table).
 //!
-//! | floor | modules | what they hold |
+//! | layer | modules | what they hold |
 //! |---|---|---|
 //! | 0 | `key`, `sync`, `footprint` | keys and key functions; the sync shim (std or loom); memory footprints |
 //! | 1 | `latch`, `delta`, `store` | the closing latch; deltas and tombstones; the `Store`/`Indexer` contracts |

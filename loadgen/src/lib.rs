@@ -2,11 +2,11 @@
 //!
 //! # Layout
 //!
-//! The crate is a stack of floors: a module imports only from its own floor or below, and no two
+//! The crate is a stack of layers: a module imports only from its own layer or below, and no two
 //! modules import each other. `scripts/layers` reads this table and checks the imports against
 //! it, so the table is the layout.
 //!
-//! | floor | modules | what they do |
+//! | layer | modules | what they do |
 //! |---|---|---|
 //! | 0 | the workloads crate (outside loadgen) | generates the synthetic workloads W1–W7 (docs/workloads.md) and their model |
 //! | 1 | [`latency`], [`timeline`], [`rss`], [`allocator`], [`cpu`], [`machine`], [`thp`] | enqueue-to-pop latency sampling; latency over time (per-interval p50/p99/max, to locate stalls); peak resident memory; the bytes the allocator has committed; the CPU a run spent; what machine a run was on and the command line that made it; restarting with mimalloc's transparent-huge-page advice off (its faults stall runs) |
@@ -22,7 +22,7 @@
 //! | 3 | `serve` (feature wire) | the synthetic Kubernetes API server for pods (docs/wire.md) that `loadgen serve` and `loadgen e2e` run (its command line still lives in `serve/mod.rs`) |
 //! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire), [`commands::soak`] (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `e2e` (real clients against `serve`), `soak` (the pipeline for hours, with faults) |
 //!
-//! A command never imports another command: what two commands share lives a floor down
+//! A command never imports another command: what two commands share lives a layer down
 //! (`compare` runs the same [`runs`], [`capacity_search`] and [`scale_sweep`] as `run`,
 //! `capacity` and `scale`). `main.rs` only parses the command line and dispatches.
 

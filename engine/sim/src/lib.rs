@@ -9,7 +9,7 @@
 //!   objects, with scripted failures (watches ended, 410s, refused lists and watches, an
 //!   outage, latency), so that tests can drive an informer through what it must survive.
 //!
-//! | floor | modules | what they do |
+//! | layer | modules | what they do |
 //! |---|---|---|
 //! | 0 | `crate` | the poison-ignoring lock helpers |
 //! | 1 | [`apiserver`] | the state machine |

@@ -137,7 +137,7 @@ impl CacheWait {
 }
 
 /// The state every worker of one controller shares.
-pub(crate) struct Shared<K> {
+pub(crate) struct WorkerContext<K> {
     pub(crate) queue: Arc<dyn ControllerQueue>,
     pub(crate) lookup: Lookup<K>,
     pub(crate) metrics: ReconcileMetrics,
@@ -146,7 +146,7 @@ pub(crate) struct Shared<K> {
     /// Set by shutdown: a worker that takes a key after this leaves it unreconciled.
     pub(crate) stopping: AtomicBool,
     /// Workers between their first and last queue call after a reconcile (requeue or forget,
-    /// then `done`); with `finished`, what lets [`is_idle`](Shared::is_idle) read the queue's
+    /// then `done`); with `finished`, what lets [`is_idle`](WorkerContext::is_idle) read the queue's
     /// counts one after another and still be right.
     finishing: AtomicUsize,
     /// Reconciles whose queue calls are over.
@@ -158,7 +158,7 @@ pub(crate) struct Shared<K> {
     ended_async: tokio::sync::Notify,
 }
 
-impl<K> Shared<K> {
+impl<K> WorkerContext<K> {
     pub(crate) fn new(
         queue: Arc<dyn ControllerQueue>,
         lookup: Lookup<K>,
@@ -350,9 +350,9 @@ impl<K> Shared<K> {
     }
 }
 
-impl<K> fmt::Debug for Shared<K> {
+impl<K> fmt::Debug for WorkerContext<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Shared")
+        f.debug_struct("WorkerContext")
             .field("metrics", &self.metrics)
             .field("stopping", &self.stopping)
             .finish_non_exhaustive()
@@ -369,7 +369,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 }
 
 /// Counts the worker out when it returns, also by a panic of the controller's own code.
-struct WorkerGuard<'a, K>(&'a Shared<K>);
+struct WorkerGuard<'a, K>(&'a WorkerContext<K>);
 
 impl<K> Drop for WorkerGuard<'_, K> {
     fn drop(&mut self) {
@@ -378,8 +378,12 @@ impl<K> Drop for WorkerGuard<'_, K> {
 }
 
 /// A worker thread: reconciles keys with `reconcile` until the queue shuts down and is empty.
-pub(crate) fn run_sync_worker<K, C, E, F>(shared: &Shared<K>, worker: usize, ctx: &C, reconcile: &F)
-where
+pub(crate) fn run_sync_worker<K, C, E, F>(
+    shared: &WorkerContext<K>,
+    worker: usize,
+    ctx: &C,
+    reconcile: &F,
+) where
     F: Fn(&Request<K>, &C) -> Result<Action, E>,
     E: fmt::Display,
 {
@@ -404,7 +408,7 @@ where
 
 /// A worker task: as [`run_sync_worker`], awaiting `reconcile`'s futures one at a time.
 pub(crate) async fn run_async_worker<K, C, E, F, Fut>(
-    shared: Arc<Shared<K>>,
+    shared: Arc<WorkerContext<K>>,
     worker: usize,
     ctx: Arc<C>,
     reconcile: Arc<F>,

@@ -29,7 +29,8 @@ use super::metrics::{ReconcileMetrics, ReconcileMetricsProvider, ReconcileStats}
 use super::nice::lower_this_thread;
 use super::queue::ControllerQueue;
 use super::reconcile::{
-    run_async_worker, run_sync_worker, Action, CacheWait, ErrorReport, Lookup, Request, Shared,
+    run_async_worker, run_sync_worker, Action, CacheWait, ErrorReport, Lookup, Request,
+    WorkerContext,
 };
 use crate::sync::lock;
 
@@ -108,7 +109,7 @@ enum Workers {
 /// docs](super) for an example and the guarantees.
 pub struct Controller<K> {
     name: String,
-    shared: Arc<Shared<K>>,
+    shared: Arc<WorkerContext<K>>,
     workers: Mutex<Option<Workers>>,
     registrations: Vec<Registration>,
 }
@@ -396,7 +397,7 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
     }
 
     /// Makes the queue and the shared state, and registers the handlers.
-    fn start(self) -> Result<(Controller<K>, Arc<Shared<K>>), ControllerError> {
+    fn start(self) -> Result<(Controller<K>, Arc<WorkerContext<K>>), ControllerError> {
         if self.workers == 0 {
             return Err(ControllerError::NoWorkers);
         }
@@ -429,7 +430,7 @@ impl<'a, K: Versioned + Send + Sync + 'static> ControllerBuilder<'a, K> {
             }
         };
         let metrics = ReconcileMetrics::new(&self.name, self.metrics.as_deref());
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(WorkerContext::new(
             Arc::clone(&queue),
             self.lookup,
             metrics,

@@ -94,7 +94,7 @@ struct State<N> {
 }
 
 /// How the receiver waits for batches.
-enum Wake {
+enum ReceiverWait {
     /// A delivery thread, on a condition variable.
     Thread(Condvar),
     /// A tokio task, on a `Notify`.
@@ -105,7 +105,7 @@ enum Wake {
 /// module docs.
 pub struct Handoff<N> {
     state: Mutex<State<N>>,
-    data: Wake,
+    data: ReceiverWait,
     room: Condvar,
     bound: usize,
     counters: Arc<HandoffCounters>,
@@ -135,15 +135,15 @@ impl<N> Handoff<N> {
     /// A buffer of at most `bound` pending notifications (at least 1) for a receiver that is a
     /// thread ([`recv`](Self::recv)).
     pub fn for_thread(bound: usize) -> Self {
-        Self::new(bound, Wake::Thread(Condvar::new()))
+        Self::new(bound, ReceiverWait::Thread(Condvar::new()))
     }
 
     /// The same for a receiver that is a tokio task ([`recv_async`](Self::recv_async)).
     pub fn for_task(bound: usize) -> Self {
-        Self::new(bound, Wake::Task(Notify::new()))
+        Self::new(bound, ReceiverWait::Task(Notify::new()))
     }
 
-    fn new(bound: usize, data: Wake) -> Self {
+    fn new(bound: usize, data: ReceiverWait) -> Self {
         Self {
             state: Mutex::new(State {
                 batches: VecDeque::new(),
@@ -265,9 +265,9 @@ impl<N> Handoff<N> {
     fn wake_receiver(&self, state: &mut State<N>) {
         if std::mem::take(&mut state.receiver_waiting) {
             match &self.data {
-                Wake::Thread(data) => data.notify_one(),
+                ReceiverWait::Thread(data) => data.notify_one(),
                 // Under our lock is fine: the task never waits for the `Notify` holding it.
-                Wake::Task(notify) => notify.notify_one(),
+                ReceiverWait::Task(notify) => notify.notify_one(),
             }
         }
     }
@@ -283,8 +283,8 @@ impl<N> Handoff<N> {
                 TryRecv::Empty => {}
             }
             state = match &self.data {
-                Wake::Thread(data) => wait(data, state),
-                Wake::Task(_) => panic!("recv on a hand-off made for a task"),
+                ReceiverWait::Thread(data) => wait(data, state),
+                ReceiverWait::Task(_) => panic!("recv on a hand-off made for a task"),
             };
         }
     }
@@ -308,8 +308,8 @@ impl<N> Handoff<N> {
                 TryRecv::Ended => return None,
                 TryRecv::Empty => match &self.data {
                     // A send between `try_recv` and here stored a permit: no wake is lost.
-                    Wake::Task(notify) => notify.notified().await,
-                    Wake::Thread(_) => panic!("recv_async on a hand-off made for a thread"),
+                    ReceiverWait::Task(notify) => notify.notified().await,
+                    ReceiverWait::Thread(_) => panic!("recv_async on a hand-off made for a thread"),
                 },
             }
         }
@@ -369,8 +369,8 @@ impl<N> Handoff<N> {
         state.receiver_waiting = false;
         self.room.notify_all();
         match &self.data {
-            Wake::Thread(data) => data.notify_all(),
-            Wake::Task(notify) => notify.notify_one(),
+            ReceiverWait::Thread(data) => data.notify_all(),
+            ReceiverWait::Task(notify) => notify.notify_one(),
         }
     }
 }

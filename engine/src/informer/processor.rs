@@ -68,7 +68,7 @@ type Buffer<T> = Handoff<Notification<T>>;
 
 /// What a registration, its delivery, and its [`Registration`] handle share.
 #[derive(Debug)]
-struct Shared {
+struct RegistrationState {
     id: u64,
     name: String,
     /// Initial-list notifications sent but not yet delivered (client-go's `synctrack`).
@@ -93,7 +93,7 @@ struct Shared {
     finished: AtomicBool,
 }
 
-impl Shared {
+impl RegistrationState {
     /// Whether the registration was removed: its delivery stops before the next call.
     fn is_removed(&self) -> bool {
         // Acquire pairs with the Release in `Processor::remove`.
@@ -120,7 +120,7 @@ impl Shared {
 
 /// Marks the delivery stopped when dropped: when the thread or task ends, whatever way, or
 /// when a task that never ran is dropped.
-struct Finish(Arc<Shared>);
+struct Finish(Arc<RegistrationState>);
 
 impl Drop for Finish {
     fn drop(&mut self) {
@@ -161,7 +161,7 @@ enum Worker {
 /// A registration as the processor holds it.
 struct Listener<T> {
     sink: Sink<T>,
-    shared: Arc<Shared>,
+    shared: Arc<RegistrationState>,
     resync: Mutex<Resync>,
     /// Due in the resync under way: `Sync` updates go only to such listeners.
     syncing: AtomicBool,
@@ -221,7 +221,7 @@ impl<T> Listener<T> {
 fn deliver_inline<T>(
     handler: &mut dyn EventHandler<T>,
     batch: &[Notification<T>],
-    shared: &Shared,
+    shared: &RegistrationState,
 ) {
     for notification in batch {
         if notification.call(&mut *handler) {
@@ -237,7 +237,7 @@ fn deliver_inline<T>(
 /// A handler's registration with a shared informer (client-go's
 /// `ResourceEventHandlerRegistration`): its own sync state, backlog, and removal.
 pub struct Registration {
-    shared: Arc<Shared>,
+    shared: Arc<RegistrationState>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
     /// The processor's batches taken but not yet handed over that carry initial-list
     /// notifications (see `has_synced`).
@@ -383,7 +383,7 @@ impl<T: Send + Sync + 'static> NewHandler<T> {
 /// A delivery thread's or task's end of a registration.
 pub(crate) struct Delivery<T> {
     buffer: Arc<Buffer<T>>,
-    shared: Arc<Shared>,
+    shared: Arc<RegistrationState>,
     /// The per-key table of a registration that coalesces.
     table: Option<Coalesced<T>>,
     finish: Finish,
@@ -454,7 +454,7 @@ fn absorb_batches<T>(
     table: &mut Coalesced<T>,
     batches: VecDeque<Vec<Notification<T>>>,
     buffer: &Buffer<T>,
-    shared: &Shared,
+    shared: &RegistrationState,
 ) {
     for batch in batches {
         let n = batch.len();
@@ -490,7 +490,11 @@ enum Next<T> {
 
 /// The coalescing delivery's choice, given what the buffer gave: with an empty table the
 /// delivery waited for it, else it only polled.
-fn next_step<T>(table: &Coalesced<T>, got: TryRecv<Notification<T>>, shared: &Shared) -> Next<T> {
+fn next_step<T>(
+    table: &Coalesced<T>,
+    got: TryRecv<Notification<T>>,
+    shared: &RegistrationState,
+) -> Next<T> {
     match got {
         TryRecv::Batches(batches) => Next::Batches(batches),
         TryRecv::Empty => Next::Deliver,
@@ -506,7 +510,7 @@ fn next_step<T>(table: &Coalesced<T>, got: TryRecv<Notification<T>>, shared: &Sh
 fn coalesce_thread<T, H: EventHandler<T>>(
     mut table: Coalesced<T>,
     buffer: &Buffer<T>,
-    shared: &Shared,
+    shared: &RegistrationState,
     handler: &mut H,
 ) {
     loop {
@@ -536,7 +540,7 @@ fn coalesce_thread<T, H: EventHandler<T>>(
 async fn coalesce_task<T, H: AsyncEventHandler<T>>(
     mut table: Coalesced<T>,
     buffer: &Buffer<T>,
-    shared: &Shared,
+    shared: &RegistrationState,
     handler: &mut H,
 ) where
     T: Send + Sync,
@@ -586,7 +590,7 @@ where
 fn deliver_batches<T>(
     batches: VecDeque<Vec<Notification<T>>>,
     buffer: &Buffer<T>,
-    shared: &Shared,
+    shared: &RegistrationState,
     mut call: impl FnMut(&Notification<T>) -> bool,
 ) -> bool {
     for batch in batches {
@@ -796,7 +800,7 @@ impl<T: Send + Sync + 'static> Processor<T> {
             NewHandler::Task(_) => Some(Arc::new(Buffer::for_task(bound))),
             NewHandler::Inline(_) => None,
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(RegistrationState {
             id,
             name,
             initial_pending: AtomicUsize::new(0),

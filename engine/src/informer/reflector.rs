@@ -134,13 +134,13 @@ impl fmt::Debug for ReflectorOptions {
 
 /// The resource version a reflector has reached, readable while it runs.
 #[derive(Debug, Default)]
-struct Progress {
+struct ReachedVersion {
     last_sync: Mutex<String>,
     /// The last version was refused as too old or too new: the next list starts afresh.
     unavailable: AtomicBool,
 }
 
-impl Progress {
+impl ReachedVersion {
     fn last_sync(&self) -> String {
         lock(&self.last_sync).clone()
     }
@@ -155,7 +155,7 @@ impl Progress {
 /// Reads a running reflector's progress.
 #[derive(Debug, Clone)]
 pub struct ReflectorHandle {
-    progress: Arc<Progress>,
+    progress: Arc<ReachedVersion>,
 }
 
 impl ReflectorHandle {
@@ -216,7 +216,7 @@ pub struct Reflector<T, L, Q> {
     lister_watcher: L,
     queue: Arc<Q>,
     options: ReflectorOptions,
-    progress: Arc<Progress>,
+    progress: Arc<ReachedVersion>,
     _objects: std::marker::PhantomData<fn() -> T>,
 }
 
@@ -241,7 +241,7 @@ where
             lister_watcher,
             queue,
             options,
-            progress: Arc::new(Progress::default()),
+            progress: Arc::new(ReachedVersion::default()),
             _objects: std::marker::PhantomData,
         }
     }

@@ -14,12 +14,12 @@ use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, Ordering};
 #[derive(Debug, Default)]
 pub(crate) struct Turns {
     next: AtomicU64,
-    serving: Mutex<Serving>,
+    serving: Mutex<TurnState>,
     advanced: Condvar,
 }
 
 #[derive(Debug, Default)]
-struct Serving {
+struct TurnState {
     ticket: u64,
     /// Consumers waiting for their turn: `advance` wakes only if there are any.
     waiting: usize,

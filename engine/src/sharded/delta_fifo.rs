@@ -48,9 +48,9 @@
 //! ignore poisoning, so the state must be consistent wherever user code runs. Three rules keep
 //! it so: every operation calls the key function, the transformer and the known objects before
 //! its first change; shards that `replace`/`resync` mark scheduled get their tokens from a drop
-//! guard ([`Wake`]), so a shard is never left marked scheduled without a token (its keys would
+//! guard ([`PendingWakes`]), so a shard is never left marked scheduled without a token (its keys would
 //! be counted by `len` and popped by no one); and a served batch is completed by a drop guard
-//! ([`Serving`]), which also puts back the keys a panicking `process` never saw.
+//! ([`InFlightBatch`]), which also puts back the keys a panicking `process` never saw.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -862,7 +862,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         if count == 0 {
             return 0;
         }
-        let mut serving = Serving {
+        let mut serving = InFlightBatch {
             fifo: self,
             shard,
             keys: batch.iter().map(|p| p.deltas.key().clone()).collect(),
@@ -874,7 +874,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         loop {
             // What the keys after the next one will read loads while that one is applied. Asked
             // before the key leaves `rest`: the store's prefetch is user code, and a key it
-            // panics before is still in `rest`, so `Serving` puts it back.
+            // panics before is still in `rest`, so `InFlightBatch` puts it back.
             let after_next = serving.rest.as_slice().get(1..).unwrap_or_default();
             prefetch::batch_next(after_next, known, |p| &p.deltas);
             let Some(popped) = serving.rest.next() else {
@@ -895,7 +895,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         states: &mut [MutexGuard<'_, ShardState<T>>],
         key: Key,
         delta: Delta<T>,
-        wake: &mut Wake<'_>,
+        wake: &mut PendingWakes<'_>,
         lane: Lane,
     ) {
         let shard = self.shard_of(&key);
@@ -1016,7 +1016,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
 
 /// A batch being processed; completes it when dropped, so a panicking `process` can leave no
 /// key in flight and lose no key it was not given (see [`DeltaFifo::serve`]).
-struct Serving<'a, T: Send + Sync + 'static> {
+struct InFlightBatch<'a, T: Send + Sync + 'static> {
     fifo: &'a DeltaFifo<T>,
     shard: usize,
     /// Every key of the batch, in pop order.
@@ -1027,7 +1027,7 @@ struct Serving<'a, T: Send + Sync + 'static> {
     rest: smallvec::IntoIter<[Popped<T>; 4]>,
 }
 
-impl<T: Send + Sync + 'static> Drop for Serving<'_, T> {
+impl<T: Send + Sync + 'static> Drop for InFlightBatch<'_, T> {
     fn drop(&mut self) {
         let returned: Batch<T> = self.rest.by_ref().collect();
         let done = &self.keys[..self.keys.len() - returned.len()];
@@ -1040,12 +1040,12 @@ impl<T: Send + Sync + 'static> Drop for Serving<'_, T> {
 /// when a panic unwinds through `replace` or `resync`, so a shard can never stay marked
 /// scheduled without a token (which would hide its keys from every consumer). Declare it before
 /// the shard guards: it then drops after them, and consumers it wakes find the shards unlocked.
-struct Wake<'a> {
+struct PendingWakes<'a> {
     scheduler: &'a Scheduler,
     shards: Vec<usize>,
 }
 
-impl<'a> Wake<'a> {
+impl<'a> PendingWakes<'a> {
     fn new(scheduler: &'a Scheduler) -> Self {
         Self {
             scheduler,
@@ -1054,7 +1054,7 @@ impl<'a> Wake<'a> {
     }
 }
 
-impl Drop for Wake<'_> {
+impl Drop for PendingWakes<'_> {
     fn drop(&mut self) {
         for shard in self.shards.drain(..) {
             self.scheduler.schedule(shard);
@@ -1111,7 +1111,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         let mut listed_keys = KeyRefSet::with_capacity_and_hasher(listed.len(), Default::default());
         listed_keys.extend(listed.iter().map(|(key, _)| KeyRef::of(key)));
         // Declared before the shard guards, so it drops (and wakes consumers) after them.
-        let mut wake = Wake::new(&self.scheduler);
+        let mut wake = PendingWakes::new(&self.scheduler);
         let mut states = self.lock_all();
 
         // Known keys with nothing queued that the list no longer has: their deletion was missed.
@@ -1199,7 +1199,7 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         if self.known.is_none() {
             return Ok(());
         }
-        let mut wake = Wake::new(&self.scheduler);
+        let mut wake = PendingWakes::new(&self.scheduler);
         let mut states = self.lock_all();
         // Every known object is keyed again by the key function (client-go's `syncKeyLocked`
         // calls `KeyOf` on the known object and returns its error), all before anything

@@ -40,7 +40,7 @@
 //! - replacing a slot's object ([`Slot::replace`], a load and a store) is an `unsafe fn`
 //!   whose one caller, [`Writable`]'s write of a key, holds the key's
 //!   items-shard entry in a state that no other writer can reach at the same time: the current
-//!   state under the writers' lock held shared ([`published::Shared`]), or a state being
+//!   state under the writers' lock held shared ([`published::SharedWriteLock`]), or a state being
 //!   built by one thread ([`writable::Fresh`]).
 //!
 //! A slot's pointer leaves it only as the slot's own strong count, which only the epoch

@@ -121,7 +121,7 @@ impl Waiting {
 }
 
 /// What the queue handle and its timer share.
-struct Shared<Q> {
+struct DelayingCore<Q> {
     queue: Q,
     clock: Arc<dyn Clock>,
     waiting: Mutex<Waiting>,
@@ -129,7 +129,7 @@ struct Shared<Q> {
     retries: Option<Arc<dyn CounterMetric>>,
 }
 
-impl<Q: WorkQueue> Shared<Q> {
+impl<Q: WorkQueue> DelayingCore<Q> {
     /// Adds every item ready at `now`, earliest first, under the waiting lock.
     fn add_ready(&self, waiting: &mut Waiting, now: Time) -> usize {
         let mut added = 0;
@@ -184,7 +184,7 @@ impl<Q: WorkQueue> Shared<Q> {
 /// assert_eq!(q.get().unwrap().as_str(), "a");
 /// ```
 pub struct DelayingQueue<Q: WorkQueue + 'static> {
-    shared: Arc<Shared<Q>>,
+    shared: Arc<DelayingCore<Q>>,
     thread: Option<JoinHandle<()>>,
     /// Keeps a moves-only clock calling `advance`; unregistered on drop.
     _subscription: Option<Subscription>,
@@ -194,7 +194,7 @@ impl<Q: WorkQueue + 'static> DelayingQueue<Q> {
     /// A delaying queue over `queue`, reading `config`'s clock; its `retries_total` metric is
     /// labelled with `config`'s name.
     pub fn with_config(queue: Q, config: &QueueConfig) -> Self {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(DelayingCore {
             queue,
             clock: Arc::clone(config.get_clock()),
             waiting: Mutex::new(Waiting::default()),
@@ -202,7 +202,7 @@ impl<Q: WorkQueue + 'static> DelayingQueue<Q> {
             retries: config.retries_metric(),
         });
         // Weak: the clock's subscriber list must not keep the queue alive.
-        let weak: Weak<Shared<Q>> = Arc::downgrade(&shared);
+        let weak: Weak<DelayingCore<Q>> = Arc::downgrade(&shared);
         let subscription = shared.clock.subscribe(Arc::new(move || {
             if let Some(shared) = weak.upgrade() {
                 let now = shared.clock.now();

@@ -10,10 +10,10 @@
 //! Random choices come from [`fastrand`] seeded with the spec's seed, so one spec gives the same
 //! events every time.
 //!
-//! The crate is a stack of floors: a module imports only from its own floor or below, and no two
+//! The crate is a stack of layers: a module imports only from its own layer or below, and no two
 //! modules import each other (`scripts/layers` reads this table and checks it).
 //!
-//! | floor | modules | what they hold |
+//! | layer | modules | what they hold |
 //! |---|---|---|
 //! | 0 | [`pod`], [`spec`], [`shards`], [`profile`] | the object every workload moves ([`Pod`]), its key function and indexes, and the [`Universe`] of keys; which workload at which size and seed ([`Workload`], [`WorkloadSpec`]); the shard counts the sharded engine takes ([`parse_shards`]); how much of a real pod `loadgen serve` sends ([`PodProfile`]) |
 //! | 1 | [`op`], [`model`] | one producer call ([`Op`]) and how it is performed on a queue; what a run must end with ([`Model`], [`Expected`]) |

@@ -156,14 +156,14 @@ impl<O> Log<O> {
         };
         log.end = segment.end();
         log.segments.push_back(Arc::new(segment));
-        // Events up to `floor` are out of the window: a segment whose newest event is one of
-        // them holds nothing a watcher may still read. The segment just pushed always stays
-        // (its resource version is above the floor since the window is at least 1).
-        let floor = log.resource_version.saturating_sub(self.window);
+        // Events up to `newest_dropped` are out of the window: a segment whose newest event is
+        // one of them holds nothing a watcher may still read. The segment just pushed always
+        // stays (its resource version is above that since the window is at least 1).
+        let newest_dropped = log.resource_version.saturating_sub(self.window);
         while log
             .segments
             .front()
-            .is_some_and(|s| s.last_resource_version <= floor)
+            .is_some_and(|s| s.last_resource_version <= newest_dropped)
         {
             log.segments.pop_front();
         }
@@ -196,7 +196,7 @@ impl<O> Log<O> {
     ) -> Fetched {
         let log = self.lock();
         if resource_version < log.resource_version.saturating_sub(self.window) {
-            // An event after `resource_version` (there is one: the newest is past the floor)
+            // An event after `resource_version` (there is one: the newest is past the window's start)
             // is out of the window.
             return match log.last_close {
                 Some(close) if close >= from && close >= started_at => Fetched::Closed,

@@ -14,7 +14,7 @@
 //!    under that shard's lock (populated flag, delete-ignore rule, dedup, compaction); the
 //!    deltas are counted against the bound without waiting.
 //! 5. **Wake**: every shard that went from idle to scheduled gets its token after its lock is
-//!    released, through the [`Wake`] guard, so a panic in user code (the known objects a
+//!    released, through the [`PendingWakes`] guard, so a panic in user code (the known objects a
 //!    delete consults) cannot leave a shard marked scheduled without a token.
 //!
 //! # Why it equals applying the events one by one
@@ -29,7 +29,7 @@
 
 use std::sync::Arc;
 
-use super::{DeltaFifo, Lane, Pending, Wake};
+use super::{DeltaFifo, Lane, Pending, PendingWakes};
 use crate::delta::{Delta, DeltaObject, DeltaType};
 use crate::key::Key;
 use crate::queue::{BatchError, QueueError, QueueEvent};
@@ -92,7 +92,7 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             prepared.sort_by_key(|p| p.shard);
         }
         // Declared before the shard guards it outlives, so consumers it wakes find them unlocked.
-        let mut wake = Wake::new(&self.scheduler);
+        let mut wake = PendingWakes::new(&self.scheduler);
         let mut events = prepared.into_iter().peekable();
         while let Some(first) = events.peek() {
             let shard = first.shard;

@@ -15,7 +15,7 @@
 //! would then free under later readers. So `publish` is a method of [`Exclusive`], the
 //! writers' lock held exclusively (and borrowed mutably, so one `Exclusive` cannot publish
 //! twice at once either). Writes *to* the current value hold the same lock shared
-//! ([`Shared`]): while one lives, the value it names stays the current one.
+//! ([`SharedWriteLock`]): while one lives, the value it names stays the current one.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Arc;
@@ -31,7 +31,7 @@ pub(super) struct Published<S: Send + Sync + 'static> {
     owner: ArcSwap<S>,
     /// `owner`'s pointer: [`publish`](Exclusive::publish) changes both, this one first.
     current: AtomicPtr<S>,
-    /// Writers of the current value hold it shared ([`Shared`]) for the whole write;
+    /// Writers of the current value hold it shared ([`SharedWriteLock`]) for the whole write;
     /// [`publish`](Exclusive::publish) needs it exclusive ([`Exclusive`]), so no write lands
     /// in a value that is being replaced. Readers never touch it.
     writers: RwLock<()>,
@@ -39,7 +39,7 @@ pub(super) struct Published<S: Send + Sync + 'static> {
 
 /// The writers' lock held shared: the value current when it was taken stays current until
 /// it is dropped.
-pub(super) struct Shared<'p, S: Send + Sync + 'static> {
+pub(super) struct SharedWriteLock<'p, S: Send + Sync + 'static> {
     published: &'p Published<S>,
     _lock: RwLockReadGuard<'p, ()>,
 }
@@ -72,7 +72,7 @@ impl<S: Send + Sync + 'static> Published<S> {
 
     /// The current value, for as long as `guard` stays pinned.
     ///
-    /// A caller holding [`Shared`] or [`Exclusive`] gets the newest value: the lock orders
+    /// A caller holding [`SharedWriteLock`] or [`Exclusive`] gets the newest value: the lock orders
     /// `publish`'s store before this load. A caller holding only a pin may get the value that
     /// was current just before a concurrent `publish`: whole, alive, and no longer written to.
     pub(super) fn pinned<'g>(&self, _guard: &'g Pinned) -> &'g S {
@@ -92,8 +92,8 @@ impl<S: Send + Sync + 'static> Published<S> {
     }
 
     /// Takes the writers' lock shared, for a write to the current value.
-    pub(super) fn shared(&self) -> Shared<'_, S> {
-        Shared {
+    pub(super) fn shared(&self) -> SharedWriteLock<'_, S> {
+        SharedWriteLock {
             published: self,
             _lock: read(&self.writers),
         }
@@ -108,7 +108,7 @@ impl<S: Send + Sync + 'static> Published<S> {
     }
 }
 
-impl<S: Send + Sync + 'static> Shared<'_, S> {
+impl<S: Send + Sync + 'static> SharedWriteLock<'_, S> {
     /// The current value, which stays current while `self` lives, for as long as `guard`
     /// stays pinned.
     pub(super) fn pinned<'g>(&self, guard: &'g Pinned) -> &'g S {

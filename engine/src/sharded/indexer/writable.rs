@@ -11,7 +11,7 @@
 //! a slot but through that state's items entries:
 //!
 //! - [`Writable::current`]: the store's current state, under the writers' lock held shared
-//!   ([`Shared`]), so every writer reaches this same state (the lock keeps `publish` out) and
+//!   ([`SharedWriteLock`]), so every writer reaches this same state (the lock keeps `publish` out) and
 //!   none reaches a replaced one;
 //! - [`Fresh`]: a state being built by one thread (`replace` builds the next content aside),
 //!   whose slots are all its own and which no other thread can reach until it is given up.
@@ -24,7 +24,7 @@ use std::sync::Arc;
 use dashmap::mapref::entry::Entry;
 
 use super::epoch::Pinned;
-use super::published::Shared;
+use super::published::SharedWriteLock;
 use super::slot::{Slot, SlotRef};
 use super::{Index, State};
 use crate::key::Key;
@@ -39,7 +39,7 @@ pub(super) struct Writable<'w, T: Send + Sync + 'static> {
 impl<'w, T: Send + Sync + 'static> Writable<'w, T> {
     /// The current state of the store `shared` locks, which stays current while `shared`
     /// lives, for as long as `guard` stays pinned.
-    pub(super) fn current(shared: &'w Shared<'_, State<T>>, guard: &'w Pinned) -> Self {
+    pub(super) fn current(shared: &'w SharedWriteLock<'_, State<T>>, guard: &'w Pinned) -> Self {
         Self {
             state: shared.pinned(guard),
         }

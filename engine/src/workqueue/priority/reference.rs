@@ -37,7 +37,7 @@ struct State {
 }
 
 /// What the queue handle and its timer share.
-struct Shared {
+struct ReferencePriorityCore {
     state: Mutex<State>,
     /// Signalled when the last key being processed is done while a drain waits.
     drained: Condvar,
@@ -49,7 +49,7 @@ struct Shared {
     overdue: AtomicU64,
 }
 
-impl Shared {
+impl ReferencePriorityCore {
     fn lock(&self) -> MutexGuard<'_, State> {
         lock(&self.state)
     }
@@ -87,7 +87,7 @@ impl Shared {
     }
 }
 
-impl Promote for Shared {
+impl Promote for ReferencePriorityCore {
     fn promote_due(&self) -> Option<Time> {
         let mut state = self.lock();
         let wakers = self.catch_up(&mut state);
@@ -119,7 +119,7 @@ impl Promote for Shared {
 /// assert_eq!(q.try_get(), TryGet::Item(b));
 /// ```
 pub struct ReferencePriorityQueue {
-    shared: Arc<Shared>,
+    shared: Arc<ReferencePriorityCore>,
     timer: TimerHandle,
 }
 
@@ -148,7 +148,7 @@ impl ReferencePriorityQueue {
         limiter: Box<dyn RateLimiter<Key>>,
         options: PriorityOptions,
     ) -> Self {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ReferencePriorityCore {
             state: Mutex::new(State {
                 entries: Entries::new(options.scheduling()),
                 shutting_down: false,

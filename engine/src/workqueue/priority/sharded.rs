@@ -106,7 +106,7 @@ fn is_searching(word: u64) -> bool {
 const SHARD_BITS_OFFSET: u32 = 32;
 
 /// What the queue handle and its timer share.
-struct Shared {
+struct ShardedPriorityCore {
     shards: Box<[CachePadded<Mutex<Entries>>]>,
     /// Per shard, the encoded priority its next `get` would take; written under its lock.
     heads: Box<[CachePadded<AtomicU64>]>,
@@ -137,7 +137,7 @@ struct Shared {
     overdue: AtomicU64,
 }
 
-impl Shared {
+impl ShardedPriorityCore {
     fn shard_of(&self, key: &Key) -> usize {
         (key.hash_value() >> SHARD_BITS_OFFSET) as usize & self.mask
     }
@@ -395,7 +395,7 @@ impl Shared {
     }
 }
 
-impl Promote for Shared {
+impl Promote for ShardedPriorityCore {
     fn promote_due(&self) -> Option<Time> {
         let mut next: Option<Time> = None;
         for index in 0..self.shards.len() {
@@ -449,7 +449,7 @@ impl Promote for Shared {
 /// assert_eq!(q.try_get_with_priority(), TryGetWithPriority::Item(Key::new("ns/live"), 0));
 /// ```
 pub struct ShardedPriorityQueue {
-    shared: Arc<Shared>,
+    shared: Arc<ShardedPriorityCore>,
     timer: TimerHandle,
 }
 
@@ -486,7 +486,7 @@ impl ShardedPriorityQueue {
     ) -> Self {
         let count = shards.clamp(1, 1 << 16).next_power_of_two();
         let scheduling = options.scheduling();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ShardedPriorityCore {
             shards: (0..count)
                 .map(|_| CachePadded::new(Mutex::new(Entries::new(scheduling))))
                 .collect(),
