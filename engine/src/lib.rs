@@ -300,8 +300,8 @@ pub use key::{
     KeyError, KeyFn, KeyHasher, KeyMap, KeySet, ObjectMeta,
 };
 pub use queue::{
-    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformError,
-    TransformFn, TryPop, WaitForRoom,
+    BatchConsumer, BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions,
+    TransformError, TransformFn, TryPop, WaitForRoom,
 };
 pub use store::{
     IndexError, IndexFunc, IndexValues, Indexer, Indexers, KnownObjects, PrefetchStep, Store,

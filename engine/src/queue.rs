@@ -288,6 +288,61 @@ impl<T> fmt::Debug for QueueOptions<T> {
     }
 }
 
+/// What a consumer does with a batch taken by [`DeltaQueue::pop_batch_into`]: each key's
+/// deltas in pop order, then the end of the batch while its keys are still the consumer's.
+pub trait BatchConsumer<T> {
+    /// One key of the batch: all its deltas, and whether it is of the initial list.
+    fn process(&mut self, deltas: Deltas<T>, is_in_initial_list: bool);
+
+    /// The batch's end: no other consumer can pop any key of the batch until this returns.
+    fn finish(&mut self);
+}
+
+/// A closure as a [`BatchConsumer`] with nothing to do at a batch's end: what `pop`,
+/// `try_pop` and `pop_batch` take their keys through.
+pub(crate) struct Processing<F>(pub(crate) F);
+
+impl<T, F: FnMut(Deltas<T>, bool)> BatchConsumer<T> for Processing<F> {
+    fn process(&mut self, deltas: Deltas<T>, is_in_initial_list: bool) {
+        (self.0)(deltas, is_in_initial_list);
+    }
+
+    fn finish(&mut self) {}
+}
+
+/// Calls a consumer's [`finish`](BatchConsumer::finish) when dropped, once it has been handed
+/// a key: the queues declare it after what completes their batch, so that it runs first, on
+/// a normal end and on a panic alike.
+pub(crate) struct FinishOnDrop<'c, T, C: BatchConsumer<T> + ?Sized> {
+    consumer: &'c mut C,
+    armed: bool,
+    _deltas: std::marker::PhantomData<fn(Deltas<T>)>,
+}
+
+impl<'c, T, C: BatchConsumer<T> + ?Sized> FinishOnDrop<'c, T, C> {
+    pub(crate) fn new(consumer: &'c mut C) -> Self {
+        Self {
+            consumer,
+            armed: false,
+            _deltas: std::marker::PhantomData,
+        }
+    }
+
+    /// Hands one key to the consumer; from now on, dropping this calls `finish`.
+    pub(crate) fn process(&mut self, deltas: Deltas<T>, is_in_initial_list: bool) {
+        self.armed = true;
+        self.consumer.process(deltas, is_in_initial_list);
+    }
+}
+
+impl<T, C: BatchConsumer<T> + ?Sized> Drop for FinishOnDrop<'_, T, C> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.consumer.finish();
+        }
+    }
+}
+
 /// The DeltaFIFO operations of docs/semantics.md, implemented by [`reference::DeltaFifo`] (the
 /// faithful port) and [`sharded::DeltaFifo`] (the fast engine), so callers are written once.
 ///
@@ -434,6 +489,21 @@ pub trait DeltaQueue<T>: Send + Sync {
     fn pop_batch<F>(&self, max: usize, process: F) -> Result<usize, Closed>
     where
         F: FnMut(Deltas<T>, bool);
+
+    /// Like [`pop_batch`](Self::pop_batch), but the batch's keys stay the consumer's until
+    /// `consumer`'s [`finish`](BatchConsumer::finish) has returned: no other consumer can pop
+    /// any of them before. A consumer that hands what it made of the keys on (a shared
+    /// informer's notifications to its handlers) does so in `finish`, and each key's hand-overs
+    /// follow the key's order with no turnstile between consumers.
+    ///
+    /// `finish` runs once per batch that gave `process` at least one key, also when `process`
+    /// panicked (with what the keys before made). The sharded engine runs it before the
+    /// batch's keys complete; the reference, which lets one consumer at a time take a batch
+    /// this way (client-go has one), after its queue lock is released, so producers never
+    /// wait for a hand-over.
+    fn pop_batch_into<C>(&self, max: usize, consumer: &mut C) -> Result<usize, Closed>
+    where
+        C: BatchConsumer<T> + ?Sized;
 
     /// Closes the queue: pops on an empty queue return [`Closed`]; queued keys stay poppable.
     fn close(&self);

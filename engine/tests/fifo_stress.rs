@@ -1,7 +1,9 @@
 //! Multi-thread stress tests of the sharded DeltaFifo under every configuration: shards 1, 2
 //! and 64; 1 to 4 producers and consumers. They check that every delta is delivered exactly
 //! once, that each key's deltas keep their order, that no key is ever held by two consumers at
-//! once, and that concurrent `resync`/`replace`/`close` lose nothing.
+//! once, and that concurrent `resync`/`replace`/`close` lose nothing. With
+//! `pop_batch_into`, a batch's keys stay its consumer's until its `finish` returned: what
+//! consumers hand over at a batch's end arrives in each key's order (both engines).
 //!
 //! Sizes scale with `KCACHE_STRESS_SCALE` (default 1, a few seconds in a debug build); a long
 //! soak is `KCACHE_STRESS_SCALE=100 cargo test --release -p kcache --test fifo_stress`.
@@ -14,7 +16,7 @@ use std::thread;
 
 use common::{options, MapStore, Obj};
 use kcache::sharded::DeltaFifo;
-use kcache::{process_deltas, DeltaQueue, DeltaType, Key, NoopHandler};
+use kcache::{process_deltas, BatchConsumer, DeltaQueue, DeltaType, Deltas, Key, NoopHandler};
 
 const KEYS: usize = 64;
 const SHARDS: [usize; 3] = [1, 2, 64];
@@ -130,6 +132,96 @@ fn produce(q: &DeltaFifo<Obj>, producer: usize, count: usize) {
             v: version(producer, seq),
         });
         q.update(obj).unwrap();
+    }
+}
+
+/// A consumer that only records a batch at its end (`finish`), slowly, as a shared informer
+/// hands its notifications over: if the queue let another consumer pop one of the batch's keys
+/// before `finish` returned, that key would be recorded by two consumers at once, or out of
+/// order.
+struct RecordAtFinish {
+    observed: Arc<Observed>,
+    batch: Vec<Deltas<Obj>>,
+}
+
+impl BatchConsumer<Obj> for RecordAtFinish {
+    fn process(&mut self, deltas: Deltas<Obj>, _initial: bool) {
+        self.batch.push(deltas);
+    }
+
+    fn finish(&mut self) {
+        // Give other consumers time to reach these keys if the queue had let them go.
+        for _ in 0..3 {
+            thread::yield_now();
+        }
+        for deltas in self.batch.drain(..) {
+            self.observed.record(&deltas);
+        }
+    }
+}
+
+fn hand_over_at_batch_end<Q: DeltaQueue<Obj> + 'static>(
+    q: Arc<Q>,
+    producers: usize,
+    consumers: usize,
+) {
+    let per_producer = 2_000 * scale();
+    let observed = Arc::new(Observed::new());
+    let consumer_threads: Vec<_> = (0..consumers)
+        .map(|_| {
+            let (q, observed) = (Arc::clone(&q), Arc::clone(&observed));
+            thread::spawn(move || {
+                let mut consumer = RecordAtFinish {
+                    observed,
+                    batch: Vec::new(),
+                };
+                while q.pop_batch_into(16, &mut consumer).is_ok() {}
+            })
+        })
+        .collect();
+    let producer_threads: Vec<_> = (0..producers)
+        .map(|p| {
+            let q = Arc::clone(&q);
+            thread::spawn(move || {
+                let mut rng = fastrand::Rng::with_seed(p as u64 + 1);
+                for seq in 0..per_producer {
+                    let k = rng.usize(..KEYS);
+                    let obj = Arc::new(Obj {
+                        key: Key::new(&format!("k{k}")),
+                        v: version(p, seq),
+                    });
+                    q.update(obj).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in producer_threads {
+        t.join().unwrap();
+    }
+    q.close();
+    for t in consumer_threads {
+        t.join().unwrap();
+    }
+    observed.assert_updates_complete_and_ordered(producers, per_producer);
+}
+
+#[test]
+fn a_batch_keeps_its_keys_until_its_end_is_handed_over() {
+    for shards in SHARDS {
+        for (producers, consumers) in [(1, 4), (2, 2), (2, 4)] {
+            hand_over_at_batch_end(
+                Arc::new(DeltaFifo::new(options(), shards)),
+                producers,
+                consumers,
+            );
+        }
+    }
+    for (producers, consumers) in [(1, 4), (2, 2)] {
+        hand_over_at_batch_end(
+            Arc::new(kcache::reference::DeltaFifo::new(options())),
+            producers,
+            consumers,
+        );
     }
 }
 

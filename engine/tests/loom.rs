@@ -1,6 +1,7 @@
 //! Loom models of kcache's own synchronisation: the shard-token hand-off and consumer wake-ups,
 //! per-key exclusivity with parking, close, producers waiting for room under a backlog bound,
-//! and batches (`apply_events`) that land in several shards at once. Loom runs every interleaving (up to a
+//! batches (`apply_events`) that land in several shards at once, and batches whose keys stay
+//! their consumer's until handed over (`pop_batch_into`). Loom runs every interleaving (up to a
 //! preemption bound) of the std primitives that `engine/src/sync.rs` swaps for loom's.
 //!
 //! Run with:
@@ -10,7 +11,7 @@
 use std::sync::Arc;
 
 use kcache::sharded::DeltaFifo;
-use kcache::{DeltaQueue, Key, KeyError, QueueEvent, QueueOptions, TryPop};
+use kcache::{BatchConsumer, DeltaQueue, Deltas, Key, KeyError, QueueEvent, QueueOptions, TryPop};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
 
@@ -109,6 +110,62 @@ fn one_key_is_never_processed_twice_at_once() {
             delivered.fetch_add(n, Ordering::SeqCst);
         }
         assert_eq!(delivered.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// A consumer that hands a batch's versions over at its end, as a shared informer hands its
+/// notifications over.
+struct HandOver {
+    busy: Arc<AtomicBool>,
+    log: Arc<loom::sync::Mutex<Vec<u64>>>,
+    batch: Vec<u64>,
+}
+
+impl BatchConsumer<Obj> for HandOver {
+    fn process(&mut self, deltas: Deltas<Obj>, _initial: bool) {
+        if self.batch.is_empty() {
+            assert!(
+                !self.busy.swap(true, Ordering::SeqCst),
+                "key popped again before its batch was handed over"
+            );
+        }
+        self.batch
+            .extend(deltas.iter().map(|d| d.object.object().unwrap().v));
+    }
+
+    fn finish(&mut self) {
+        self.log.lock().unwrap().append(&mut self.batch);
+        self.busy.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Two consumers taking batches with `pop_batch_into` while a producer updates their one key:
+/// the key is not popped again until its batch's `finish` returned, so the hand-overs follow
+/// the key's order, whatever the interleaving.
+#[test]
+fn a_batch_is_handed_over_before_its_key_is_popped_again() {
+    model(|| {
+        let q = fifo(1);
+        let busy = Arc::new(AtomicBool::new(false));
+        let log = Arc::new(loom::sync::Mutex::new(Vec::new()));
+        q.add(obj("k", 1)).unwrap();
+        let consumers: Vec<_> = (0..2)
+            .map(|_| {
+                let q = Arc::clone(&q);
+                let mut consumer = HandOver {
+                    busy: Arc::clone(&busy),
+                    log: Arc::clone(&log),
+                    batch: Vec::new(),
+                };
+                thread::spawn(move || while q.pop_batch_into(4, &mut consumer).is_ok() {})
+            })
+            .collect();
+        q.update(obj("k", 2)).unwrap();
+        q.close();
+        for c in consumers {
+            c.join().unwrap();
+        }
+        assert_eq!(*log.lock().unwrap(), [1, 2]);
     });
 }
 

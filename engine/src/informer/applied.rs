@@ -17,8 +17,9 @@
 //!    still being processed), then whether any consumer is between its first popped key and
 //!    the hand-over of its batch's notifications (`busy`). If neither, everything queued
 //!    before the read of `V` is applied and handed over, and `V` is published.
-//! 3. Checkpoints run after each reflector report and after each consumer batch, so the last
-//!    one to finish publishes.
+//! 3. Checkpoints run after each reflector report and after each consumer batch, once the
+//!    queue completed the batch's keys (they stay in flight through the hand-over), so the
+//!    last one to finish publishes.
 //!
 //! So the applied version is never ahead of the store: a relist's version is published only
 //! once every key of that relist has been applied. It advances when the queue drains (between
@@ -239,16 +240,17 @@ impl AppliedVersion {
         self.inner.busy.fetch_add(1, Ordering::AcqRel);
     }
 
-    /// A consumer handed its batch's notifications over: checkpoint.
+    /// A consumer handed its batch's notifications over. The batch's keys are still in flight
+    /// (the queue completes them after), so the consumer calls [`checkpoint`](Self::checkpoint)
+    /// once its pop has returned.
     pub(crate) fn end_batch(&self) {
         // Release pairs with the Acquire load in `checkpoint`: a checkpoint that reads the
         // count after this decrement sees the batch's store writes and hand-overs.
         self.inner.busy.fetch_sub(1, Ordering::AcqRel);
-        self.checkpoint();
     }
 
     /// Publishes the newest reported version if everything queued before it is applied.
-    fn checkpoint(&self) {
+    pub(crate) fn checkpoint(&self) {
         // 1. The version first: everything up to it was queued before it was reported.
         let (version, seq) = {
             let state = self.lock();
@@ -263,7 +265,8 @@ impl AppliedVersion {
             return;
         }
         // 3. Then the consumers: a batch whose keys the queue has released may still be
-        //    handing notifications over. Its `begin_batch` happened before its keys' release,
+        //    handing notifications over (the reference queue releases a batch's keys as it
+        //    takes them; the sharded one only after the hand-over). Its `begin_batch` happened before its keys' release,
         //    which happened before step 2's lock of their shard, so this load sees the count
         //    raised, or lowered again by `end_batch` (Acquire: with that batch's work visible).
         if self.inner.busy.load(Ordering::Acquire) != 0 {
@@ -326,6 +329,7 @@ mod tests {
         applied.synced("11");
         assert_eq!(applied.get(), "", "a batch is handing over");
         applied.end_batch();
+        applied.checkpoint();
         assert_eq!(applied.get(), "11");
         assert!(applied.has_reached("10") && !applied.has_reached("12"));
     }

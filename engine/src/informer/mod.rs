@@ -40,7 +40,6 @@ mod reader;
 mod reflector;
 mod shared_informer;
 mod stop;
-mod turns;
 #[cfg(feature = "wire")]
 pub mod wire;
 

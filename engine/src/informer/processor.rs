@@ -4,9 +4,9 @@
 //! # Design
 //!
 //! A consumer applies a batch of keys to the store and collects, per registration, the
-//! notifications of the whole batch ([`Distributor`]); when the batch is done it hands each
-//! registration its part in **one send** (see `turns` for why the sends follow the order in
-//! which batches were taken). Registrations are of three kinds:
+//! notifications of the whole batch ([`Distributor`]); at the batch's end, while the queue
+//! still holds the batch's keys for it (`DeltaQueue::pop_batch_into`), it hands each
+//! registration its part in **one send**. Registrations are of three kinds:
 //!
 //! - **Thread** (the default, client-go's isolation): a bounded buffer of batches
 //!   (`handoff`) and a delivery thread that calls the handler. A slow handler delays only
@@ -19,8 +19,8 @@
 //!   awaits the handler's futures. Consumers are threads, so their blocking sends never block a
 //!   runtime worker; the task awaits.
 //!
-//! Notifications of one key are taken by one consumer at a time and handed over in ticket
-//! order, so each registration receives a key's notifications in order.
+//! A key is one consumer's from its pop until its batch is handed over, so each registration
+//! receives a key's notifications in order, while consumers hand over in parallel.
 //!
 //! The listener list is behind a read-write lock. Consumers hold it shared from the first key
 //! of a batch until the batch is handed over; adding a registration after the start holds it
@@ -47,7 +47,6 @@ use super::handler::{AsyncEventHandler, Lag, LagHandler};
 use super::handoff::{Handoff, HandoffCounters, TryRecv};
 use super::lister_watcher::Versioned;
 use super::notification::Notification;
-use super::turns::Turns;
 use crate::consumer::EventHandler;
 use crate::delta::DeltaObject;
 use crate::key::KeyFn;
@@ -640,7 +639,6 @@ pub(crate) struct Processor<T> {
     /// `listeners` (which a consumer blocked on that buffer holds).
     members: Mutex<Vec<Arc<Listener<T>>>>,
     upstream_synced: Arc<dyn Fn() -> bool + Send + Sync>,
-    turns: Turns,
     /// Batches taken but not yet handed over that carry initial-list notifications.
     unflushed_initial: Arc<AtomicUsize>,
     default_bound: usize,
@@ -653,7 +651,6 @@ pub(crate) struct Processor<T> {
 pub(crate) struct Distributor<'a, T> {
     processor: &'a Processor<T>,
     listeners: RwLockReadGuard<'a, Vec<Arc<Listener<T>>>>,
-    ticket: u64,
     /// Per listener (same positions), this batch's notifications.
     batches: Vec<Vec<Notification<T>>>,
     /// Initial-list adds in this batch (each goes to every listener).
@@ -709,11 +706,10 @@ impl<T: Versioned> EventHandler<T> for Distributor<'_, T> {
 }
 
 impl<T> Drop for Distributor<'_, T> {
-    /// Hands the batch over, in ticket order; also when a consumer unwinds from a panic (the
-    /// notifications of the keys applied before it are real, and later tickets wait for this
-    /// one).
+    /// Hands the batch over; also when a consumer unwinds from a panic (the notifications of
+    /// the keys applied before it are real). The queue still holds the batch's keys for this
+    /// consumer (`DeltaQueue::pop_batch_into`), so a key's next batch is handed over after.
     fn drop(&mut self) {
-        self.processor.turns.wait(self.ticket);
         for (listener, batch) in self.listeners.iter().zip(self.batches.drain(..)) {
             listener.hand_over(batch, self.initial, &self.processor.lag);
         }
@@ -724,7 +720,6 @@ impl<T> Drop for Distributor<'_, T> {
                 .unflushed_initial
                 .fetch_sub(1, Ordering::Release);
         }
-        self.processor.turns.advance();
     }
 }
 
@@ -757,7 +752,6 @@ impl<T: Send + Sync + 'static> Processor<T> {
             listeners: RwLock::new(Vec::new()),
             members: Mutex::new(Vec::new()),
             upstream_synced,
-            turns: Turns::default(),
             unflushed_initial: Arc::default(),
             default_bound: default_bound.max(1),
             lag,
@@ -765,18 +759,15 @@ impl<T: Send + Sync + 'static> Processor<T> {
         }
     }
 
-    /// Holds the listener list shared and takes a turn; notifications go through the returned
-    /// handler, and are handed over when it is dropped. Call it once the batch has its keys.
+    /// Holds the listener list shared; notifications go through the returned handler, and are
+    /// handed over when it is dropped. Call it once the batch has its keys, and drop it before
+    /// the queue completes them.
     pub(crate) fn distributor(&self) -> Distributor<'_, T> {
-        // The lock before the ticket: a ticket holder must never wait for the lock (a writer
-        // waiting for it would wait for the ticket holders ahead, which wait for this one).
         let listeners = read(&self.listeners);
-        let ticket = self.turns.take();
         let batches = listeners.iter().map(|_| Vec::new()).collect();
         Distributor {
             processor: self,
             listeners,
-            ticket,
             batches,
             initial: 0,
         }

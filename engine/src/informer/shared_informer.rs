@@ -34,7 +34,7 @@ use super::handler::{
 };
 use super::lister_watcher::{ListerWatcher, Versioned};
 use super::processor::{
-    effective_resync_period, ListenerOptions, NewHandler, Processor, Registration,
+    effective_resync_period, Distributor, ListenerOptions, NewHandler, Processor, Registration,
     MINIMUM_RESYNC_PERIOD,
 };
 use super::reader::StoreReader;
@@ -44,8 +44,9 @@ use super::reflector::{
 };
 use super::stop::StopSignal;
 use crate::consumer::{apply_deltas_coalesced, EventHandler};
+use crate::delta::Deltas;
 use crate::key::KeyFn;
-use crate::queue::{DeltaQueue, QueueOptions, TransformFn};
+use crate::queue::{BatchConsumer, DeltaQueue, QueueOptions, TransformFn};
 use crate::store::{IndexError, Indexer, Indexers, KnownObjects};
 use crate::sync::lock;
 use crate::{reference, sharded};
@@ -734,26 +735,58 @@ fn consume<T, Q, I>(
     Q: DeltaQueue<T>,
     I: Indexer<T>,
 {
-    loop {
-        // The listener list is held shared for the whole batch (one lock per batch, not per
-        // key), and only once the batch has a key, so an idle consumer holds nothing.
-        let mut distributor = None;
-        let popped = queue.pop_batch(batch, |deltas, initial| {
-            let distributor = distributor.get_or_insert_with(|| {
-                // The first key of the batch, still in flight: the applied version waits for
-                // this batch's hand-over from here on.
-                applied.begin_batch();
-                processor.distributor()
-            });
-            apply_deltas_coalesced(store, distributor, &deltas, initial);
-        });
-        let busy = distributor.is_some();
-        drop(distributor);
-        if busy {
-            applied.end_batch();
+    let mut consumer = ConsumerBatch {
+        store,
+        processor,
+        applied,
+        distributor: None,
+        handed_over: false,
+    };
+    while queue.pop_batch_into(batch, &mut consumer).is_ok() {
+        // Now that the queue completed the batch's keys, the applied version may move.
+        if std::mem::take(&mut consumer.handed_over) {
+            applied.checkpoint();
         }
-        if popped.is_err() {
-            return;
+    }
+}
+
+/// What a consumer does with one batch: applies each key to the store, collecting the
+/// notifications per registration, and hands them over at the batch's end, while the queue
+/// still holds the batch's keys for this consumer. A key's next batch, on whichever consumer,
+/// is therefore handed over after this one: each registration hears a key's notifications in
+/// order, and consumers hand over in parallel.
+struct ConsumerBatch<'a, T, I> {
+    store: &'a I,
+    processor: &'a Processor<T>,
+    applied: &'a AppliedVersion,
+    /// From the batch's first key to its end: the listener list held shared and the
+    /// notifications collected (an idle consumer holds nothing).
+    distributor: Option<Distributor<'a, T>>,
+    /// The last batch was handed over (the applied version's checkpoint is due).
+    handed_over: bool,
+}
+
+impl<T, I> BatchConsumer<T> for ConsumerBatch<'_, T, I>
+where
+    T: Versioned + Send + Sync + 'static,
+    I: Indexer<T>,
+{
+    fn process(&mut self, deltas: Deltas<T>, is_in_initial_list: bool) {
+        let (processor, applied) = (self.processor, self.applied);
+        let distributor = self.distributor.get_or_insert_with(|| {
+            // The first key of the batch, in flight: the applied version waits for this
+            // batch's hand-over from here on.
+            applied.begin_batch();
+            processor.distributor()
+        });
+        apply_deltas_coalesced(self.store, distributor, &deltas, is_in_initial_list);
+    }
+
+    fn finish(&mut self) {
+        // Dropping the distributor hands the batch over.
+        if self.distributor.take().is_some() {
+            self.applied.end_batch();
+            self.handed_over = true;
         }
     }
 }

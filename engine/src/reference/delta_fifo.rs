@@ -11,8 +11,8 @@ use crate::delta::{push_grows, Delta, DeltaObject, DeltaType, Deltas, Tombstone}
 use crate::key::{Key, KeyError, KeyFn, KeyMap, KeySet};
 use crate::latch::Latch;
 use crate::queue::{
-    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformError,
-    TransformFn, TryPop,
+    BatchConsumer, BatchError, Closed, DeltaQueue, FinishOnDrop, Processing, QueueError,
+    QueueEvent, QueueOptions, TransformError, TransformFn, TryPop,
 };
 use crate::store::KnownObjects;
 use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard};
@@ -88,6 +88,10 @@ pub struct DeltaFifo<T> {
     cond: Condvar,
     /// Fired the first time `has_synced` becomes true (client-go's `synced` channel).
     synced: Latch,
+    /// Held by a [`pop_batch_into`](DeltaQueue::pop_batch_into) from its pop until its
+    /// consumer's `finish` returned (not part of client-go, whose one consumer hands over
+    /// inside its pop).
+    batch_consumer: Mutex<()>,
 }
 
 /// The state guarded by [`DeltaFifo::state`].
@@ -157,6 +161,7 @@ impl<T> DeltaFifo<T> {
                 room_wakers: Vec::new(),
             }),
             cond: Condvar::new(),
+            batch_consumer: Mutex::new(()),
             synced: Latch::new(),
         }
     }
@@ -271,6 +276,31 @@ impl<T> DeltaFifo<T> {
     #[cfg(test)]
     pub(crate) fn waiting_pops(&self) -> usize {
         self.lock().waiting_pops
+    }
+
+    /// Waits for a key, then takes up to `max` (at least one) into `consumer` under the queue
+    /// lock, as client-go processes a pop under its lock; the lock is released when this
+    /// returns, before the caller drops `consumer` (and so before its `finish`).
+    fn pop_batch_locked<C: BatchConsumer<T> + ?Sized>(
+        &self,
+        max: usize,
+        consumer: &mut FinishOnDrop<'_, T, C>,
+    ) -> Result<usize, Closed> {
+        let max = max.max(1);
+        let mut st = self.lock();
+        loop {
+            st = self.wait_nonempty(st)?;
+            let mut popped = 0;
+            while popped < max && !st.queue.is_empty() {
+                if let Some((deltas, is_in_initial_list)) = self.take_front_locked(&mut st) {
+                    consumer.process(deltas, is_in_initial_list);
+                    popped += 1;
+                }
+            }
+            if popped > 0 {
+                return Ok(popped);
+            }
+        }
     }
 
     /// Takes the front key off a non-empty queue: its deltas and `is_in_initial_list`.
@@ -625,25 +655,28 @@ impl<T: Send + Sync> DeltaQueue<T> for DeltaFifo<T> {
 
     /// Waits like [`pop`](Self::pop), then pops up to `max` keys (at least one) one after
     /// another in one hold of the lock, calling `process` on each under the lock.
-    fn pop_batch<F>(&self, max: usize, mut process: F) -> Result<usize, Closed>
+    fn pop_batch<F>(&self, max: usize, process: F) -> Result<usize, Closed>
     where
         F: FnMut(Deltas<T>, bool),
     {
-        let max = max.max(1);
-        let mut st = self.lock();
-        loop {
-            st = self.wait_nonempty(st)?;
-            let mut popped = 0;
-            while popped < max && !st.queue.is_empty() {
-                if let Some((deltas, is_in_initial_list)) = self.take_front_locked(&mut st) {
-                    process(deltas, is_in_initial_list);
-                    popped += 1;
-                }
-            }
-            if popped > 0 {
-                return Ok(popped);
-            }
-        }
+        let mut processing = Processing(process);
+        let mut consumer = FinishOnDrop::new(&mut processing);
+        let popped = self.pop_batch_locked(max, &mut consumer);
+        drop(consumer);
+        popped
+    }
+
+    fn pop_batch_into<C>(&self, max: usize, consumer: &mut C) -> Result<usize, Closed>
+    where
+        C: BatchConsumer<T> + ?Sized,
+    {
+        // One batch-taking consumer at a time, from its pop until its `finish` returned: a
+        // key popped again is then popped by the next one, after this hand-over. Declared
+        // first, so dropped last; `finish` runs when `consumer` drops, after the queue lock
+        // was released in `pop_batch_locked`.
+        let _turn = lock(&self.batch_consumer);
+        let mut consumer = FinishOnDrop::new(consumer);
+        self.pop_batch_locked(max, &mut consumer)
     }
 
     fn close(&self) {

@@ -68,7 +68,8 @@ use crate::delta::{
 use crate::key::{BuildKeyHasher, Key, KeyError, KeyFn, KeyMap, KeyRef, KeyRefSet};
 use crate::latch::Latch;
 use crate::queue::{
-    BatchError, Closed, DeltaQueue, QueueError, QueueEvent, QueueOptions, TransformFn, TryPop,
+    BatchConsumer, BatchError, Closed, DeltaQueue, FinishOnDrop, Processing, QueueError,
+    QueueEvent, QueueOptions, TransformFn, TryPop,
 };
 use crate::store::KnownObjects;
 use crate::sync::{lock_patiently, AtomicBool, AtomicUsize, Mutex, MutexGuard, Ordering};
@@ -851,11 +852,17 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         }
     }
 
-    /// Pops from one scheduled shard and processes. If `process` panics, the key it was given is
-    /// done with (as the reference, which took it off its queue before calling `process`) and
-    /// the keys of the batch not yet given to it are queued again: nothing stays in flight,
-    /// nothing else is lost.
-    fn serve<F: FnMut(Deltas<T>, bool)>(&self, shard: usize, max: usize, mut process: F) -> usize {
+    /// Pops from one scheduled shard and hands the keys to `consumer`, then ends the batch
+    /// ([`BatchConsumer::finish`]) while its keys are still in flight. If `process` panics,
+    /// the key it was given is done with (as the reference, which took it off its queue before
+    /// calling `process`), `finish` still runs, and the keys of the batch not yet given to it
+    /// are queued again: nothing stays in flight, nothing else is lost.
+    fn serve<C: BatchConsumer<T> + ?Sized>(
+        &self,
+        shard: usize,
+        max: usize,
+        consumer: &mut C,
+    ) -> usize {
         let mut batch = Batch::new();
         self.take_batch(shard, max, &mut batch);
         let count = batch.len();
@@ -869,6 +876,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             initial_done: 0,
             rest: batch.into_iter(),
         };
+        // Declared after `serving`, so dropped before it: the batch ends (`finish`) while its
+        // keys are still in flight, and only then do they complete.
+        let mut consumer = FinishOnDrop::new(consumer);
         let known = self.known.as_deref();
         prefetch::batch_start(serving.rest.as_slice(), known, |p| &p.deltas);
         loop {
@@ -882,8 +892,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
             };
             // Counted before the call: a key whose `process` panics is done with too.
             serving.initial_done += usize::from(popped.initial);
-            process(popped.deltas, popped.initial);
+            consumer.process(popped.deltas, popped.initial);
         }
+        drop(consumer);
         drop(serving);
         count
     }
@@ -1296,11 +1307,15 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         let mut result = None;
         loop {
             let shard = self.scheduler.acquire().ok_or(Closed)?;
-            self.serve(shard, 1, |deltas, initial| {
-                if let Some(process) = process.take() {
-                    result = Some(process(deltas, initial));
-                }
-            });
+            self.serve(
+                shard,
+                1,
+                &mut Processing(|deltas, initial| {
+                    if let Some(process) = process.take() {
+                        result = Some(process(deltas, initial));
+                    }
+                }),
+            );
             if let Some(result) = result.take() {
                 return Ok(result);
             }
@@ -1319,11 +1334,15 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
                 Acquired::Empty => return TryPop::Empty,
                 Acquired::Closed => return TryPop::Closed,
             };
-            self.serve(shard, 1, |deltas, initial| {
-                if let Some(process) = process.take() {
-                    result = Some(process(deltas, initial));
-                }
-            });
+            self.serve(
+                shard,
+                1,
+                &mut Processing(|deltas, initial| {
+                    if let Some(process) = process.take() {
+                        result = Some(process(deltas, initial));
+                    }
+                }),
+            );
             if let Some(result) = result.take() {
                 return TryPop::Popped(result);
             }
@@ -1334,10 +1353,17 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
     where
         F: FnMut(Deltas<T>, bool),
     {
+        self.pop_batch_into(max, &mut Processing(&mut process))
+    }
+
+    fn pop_batch_into<C>(&self, max: usize, consumer: &mut C) -> Result<usize, Closed>
+    where
+        C: BatchConsumer<T> + ?Sized,
+    {
         let max = max.max(1);
         loop {
             let shard = self.scheduler.acquire().ok_or(Closed)?;
-            let count = self.serve(shard, max, &mut process);
+            let count = self.serve(shard, max, consumer);
             if count > 0 {
                 return Ok(count);
             }
