@@ -1,8 +1,9 @@
-//! `loadgen compare`: W1–W6 through both engines (W6 as a whole controller on the shared
-//! informer, its default form: `w6/informer`), side by side, with the ratio
-//! sharded/reference of every figure, then W1's and W5's capacity on each engine (see
-//! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it); writes `latest.json`, `latest.md`,
-//! `throughput.svg`, `latency.svg` and `capacity-w1.svg`, `capacity-w5.svg` into the output
+//! `loadgen compare`: both engines on equal work first, W1's, W2's and W5's capacity at the
+//! same p99 limit (see [`capacity_search`](crate::capacity_search); `--no-capacity` skips it)
+//! and W1 at one offered rate; then W1–W6 flat out (W6 as a whole controller on the shared
+//! informer, its default form: `w6/informer`), labelled saturated, with the ratio
+//! sharded/reference of every figure. Writes `latest.json`, `latest.md`, `throughput.svg`,
+//! `latency.svg` and `capacity-w1.svg`, `capacity-w2.svg`, `capacity-w5.svg` into the output
 //! directory.
 //!
 //! The default sizes of the side-by-side runs finish in about a minute and a half on the
@@ -69,7 +70,7 @@ pub struct CompareArgs {
     /// memory of later runs is then understated; see `loadgen run --help`).
     #[arg(long)]
     pub in_process: bool,
-    /// Skip the capacity searches of W1 and W5 (about a minute and a half of the default run).
+    /// Skip the capacity searches of W1, W2 and W5 (a few minutes of the default run).
     #[arg(long)]
     pub no_capacity: bool,
     /// Also sweep W1 over key counts (`loadgen scale`: 10k, 100k, 1M and 4M keys, 1,000,000
@@ -134,7 +135,7 @@ pub struct CompareReport {
     pub capacity: Vec<Curve>,
 }
 
-/// The capacity searches of a comparison: W1 and W5 at their key counts, with probes shorter
+/// The capacity searches of a comparison: W1, W2 and W5 at the same key count, with probes shorter
 /// and a coarser precision than `loadgen capacity`'s defaults (1 s per probe, 10%, at most 16
 /// probes per engine): the four searches took 10–11 probes each and 3 min in all on the 2-core
 /// machine while other builds loaded it; `quick`: tiny.
@@ -174,7 +175,7 @@ pub fn capacity_plan(args: &CompareArgs) -> Vec<Job> {
         };
         (100_000, size, plan)
     };
-    [Workload::W1, Workload::W5]
+    [Workload::W1, Workload::W2, Workload::W5]
         .into_iter()
         .map(|w| {
             let own = EngineConfig::for_workload(w);
@@ -453,36 +454,64 @@ pub fn markdown(report: &CompareReport) -> String {
     let _ = writeln!(md, "| hasher | {} |\n", m.hasher);
     let _ = writeln!(
         md,
-        "The last column is sharded ÷ reference: above 1× the sharded engine has more of the \
-         figure (good for events/s and reads/s), below 1× less (good for wall time, latency \
-         and memory). The reference engine always runs one consumer, as client-go does \
-         (threads: consumers, or W4's readers). \
-         Latency is enqueue-to-pop of every {}th event. In W1-W5 the producer never waits \
-         (they measure capacity), so latency there is mostly time queued behind the backlog; \
-         `w1@200k/s` offers W1's events at a fixed 200,000 ops/s that both engines absorb, so \
-         its latency is each engine's own hand-off. Peak +RSS is the resident memory the \
-         engine added over the pre-generated events; CPU µs/event is the user + system CPU \
-         of the whole run's process per event. `w6/informer` is W6 as a whole controller: \
-         the events through an in-memory API server, the reflector and a shared informer \
-         into a workqueue and 4 workers (`loadgen run --workload w6 --through queue` gives \
-         its bare-queue form).\n",
+        "The last column of each table is sharded ÷ reference: above 1× the sharded engine has \
+         more of the figure (good for events/s and reads/s), below 1× less (good for wall \
+         time, latency and memory). The reference engine always runs one consumer, as \
+         client-go does (threads: consumers, or W4's readers). Latency is enqueue-to-pop of \
+         every {}th event; peak +RSS is the resident memory the engine added over the \
+         pre-generated events; CPU µs/event is the user + system CPU of the whole run's \
+         process per event.\n",
         crate::latency::SAMPLE_EVERY
     );
-    let rows = side_by_side(&report.results);
+    let (paced, saturated): (Vec<RunResult>, Vec<RunResult>) = report
+        .results
+        .iter()
+        .cloned()
+        .partition(|r| r.workload.contains('@'));
+    let _ = writeln!(md, "## Equal work\n");
+    if report.capacity.is_empty() {
+        let _ = writeln!(md, "(No capacity search: `--no-capacity`.)\n");
+    } else {
+        capacity_markdown(&mut md, &report.capacity);
+    }
+    if !paced.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n### One offered rate\n\nW1's events offered at a fixed {} ops/s that both \
+             engines absorb (`w1@{}k/s`): the latency is each engine's own hand-off, not a \
+             backlog.\n",
+            PACED_RATE,
+            PACED_RATE / 1000
+        );
+        table_markdown(&mut md, &side_by_side(&paced));
+    }
+    let _ = writeln!(
+        md,
+        "\n## Saturated: each engine flat out (not equal work)\n\nIn W1-W5 the producer \
+         never waits: each engine runs as fast as it can, so the two rows do different work. \
+         The sharded engine runs saturated, its keys gathering several deltas each (deltas \
+         per pop above 1) behind a backlog (p50 in milliseconds), while the reference keeps \
+         closer to one delta per pop: read events/s with deltas/pop and p50 beside it. \
+         `w6/informer` is W6 as a whole controller: the events through an in-memory API \
+         server, the reflector and a shared informer into a workqueue and 4 workers \
+         (`loadgen run --workload w6 --through queue` gives its bare-queue form).\n"
+    );
+    table_markdown(&mut md, &side_by_side(&saturated));
+    let _ = writeln!(
+        md,
+        "\n![throughput](throughput.svg)\n\n![latency](latency.svg)"
+    );
+    md
+}
+
+/// A side-by-side table as Markdown.
+fn table_markdown(md: &mut String, rows: &[Vec<String>]) {
     for (i, row) in rows.iter().enumerate() {
         let _ = writeln!(md, "| {} |", row.join(" | "));
         if i == 0 {
             let _ = writeln!(md, "|---|---|---:|---:|---:|");
         }
     }
-    let _ = writeln!(
-        md,
-        "\n![throughput](throughput.svg)\n\n![latency](latency.svg)"
-    );
-    if !report.capacity.is_empty() {
-        capacity_markdown(&mut md, &report.capacity);
-    }
-    md
 }
 
 /// The workloads of `curves`, in the order they first appear.
@@ -504,7 +533,7 @@ fn capacity_markdown(md: &mut String, curves: &[Curve]) {
         .map_or(DEFAULT_P99_LIMIT_MS, |c| c.p99_limit_ms);
     let _ = writeln!(
         md,
-        "\n## Capacity\n\nThe highest offered rate (events/s, producer paced) at which the \
+        "### Capacity\n\nThe highest offered rate (events/s, producer paced) at which the \
          producer never fell behind its schedule by more than 1% of the run and the p99 \
          enqueue-to-pop latency stayed within {limit} ms (docs/workloads.md, \"Capacity\"); \
          latency and peak +RSS are the probe's at that rate. Probes are shorter than \
@@ -602,9 +631,16 @@ pub fn main(args: CompareArgs) -> ExitCode {
         results,
         capacity,
     };
-    let mut shown = aligned(&side_by_side(&report.results));
-    if !report.capacity.is_empty() {
-        shown.push('\n');
+    // Equal work first: the capacities, then the paced run; the saturated runs after.
+    let (paced, saturated): (Vec<RunResult>, Vec<RunResult>) = report
+        .results
+        .iter()
+        .cloned()
+        .partition(|r| r.workload.contains('@'));
+    let mut shown = String::from("Equal work: capacity at the same p99 limit\n");
+    if report.capacity.is_empty() {
+        shown.push_str("(no capacity search: --no-capacity)\n");
+    } else {
         shown.push_str(&aligned(&summary_rows(&report.capacity)));
         for w in capacity_workloads(&report.capacity) {
             let of_w: Vec<Curve> = report
@@ -618,6 +654,12 @@ pub fn main(args: CompareArgs) -> ExitCode {
             }
         }
     }
+    if !paced.is_empty() {
+        shown.push_str("\nEqual work: one offered rate\n");
+        shown.push_str(&aligned(&side_by_side(&paced)));
+    }
+    shown.push_str("\nSaturated: each engine flat out (not equal work; see deltas/pop and p50)\n");
+    shown.push_str(&aligned(&side_by_side(&saturated)));
     if let Some(scaled) = &scaled {
         shown.push('\n');
         shown.push_str(&scale_table(scaled));
@@ -679,6 +721,8 @@ mod tests {
             [
                 ("w1", "reference"),
                 ("w1", "sharded"),
+                ("w2", "reference"),
+                ("w2", "sharded"),
                 ("w5", "reference"),
                 ("w5", "sharded")
             ]
@@ -705,8 +749,15 @@ mod tests {
         assert!(md.contains("| w6/informer controller loop | reconciles/s |"));
         assert!(md.contains("| w6/informer controller loop | CPU µs/event |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
-        assert_eq!(json["capacity"].as_array().map(Vec::len), Some(4));
-        assert!(md.contains("## Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
+        assert_eq!(json["capacity"].as_array().map(Vec::len), Some(6));
+        assert!(md.contains("### Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
+        // Equal work leads; the saturated table comes after, labelled as such.
+        let (equal, saturated) = (md.find("## Equal work"), md.find("## Saturated"));
+        assert!(
+            equal.is_some() && saturated.is_some() && equal < saturated,
+            "{md}"
+        );
+        assert!(md.find("| w1@200k/s |") < saturated && md.find("| w1 steady churn |") > saturated);
         assert!(md.contains("absorbs"), "{md}");
         let curve = read("capacity-w1.svg");
         assert!(curve.contains("p99 limit 10 ms") && curve.contains("sharded p99"));
