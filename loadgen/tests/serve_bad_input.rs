@@ -318,6 +318,7 @@ fn app() -> App {
         label: "proptest".into(),
         faults: Faults::new(FaultPlan::default()),
         too_large_wait: Duration::ZERO,
+        writes: false,
     }
 }
 
