@@ -450,8 +450,10 @@ pub fn openapi_v3_root() -> Value {
 /// `GET /openapi/v3/api/v1`: the pods' operations, with no schemas. kubectl reads it for one
 /// thing: whether the `PATCH` of a Pod takes `fieldValidation` (then it leaves validation to
 /// the server instead of downloading schemas); `kubectl apply` then computes its strategic
-/// merge patches from its built-in types. Without `--writes` only the reads are described.
-pub fn openapi_v3_core(writes: bool) -> Value {
+/// merge patches from its built-in types. The writes are described with or without `--writes`
+/// (without it they answer 405, as they would from a server that forbids them), so kubectl
+/// sends a write and shows the server's answer rather than failing to validate it.
+pub fn openapi_v3_core() -> Value {
     let gvk = json!({ "group": "", "version": "v1", "kind": "Pod" });
     let operation = |id: &str, action: &str| {
         let mut parameters =
@@ -470,14 +472,16 @@ pub fn openapi_v3_core(writes: bool) -> Value {
             "x-kubernetes-group-version-kind": gvk,
         })
     };
-    let mut collection = json!({ "get": operation("listCoreV1NamespacedPod", "list") });
-    let mut item = json!({ "get": operation("readCoreV1NamespacedPod", "get") });
-    if writes {
-        collection["post"] = operation("createCoreV1NamespacedPod", "post");
-        item["put"] = operation("replaceCoreV1NamespacedPod", "put");
-        item["patch"] = operation("patchCoreV1NamespacedPod", "patch");
-        item["delete"] = operation("deleteCoreV1NamespacedPod", "delete");
-    }
+    let collection = json!({
+        "get": operation("listCoreV1NamespacedPod", "list"),
+        "post": operation("createCoreV1NamespacedPod", "post"),
+    });
+    let item = json!({
+        "get": operation("readCoreV1NamespacedPod", "get"),
+        "put": operation("replaceCoreV1NamespacedPod", "put"),
+        "patch": operation("patchCoreV1NamespacedPod", "patch"),
+        "delete": operation("deleteCoreV1NamespacedPod", "delete"),
+    });
     json!({
         "openapi": "3.0.0",
         "info": { "title": "Kubernetes", "version": format!("v{CLAIMED_MAJOR}.{CLAIMED_MINOR}.0-loadgen") },

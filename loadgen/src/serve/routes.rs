@@ -111,7 +111,7 @@ fn route(
         ["api", "v1"] => Ok(json_response(&objects::api_resource_list(app.writes))),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
         ["openapi", "v3"] => Ok(json_response(&objects::openapi_v3_root())),
-        ["openapi", "v3", "api", "v1"] => Ok(json_response(&objects::openapi_v3_core(app.writes))),
+        ["openapi", "v3", "api", "v1"] => Ok(json_response(&objects::openapi_v3_core())),
         ["api", "v1", "pods"] => {
             collection(app, None, &query, Format::negotiate(accept)?, progress)
         }
