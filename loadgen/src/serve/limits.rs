@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::Router;
+use futures_util::future::Either;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -214,10 +217,14 @@ async fn http_connection(
     let service = {
         let progress = Arc::clone(&progress);
         let router = TowerToHyperService::new(router);
+        let max_header_bytes = limits.max_header_bytes;
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            if let Some(refusal) = head_too_large(&request, max_header_bytes) {
+                return Either::Left(std::future::ready(Ok(refusal)));
+            }
             request.extensions_mut().insert(Arc::clone(&progress));
             // The future owns a clone of the router: nothing borrowed outlives this call.
-            hyper::service::Service::call(&router, request)
+            Either::Right(hyper::service::Service::call(&router, request))
         })
     };
     let mut builder = http1::Builder::new();
@@ -251,6 +258,41 @@ async fn http_connection(
             }
         }
     }
+}
+
+/// The answer to a request whose head is over `max` bytes: `414 URI Too Long` if its request
+/// line alone is, `431 Request Header Fields Too Large` otherwise; `None` for a head within
+/// the limit.
+///
+/// hyper's own bound (`max_buf_size`) only bounds the buffer: it refuses a head when a parse
+/// comes up incomplete with the buffer full, but one read can fill the buffer past the bound
+/// (it reads into all the capacity the buffer grew to), and a head that arrives whole in that
+/// read parses and is served. Which one happens depends on how the client's writes were cut,
+/// so the same request was refused four times in five. Counting the parsed head here refuses
+/// it every time; hyper's bound still caps the memory a head can take.
+fn head_too_large<B>(request: &hyper::Request<B>, max: usize) -> Option<Response<Body>> {
+    // As on the wire: `METHOD URI HTTP/1.1\r\n`, `Name: value\r\n` per header, `\r\n`.
+    let request_line = request.method().as_str().len() + request.uri().to_string().len() + 12;
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if request_line + headers + 2 <= max {
+        return None;
+    }
+    let status = if request_line > max {
+        StatusCode::URI_TOO_LONG
+    } else {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    };
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    // The connection ends with the answer, as hyper's own refusal ends it.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(response)
 }
 
 /// Completes once `shutdown` turns true, or its sender is gone (the server was dropped).
