@@ -11,7 +11,9 @@
 //! timeline of publications.
 //!
 //! Resource versions count events: event `n` has resource version `n`, so the window's events
-//! are contiguous.
+//! are contiguous. A client's writes (`serve --writes`, [`Store::write`]) are events in the same
+//! log, their pods held whole (typed) rather than as a template's fields; the churn's events
+//! take the versions that come next, whatever writes came between.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
