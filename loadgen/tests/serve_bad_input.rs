@@ -285,12 +285,8 @@ async fn status_line(addr: SocketAddr, request: Vec<u8>) -> String {
         .to_string()
 }
 
-/// An `App` over a small store, for driving the router without a socket.
-fn app() -> App {
-    app_with(false)
-}
-
-/// [`app`], accepting writes when `writes`.
+/// An `App` over a small store, for driving the router without a socket, accepting writes when
+/// `writes`.
 fn app_with(writes: bool) -> App {
     let store = Arc::new(Store::new(Vec::new(), 0, 50));
     let changes = (1..=20u32)
