@@ -1,7 +1,8 @@
 //! Writes to `loadgen serve --writes` over HTTP, each status the API server gives: create
 //! (201, 409 AlreadyExists, 422 Invalid, 400), replace (200, 409 Conflict on a stale resource
 //! version, 404), merge and strategic merge patches, delete with preconditions (200 with the
-//! deleted pod, 409, 404), and the watch events and list they make; without `--writes`, 405.
+//! deleted pod, 409, 404), and the watch events and list they make; without `--writes`, 405;
+//! kube-rs' `Api<Pod>` writes; a written pod in protobuf.
 #![cfg(feature = "wire")]
 
 mod serve_common;
@@ -489,6 +490,121 @@ async fn without_writes_every_write_is_405_and_nothing_changes() {
     assert_eq!(
         discovery.body["resources"][0]["verbs"],
         json!(["get", "list", "watch"])
+    );
+    server.stop().await.unwrap();
+}
+
+/// kube-rs' `Api<Pod>` writes as it would to a cluster: create, replace, both patches, delete
+/// (whose answer it reads as the deleted pod), and its errors carry the `Status` fields.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_rs_writes_pods_and_reads_the_errors() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+    let server = start(true).await;
+    let config = kube::Config::new(server.url().parse().unwrap());
+    let client = kube::Client::try_from(config).unwrap();
+    let pods: Api<Pod> = Api::namespaced(client, "default");
+    let new: Pod = serde_json::from_value(pod("kube", "nginx:1")).unwrap();
+
+    let created = pods.create(&PostParams::default(), &new).await.unwrap();
+    let uid = created.metadata.uid.clone().unwrap();
+    let again = pods.create(&PostParams::default(), &new).await.unwrap_err();
+    assert!(
+        matches!(&again, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"),
+        "{again:?}"
+    );
+
+    let mut changed = created.clone();
+    changed.spec.as_mut().unwrap().containers[0].image = Some("nginx:2".into());
+    let replaced = pods
+        .replace("kube", &PostParams::default(), &changed)
+        .await
+        .unwrap();
+    assert_ne!(
+        replaced.metadata.resource_version,
+        created.metadata.resource_version
+    );
+    let stale = pods
+        .replace("kube", &PostParams::default(), &changed)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&stale, kube::Error::Api(s) if s.code == 409 && s.reason == "Conflict"),
+        "{stale:?}"
+    );
+
+    let params = PatchParams::default();
+    let merged = pods
+        .patch(
+            "kube",
+            &params,
+            &Patch::Merge(json!({ "metadata": { "labels": { "by": "merge" } } })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(merged.metadata.labels.unwrap()["by"], "merge");
+    let strategic = pods
+        .patch(
+            "kube",
+            &params,
+            &Patch::Strategic(
+                json!({ "spec": { "containers": [{ "name": "app", "image": "nginx:3" }] } }),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        strategic.spec.unwrap().containers[0].image.as_deref(),
+        Some("nginx:3")
+    );
+
+    let deleted = pods.delete("kube", &DeleteParams::default()).await.unwrap();
+    let deleted = deleted
+        .left()
+        .expect("the deleted pod, as for pods on a cluster");
+    assert_eq!(deleted.metadata.uid.as_deref(), Some(uid.as_str()));
+    let missing = pods.get("kube").await.unwrap_err();
+    assert!(
+        matches!(&missing, kube::Error::Api(s) if s.code == 404 && s.reason == "NotFound"),
+        "{missing:?}"
+    );
+    server.stop().await.unwrap();
+}
+
+/// A written pod is served in protobuf too, with the fields it was written with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_written_pod_is_served_in_protobuf() {
+    use k8s_pb::api::core::v1 as pb;
+    use prost::Message;
+
+    let server = start(true).await;
+    let addr = server.addr();
+    let created = call(addr, "POST", PODS, JSON, pod("proto", "nginx:1")).await;
+    assert_eq!(created.code, 201, "{}", created.body);
+    let mut sender = connect(addr).await;
+    let request = hyper::Request::builder()
+        .uri(format!("{PODS}/proto"))
+        .header("host", "loadgen")
+        .header("accept", "application/vnd.kubernetes.protobuf")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(&body[..4], b"k8s\0");
+    let unknown = k8s_pb::apimachinery::pkg::runtime::Unknown::decode(&body[4..]).unwrap();
+    let decoded = pb::Pod::decode(unknown.raw.as_deref().unwrap()).unwrap();
+    let metadata = decoded.metadata.unwrap();
+    assert_eq!(metadata.name.as_deref(), Some("proto"));
+    assert_eq!(
+        metadata.uid.as_deref(),
+        created.body["metadata"]["uid"].as_str()
+    );
+    assert_eq!(metadata.labels["tier"], "web");
+    assert_eq!(
+        decoded.spec.unwrap().containers[0].image.as_deref(),
+        Some("nginx:1")
     );
     server.stop().await.unwrap();
 }
