@@ -274,15 +274,39 @@ async fn each_write_answers_as_the_api_server_and_is_a_watch_event() {
     )
     .await;
     assert_status(&missing, 404, "NotFound");
-    let json_patch = call(
+    let apply = call(
+        addr,
+        "PATCH",
+        &path,
+        "application/apply-patch+yaml",
+        json!("{}"),
+    )
+    .await;
+    assert_status(&apply, 415, "UnsupportedMediaType");
+    // A JSON patch (RFC 6902): applied whole, or refused with 422 and nothing written.
+    let json_patched = call(
         addr,
         "PATCH",
         &path,
         "application/json-patch+json",
-        json!([]),
+        json!([{ "op": "add", "path": "/metadata/labels/by", "value": "json" }]),
     )
     .await;
-    assert_status(&json_patch, 415, "UnsupportedMediaType");
+    assert_eq!(json_patched.code, 200, "{}", json_patched.body);
+    assert_eq!(json_patched.body["metadata"]["labels"]["by"], "json");
+    // The newest version from here on.
+    let v4 = rv(&json_patched.body);
+    let (kind, object) = watch.next().await;
+    assert_eq!((kind.as_str(), rv(&object)), ("MODIFIED", v4));
+    let not_applied = call(
+        addr,
+        "PATCH",
+        &path,
+        "application/json-patch+json",
+        json!([{ "op": "remove", "path": "/metadata/labels/nope" }]),
+    )
+    .await;
+    assert_status(&not_applied, 422, "Invalid");
 
     // Delete with preconditions that do not hold: 409, with the API server's messages.
     let wrong_uid = call(

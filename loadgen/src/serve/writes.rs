@@ -1,12 +1,12 @@
 //! Writes of pods (`serve --writes`), as the API server answers them (docs/wire.md, "Writes"):
-//! create (`POST`), replace (`PUT`), JSON merge and strategic merge patches (`PATCH`) and
+//! create (`POST`), replace (`PUT`), JSON, merge and strategic merge patches (`PATCH`) and
 //! delete (`DELETE`), each a watch event at a new resource version in the same log the churn
 //! writes, and every refusal the API server's `Status`.
 //!
 //! What is the API server's and what is simpler here:
-//! - Bodies are JSON (`application/json`; patches `application/merge-patch+json` and
-//!   `application/strategic-merge-patch+json`); protobuf, YAML, JSON patches and server-side
-//!   apply get `415 UnsupportedMediaType`.
+//! - Bodies are JSON (`application/json`; patches `application/json-patch+json`,
+//!   `application/merge-patch+json` and `application/strategic-merge-patch+json`); protobuf,
+//!   YAML and server-side apply get `415 UnsupportedMediaType`.
 //! - Validation is the part a client meets first: a name (or `generateName`) that is an RFC
 //!   1123 subdomain, at least one container, each with a unique name and an image; the
 //!   namespace of the body matches the URL's (else `400`, as the API server). Updates may not
@@ -302,31 +302,38 @@ fn patch(
     name: &str,
     warnings: &mut Vec<String>,
 ) -> Result<Arc<StoredPod>, Status> {
-    let strategic = match request.content_type {
-        Some("application/merge-patch+json") => false,
-        Some("application/strategic-merge-patch+json") => true,
+    let kind = match request.content_type {
+        Some("application/merge-patch+json") => PatchKind::Merge,
+        Some("application/strategic-merge-patch+json") => PatchKind::Strategic,
+        Some("application/json-patch+json") => PatchKind::Json,
         other => {
             return Err(Status::unsupported_media_type(
                 other.unwrap_or("none"),
-                "application/merge-patch+json, application/strategic-merge-patch+json",
+                "application/json-patch+json, application/merge-patch+json, \
+                 application/strategic-merge-patch+json",
             ))
         }
     };
     let patch: Value = serde_json::from_slice(request.body)
         .map_err(|e| Status::bad_request(format!("error decoding patch: {e}")))?;
-    if !patch.is_object() {
+    let shape_ok = match kind {
+        PatchKind::Json => patch.is_array(),
+        PatchKind::Merge | PatchKind::Strategic => patch.is_object(),
+    };
+    if !shape_ok {
         return Err(Status::bad_request(
-            "error decoding patch: a patch of a pod is a JSON object",
+            "error decoding patch: a JSON patch is an array of operations, a merge patch an object",
         ));
     }
     store.write(request.namespace, name, request.dry_run, |current, _| {
         let current = current.ok_or_else(|| Status::pod_not_found(name))?;
         let mut value: Value = serde_json::from_slice(current.object())
             .map_err(|e| Status::internal_error(format!("the stored pod does not decode: {e}")))?;
-        if strategic {
-            strategic_merge(&mut value, &patch, "");
-        } else {
-            merge(&mut value, &patch);
+        match kind {
+            PatchKind::Merge => merge(&mut value, &patch),
+            PatchKind::Strategic => strategic_merge(&mut value, &patch, ""),
+            // The API server's answer to a JSON patch that does not apply.
+            PatchKind::Json => json_patch(&mut value, &patch).map_err(Status::invalid)?,
         }
         let mut pod = typed_pod(value, request.field_validation, warnings)?;
         check_namespace(&mut pod, request.namespace)?;
@@ -334,6 +341,17 @@ fn patch(
         validate(&pod)?;
         updated(current, pod)
     })
+}
+
+/// The patch types served.
+#[derive(Debug, Clone, Copy)]
+enum PatchKind {
+    /// RFC 6902 (`application/json-patch+json`).
+    Json,
+    /// RFC 7386 (`application/merge-patch+json`).
+    Merge,
+    /// Kubernetes' strategic merge patch, for what kubectl sends (see the module documentation).
+    Strategic,
 }
 
 /// `pod` replacing `current`, checked as the API server checks an update: its resource
@@ -571,6 +589,111 @@ pub fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
+/// RFC 6902 JSON patch: `add`, `remove`, `replace`, `move`, `copy` and `test`, in order, on
+/// `target` (left as it was if one fails).
+pub fn json_patch(target: &mut Value, operations: &Value) -> Result<(), String> {
+    let mut patched = target.clone();
+    for (i, operation) in operations.as_array().into_iter().flatten().enumerate() {
+        let field = |name: &str| {
+            operation
+                .get(name)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("operation {i}: missing \"{name}\""))
+        };
+        let value = || {
+            operation
+                .get("value")
+                .cloned()
+                .ok_or_else(|| format!("operation {i}: missing \"value\""))
+        };
+        let path = field("path")?;
+        match field("op")? {
+            "add" => pointer_add(&mut patched, path, value()?)?,
+            "remove" => {
+                pointer_remove(&mut patched, path)?;
+            }
+            "replace" => {
+                pointer_remove(&mut patched, path)?;
+                pointer_add(&mut patched, path, value()?)?;
+            }
+            "move" => {
+                let moved = pointer_remove(&mut patched, field("from")?)?;
+                pointer_add(&mut patched, path, moved)?;
+            }
+            "copy" => {
+                let from = field("from")?;
+                let copied = patched
+                    .pointer(from)
+                    .cloned()
+                    .ok_or_else(|| format!("copy from a missing path: {from}"))?;
+                pointer_add(&mut patched, path, copied)?;
+            }
+            "test" => {
+                if patched.pointer(path) != Some(&value()?) {
+                    return Err(format!("testing value {path} failed"));
+                }
+            }
+            other => return Err(format!("operation {i}: unknown op \"{other}\"")),
+        }
+    }
+    *target = patched;
+    Ok(())
+}
+
+/// `pointer` split into its parent and its last token (unescaped); `None` for the root.
+fn split_pointer(pointer: &str) -> Result<Option<(&str, String)>, String> {
+    if pointer.is_empty() {
+        return Ok(None);
+    }
+    let Some(at) = pointer.rfind('/') else {
+        return Err(format!("a JSON pointer starts with '/': {pointer}"));
+    };
+    let token = pointer[at + 1..].replace("~1", "/").replace("~0", "~");
+    Ok(Some((&pointer[..at], token)))
+}
+
+fn pointer_add(target: &mut Value, pointer: &str, value: Value) -> Result<(), String> {
+    let Some((parent, token)) = split_pointer(pointer)? else {
+        *target = value;
+        return Ok(());
+    };
+    match target.pointer_mut(parent) {
+        Some(Value::Object(map)) => {
+            map.insert(token, value);
+            Ok(())
+        }
+        Some(Value::Array(list)) => {
+            let at = if token == "-" {
+                list.len()
+            } else {
+                token
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|&at| at <= list.len())
+                    .ok_or_else(|| format!("add to an array at a bad index: {pointer}"))?
+            };
+            list.insert(at, value);
+            Ok(())
+        }
+        _ => Err(format!("add to a missing path: {pointer}")),
+    }
+}
+
+fn pointer_remove(target: &mut Value, pointer: &str) -> Result<Value, String> {
+    let Some((parent, token)) = split_pointer(pointer)? else {
+        return Err("cannot remove the whole object".to_owned());
+    };
+    let removed = match target.pointer_mut(parent) {
+        Some(Value::Object(map)) => map.remove(&token),
+        Some(Value::Array(list)) => match token.parse::<usize>() {
+            Ok(at) if at < list.len() => Some(list.remove(at)),
+            _ => None,
+        },
+        _ => None,
+    };
+    removed.ok_or_else(|| format!("remove a missing path: {pointer}"))
+}
+
 /// The key the elements of the list `field` of a pod merge by in a strategic merge patch (the
 /// `patchMergeKey` of the Go types), if it is one.
 fn merge_key(field: &str) -> Option<&'static str> {
@@ -717,6 +840,41 @@ mod tests {
                 {"name": "c", "image": "c:1"},
             ]}})
         );
+    }
+
+    #[test]
+    fn a_json_patch_applies_in_order_or_not_at_all() {
+        let mut pod = json!({"metadata": {"labels": {"a/b": "1"}}, "list": [1, 3]});
+        json_patch(
+            &mut pod,
+            &json!([
+                {"op": "add", "path": "/metadata/labels/c", "value": "2"},
+                {"op": "remove", "path": "/metadata/labels/a~1b"},
+                {"op": "add", "path": "/list/1", "value": 2},
+                {"op": "add", "path": "/list/-", "value": 4},
+                {"op": "replace", "path": "/list/0", "value": 0},
+                {"op": "copy", "from": "/list/0", "path": "/zero"},
+                {"op": "move", "from": "/zero", "path": "/metadata/zero"},
+                {"op": "test", "path": "/metadata/zero", "value": 0},
+            ]),
+        )
+        .unwrap();
+        assert_eq!(
+            pod,
+            json!({"metadata": {"labels": {"c": "2"}, "zero": 0}, "list": [0, 2, 3, 4]})
+        );
+        let before = pod.clone();
+        for bad in [
+            json!([{"op": "add", "path": "/metadata/x", "value": 1}, {"op": "remove", "path": "/nope"}]),
+            json!([{"op": "test", "path": "/list/0", "value": 9}]),
+            json!([{"op": "add", "path": "/list/9", "value": 1}]),
+            json!([{"op": "frobnicate", "path": "/list"}]),
+            json!([{"op": "add", "path": "no-slash", "value": 1}]),
+            json!([{"op": "replace", "path": "/missing/deep", "value": 1}]),
+        ] {
+            assert!(json_patch(&mut pod, &bad).is_err(), "{bad}");
+            assert_eq!(pod, before, "a failed patch changes nothing");
+        }
     }
 
     #[test]
