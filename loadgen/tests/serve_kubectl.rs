@@ -388,6 +388,48 @@ fn kubectl_create_apply_and_delete_write_pods() {
         "pod/applied unchanged"
     );
 
+    // The other writes kubectl makes: a merge patch, a JSON patch, a replace, a server dry run.
+    let pod = ["-n", "default"];
+    let label = kubectl(
+        &kubeconfig,
+        &[&["label", "pod", "applied", "team=a"][..], &pod].concat(),
+    );
+    assert_eq!(stdout(&label), "pod/applied labeled");
+    let json_patch = [
+        &["patch", "pod", "applied", "--type", "json", "-p"][..],
+        &[r#"[{"op":"replace","path":"/spec/containers/0/image","value":"nginx:3"}]"#],
+        &pod,
+    ]
+    .concat();
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &json_patch)),
+        "pod/applied patched"
+    );
+    assert_eq!(
+        get(
+            "applied",
+            "{.spec.containers[0].image} {.metadata.labels.team}"
+        ),
+        "nginx:3 a"
+    );
+    manifest(&dir, "applied", "nginx:4", "db");
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &["replace", "-f", file])),
+        "pod/applied replaced"
+    );
+    assert_eq!(get("applied", "{.spec.containers[0].image}"), "nginx:4");
+    let dry = manifest(&dir, "dry", "nginx:1", "web");
+    let dry_run = kubectl(
+        &kubeconfig,
+        &["create", "--dry-run=server", "-f", dry.to_str().unwrap()],
+    );
+    assert_eq!(stdout(&dry_run), "pod/dry created (server dry run)");
+    assert!(
+        !kubectl_output(&kubeconfig, &[&["get", "pod", "dry"][..], &pod].concat())
+            .status
+            .success()
+    );
+
     for name in ["created", "applied"] {
         let out = kubectl(&kubeconfig, &["delete", "pod", name, "-n", "default"]);
         assert_eq!(stdout(&out), format!("pod \"{name}\" deleted"));
