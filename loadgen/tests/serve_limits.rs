@@ -31,19 +31,31 @@ enum Cut {
     Whole,
     /// Writes of this many bytes, each flushed on its own.
     Pieces(usize),
+    /// One `write_all`, and only then a read: a client that sends its whole request before it
+    /// looks for an answer.
+    WholeThenRead,
 }
 
 /// Sends `request` as `cut` says (while reading, so a server that answers early is heard) and
 /// returns the answer: its status line and the rest.
 async fn exchange(addr: SocketAddr, request: Vec<u8>, cut: Cut) -> (String, String) {
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     tcp.set_nodelay(true).unwrap();
+    if let Cut::WholeThenRead = cut {
+        let _ = tcp.write_all(&request).await;
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(20), tcp.read_to_end(&mut answer));
+        // A reset loses what was not read yet: whatever arrived is the answer.
+        let _ = read.await.expect("the connection ends within 20 s");
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        return (answer.lines().next().unwrap_or("").to_owned(), answer);
+    }
     let (mut read, mut write) = tcp.into_split();
     let writer = tokio::spawn(async move {
         // The server may answer and close before the whole request is written: a failed
         // write is expected then.
         match cut {
-            Cut::Whole => {
+            Cut::Whole | Cut::WholeThenRead => {
                 let _ = write.write_all(&request).await;
             }
             Cut::Pieces(size) => {
@@ -136,7 +148,12 @@ async fn an_oversized_body_is_413_every_time_however_it_is_cut() {
     let server = start().await;
     let addr = server.addr();
     for chunked in [false, true] {
-        for cut in [Cut::Whole, Cut::Pieces(4096), Cut::Pieces(100_000)] {
+        for cut in [
+            Cut::Whole,
+            Cut::Pieces(4096),
+            Cut::Pieces(100_000),
+            Cut::WholeThenRead,
+        ] {
             for round in 0..ROUNDS {
                 let request = big_body(MAX_BODY_BYTES + 1, chunked);
                 let (status, answer) = exchange(addr, request, cut).await;
