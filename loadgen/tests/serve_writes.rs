@@ -109,7 +109,7 @@ fn assert_status(answer: &Answer, code: u16, reason: &str) {
     assert_eq!(body["reason"], reason, "{body}");
 }
 
-/// A watch of the default namespace from `from`, read line by line.
+/// A watch, read line by line.
 struct Watch {
     body: hyper::body::Incoming,
     buffered: Vec<u8>,
@@ -117,10 +117,11 @@ struct Watch {
 }
 
 impl Watch {
-    async fn open(addr: SocketAddr, from: u64) -> Watch {
+    /// A watch of `pods` (a collection path) from `from`.
+    async fn open(addr: SocketAddr, pods: &str, from: u64) -> Watch {
         let mut sender = connect(addr).await;
         let request = hyper::Request::builder()
-            .uri(format!("{PODS}?watch=1&resourceVersion={from}"))
+            .uri(format!("{pods}?watch=1&resourceVersion={from}"))
             .header("host", "loadgen")
             .body(Full::new(Bytes::new()))
             .unwrap();
@@ -160,7 +161,7 @@ impl Watch {
 async fn each_write_answers_as_the_api_server_and_is_a_watch_event() {
     let server = start(true).await;
     let addr = server.addr();
-    let mut watch = Watch::open(addr, server.store().resource_version()).await;
+    let mut watch = Watch::open(addr, PODS, server.store().resource_version()).await;
 
     // Create: 201 with what the server set.
     let created = call(addr, "POST", PODS, JSON, pod("web", "nginx:1")).await;
@@ -630,5 +631,64 @@ async fn a_written_pod_is_served_in_protobuf() {
         decoded.spec.unwrap().containers[0].image.as_deref(),
         Some("nginx:1")
     );
+    server.stop().await.unwrap();
+}
+
+/// Writes while the churn runs: one log, every version once, in order, the writes' events
+/// among the churn's at the versions their answers gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_and_the_churn_share_one_gapless_log() {
+    let events = 400;
+    let mut config = ServeConfig::new(
+        WorkloadSpec::new(Workload::W1).keys(50).events(events),
+        1_000.0,
+    );
+    config.pod_profile = PodProfile::Minimal;
+    config.writes = true;
+    config.publish_interval = Duration::ZERO;
+    let server = Server::start(config).await.expect("the server starts");
+    let addr = server.addr();
+    let from = server.initial_resource_version();
+    // Every namespace: the churn's pods are in their own.
+    let mut watch = Watch::open(addr, "/api/v1/pods", from).await;
+    let mut written = std::collections::BTreeMap::new();
+    for i in 0..20 {
+        let name = format!("w-{i}");
+        let created = call(addr, "POST", PODS, JSON, pod(&name, "nginx")).await;
+        assert_eq!(created.code, 201, "{}", created.body);
+        written.insert(rv(&created.body), name);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let summary = serve_common::churn_done(&server, Duration::from_secs(30)).await;
+    let last = server.store().resource_version();
+    assert_eq!(last, from + events as u64 + 20, "{summary:?}");
+    // The churn (0.4 s) was still publishing after the first write (so its events were
+    // numbered again after the writes took theirs).
+    let first_write = *written.keys().next().unwrap();
+    assert!(
+        first_write < last - 20,
+        "every write came after the churn: {written:?}"
+    );
+    let mut expected = from + 1;
+    while expected <= last {
+        let (kind, object) = watch.next().await;
+        assert_eq!(rv(&object), expected, "every version once, in order");
+        if let Some(name) = written.get(&expected) {
+            assert_eq!(
+                (kind.as_str(), &object["metadata"]["name"]),
+                ("ADDED", &json!(name))
+            );
+        }
+        expected += 1;
+    }
+    let list = call(addr, "GET", PODS, JSON, Value::Null).await;
+    let names: Vec<&str> = list.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str())
+        .filter(|n| n.starts_with("w-"))
+        .collect();
+    assert_eq!(names.len(), 20, "{names:?}");
     server.stop().await.unwrap();
 }
