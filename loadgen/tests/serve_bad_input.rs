@@ -285,8 +285,9 @@ async fn status_line(addr: SocketAddr, request: Vec<u8>) -> String {
         .to_string()
 }
 
-/// An `App` over a small store, for driving the router without a socket.
-fn app() -> App {
+/// An `App` over a small store, for driving the router without a socket, accepting writes when
+/// `writes`.
+fn app_with(writes: bool) -> App {
     let store = Arc::new(Store::new(Vec::new(), 0, 50));
     let changes = (1..=20u32)
         .map(|i| {
@@ -318,6 +319,7 @@ fn app() -> App {
         label: "proptest".into(),
         faults: Faults::new(FaultPlan::default()),
         too_large_wait: Duration::ZERO,
+        writes,
     }
 }
 
@@ -384,10 +386,40 @@ proptest! {
             Just("GET"), Just("HEAD"), Just("POST"), Just("PUT"), Just("PATCH"),
             Just("DELETE"), Just("OPTIONS"), Just("BREW"),
         ],
-        path in path(),
+        path in prop_oneof![
+            path(),
+            // The paths writes go to, often, so random writes reach the store.
+            Just("/api/v1/namespaces/ns-1/pods".to_string()),
+            Just("/api/v1/namespaces/ns-1/pods/pod-3".to_string()),
+            Just("/api/v1/namespaces/ns-1/pods/new".to_string()),
+        ],
         pairs in prop::collection::vec(query_pair(), 0..6),
         raw_tail in prop_oneof![Just(String::new()), "[%&=a-z0-9]{0,16}"],
-        body in prop::collection::vec(any::<u8>(), 0..256),
+        body in prop_oneof![
+            prop::collection::vec(any::<u8>(), 0..256),
+            // Pods and patches that decode, some valid, so writes get past their first checks.
+            (
+                prop_oneof![Just(""), Just("pod-3"), Just("new"), Just("Bad_Name")],
+                prop_oneof![Just(""), Just("ns-1"), Just("other")],
+                prop_oneof![Just(0usize), Just(1), Just(2)],
+                prop_oneof![Just("\"x\""), Just("null"), Just("3"), Just("{}")],
+            )
+                .prop_map(|(name, namespace, containers, extra)| {
+                    let containers: Vec<String> = (0..containers)
+                        .map(|i| format!(r#"{{"name":"c{i}","image":"i"}}"#))
+                        .collect();
+                    format!(
+                        r#"{{"metadata":{{"name":"{name}","namespace":"{namespace}","uid":{extra},"resourceVersion":"3"}},"spec":{{"containers":[{}],"nodeName":{extra}}},"preconditions":{{"uid":{extra}}}}}"#,
+                        containers.join(",")
+                    )
+                    .into_bytes()
+                }),
+        ],
+        content_type in prop_oneof![
+            Just("application/json"), Just("application/merge-patch+json"),
+            Just("application/strategic-merge-patch+json"), Just("text/plain"),
+        ],
+        writes: bool,
     ) {
         let mut query = form_urlencoded::Serializer::new(String::new());
         for (k, v) in &pairs {
@@ -402,10 +434,11 @@ proptest! {
         };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let (code, head) = runtime.block_on(async {
-            let router = axum::Router::new().fallback(routes::handle).with_state(app());
+            let router = axum::Router::new().fallback(routes::handle).with_state(app_with(writes));
             let request = hyper::Request::builder()
                 .method(method)
                 .uri(uri.clone())
+                .header("content-type", content_type)
                 .body(Body::from(body.clone()))
                 .unwrap();
             let response = hyper::service::Service::call(&TowerToHyperService::new(router), request)

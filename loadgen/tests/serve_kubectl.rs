@@ -295,3 +295,174 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
     server.interrupt();
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// kubectl without the success check, for the commands that must fail.
+fn kubectl_output(kubeconfig: &Path, args: &[&str]) -> Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()
+        .expect("kubectl runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// A pod manifest named `name` running `image`, labelled `tier`.
+fn manifest(dir: &Path, name: &str, image: &str, tier: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\n  \
+             labels:\n    tier: {tier}\nspec:\n  containers:\n  - name: app\n    image: {image}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// `kubectl create`, `apply` (create, then change) and `delete` against `serve --writes` say
+/// what they say against a real API server, and the server's pods follow.
+#[test]
+fn kubectl_create_apply_and_delete_write_pods() {
+    require_kubectl();
+    let dir = scratch("kubectl-writes");
+    let kubeconfig = dir.join("kubeconfig");
+    let server = ServeChild::start(
+        &["--rate", "1", "--keys", "3", "--events", "0", "--writes"],
+        &kubeconfig,
+    );
+    let get = |name: &str, path: &str| {
+        stdout(&kubectl(
+            &kubeconfig,
+            &[
+                "get",
+                "pod",
+                name,
+                "-n",
+                "default",
+                "-o",
+                &format!("jsonpath={path}"),
+            ],
+        ))
+    };
+
+    let created = manifest(&dir, "created", "nginx:1", "web");
+    let file = created.to_str().unwrap();
+    let out = kubectl(&kubeconfig, &["create", "-f", file]);
+    assert_eq!(stdout(&out), "pod/created created");
+    assert_eq!(get("created", "{.spec.containers[0].image}"), "nginx:1");
+    let again = kubectl_output(&kubeconfig, &["create", "-f", file]);
+    assert!(!again.status.success(), "a second create must fail");
+    let error = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        error.contains("AlreadyExists") && error.contains("pods \"created\" already exists"),
+        "{error}"
+    );
+
+    let applied = manifest(&dir, "applied", "nginx:1", "web");
+    let file = applied.to_str().unwrap();
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &["apply", "-f", file])),
+        "pod/applied created"
+    );
+    let first_version = get("applied", "{.metadata.resourceVersion}");
+    manifest(&dir, "applied", "nginx:2", "api");
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &["apply", "-f", file])),
+        "pod/applied configured"
+    );
+    assert_eq!(
+        get(
+            "applied",
+            "{.spec.containers[0].image} {.metadata.labels.tier}"
+        ),
+        "nginx:2 api"
+    );
+    assert_ne!(get("applied", "{.metadata.resourceVersion}"), first_version);
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &["apply", "-f", file])),
+        "pod/applied unchanged"
+    );
+
+    // The other writes kubectl makes: a merge patch, a JSON patch, a replace, a server dry run.
+    let pod = ["-n", "default"];
+    let label = kubectl(
+        &kubeconfig,
+        &[&["label", "pod", "applied", "team=a"][..], &pod].concat(),
+    );
+    assert_eq!(stdout(&label), "pod/applied labeled");
+    let json_patch = [
+        &["patch", "pod", "applied", "--type", "json", "-p"][..],
+        &[r#"[{"op":"replace","path":"/spec/containers/0/image","value":"nginx:3"}]"#],
+        &pod,
+    ]
+    .concat();
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &json_patch)),
+        "pod/applied patched"
+    );
+    assert_eq!(
+        get(
+            "applied",
+            "{.spec.containers[0].image} {.metadata.labels.team}"
+        ),
+        "nginx:3 a"
+    );
+    manifest(&dir, "applied", "nginx:4", "db");
+    assert_eq!(
+        stdout(&kubectl(&kubeconfig, &["replace", "-f", file])),
+        "pod/applied replaced"
+    );
+    assert_eq!(get("applied", "{.spec.containers[0].image}"), "nginx:4");
+    let dry = manifest(&dir, "dry", "nginx:1", "web");
+    let dry_run = kubectl(
+        &kubeconfig,
+        &["create", "--dry-run=server", "-f", dry.to_str().unwrap()],
+    );
+    assert_eq!(stdout(&dry_run), "pod/dry created (server dry run)");
+    assert!(
+        !kubectl_output(&kubeconfig, &[&["get", "pod", "dry"][..], &pod].concat())
+            .status
+            .success()
+    );
+
+    for name in ["created", "applied"] {
+        let out = kubectl(&kubeconfig, &["delete", "pod", name, "-n", "default"]);
+        assert_eq!(stdout(&out), format!("pod \"{name}\" deleted"));
+    }
+    let gone = kubectl_output(&kubeconfig, &["get", "pod", "created", "-n", "default"]);
+    assert!(!gone.status.success());
+    assert!(
+        String::from_utf8_lossy(&gone.stderr).contains("NotFound"),
+        "{}",
+        String::from_utf8_lossy(&gone.stderr)
+    );
+    assert_eq!(
+        server_state(&kubeconfig).len(),
+        3,
+        "only the churn's pods are left"
+    );
+    server.interrupt();
+}
+
+/// Without `--writes`, kubectl's writes are refused with the API server's 405.
+#[test]
+fn kubectl_create_against_a_read_only_serve_is_refused() {
+    require_kubectl();
+    let dir = scratch("kubectl-read-only");
+    let kubeconfig = dir.join("kubeconfig");
+    let server = ServeChild::start(
+        &["--rate", "1", "--keys", "3", "--events", "0"],
+        &kubeconfig,
+    );
+    let file = manifest(&dir, "refused", "nginx:1", "web");
+    let out = kubectl_output(&kubeconfig, &["create", "-f", file.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let error = String::from_utf8_lossy(&out.stderr);
+    assert!(error.contains("MethodNotAllowed"), "{error}");
+    server.interrupt();
+}

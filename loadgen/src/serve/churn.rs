@@ -394,7 +394,7 @@ mod tests {
         queue
             .into_iter()
             .map(|change| {
-                let f = change.pod.fields();
+                let f = change.pod.fields().expect("a churn pod");
                 let r = f.revision;
                 (change.kind, f.id, (r.restarts, r.spec, r.touched))
             })

@@ -3,7 +3,9 @@
 //!
 //! It converts the fields a served pod uses (docs/workloads.md, "Pod profiles") and refuses,
 //! in a debug assertion, a pod with fields it does not know, so a profile that grows a field
-//! grows it here too or its tests fail.
+//! grows it here too or its tests fail. A pod a client wrote (`serve --writes`) may carry any
+//! field: [`written_pod`] converts what it knows and leaves the rest out of the protobuf form
+//! (docs/wire.md, "Writes").
 
 use std::collections::BTreeMap;
 
@@ -14,8 +16,18 @@ use k8s_pb::apimachinery::pkg::api::resource::Quantity;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pbmeta;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
 
-/// The `k8s-pb` form of `pod`.
+/// The `k8s-pb` form of `pod`, a profile's pod: every field it has is one the conversion knows.
 pub fn pod(pod: &oa::Pod) -> pb::Pod {
+    debug_assert!(
+        only_known_fields(pod),
+        "a field the conversion does not know"
+    );
+    written_pod(pod)
+}
+
+/// The `k8s-pb` form of a pod a client wrote: the fields the conversion knows, the others left
+/// out.
+pub fn written_pod(pod: &oa::Pod) -> pb::Pod {
     pb::Pod {
         metadata: Some(object_meta(&pod.metadata)),
         spec: pod.spec.as_ref().map(spec),
@@ -23,8 +35,41 @@ pub fn pod(pod: &oa::Pod) -> pb::Pod {
     }
 }
 
+/// Whether `pod` has none of the fields a profile's pod never has, which the conversion leaves
+/// out (a profile that grows one must grow the conversion too).
+fn only_known_fields(pod: &oa::Pod) -> bool {
+    let m = &pod.metadata;
+    let containers = || {
+        pod.spec.iter().flat_map(|s| {
+            s.containers
+                .iter()
+                .chain(s.init_containers.iter().flatten())
+        })
+    };
+    let probes = containers().flat_map(|c| [&c.liveness_probe, &c.readiness_probe]);
+    let states = pod.status.iter().flat_map(|s| {
+        s.container_statuses
+            .iter()
+            .chain(s.init_container_statuses.iter())
+            .flatten()
+            .flat_map(|c| [&c.state, &c.last_state])
+    });
+    m.finalizers.is_none()
+        && m.deletion_timestamp.is_none()
+        && pod
+            .spec
+            .iter()
+            .all(|s| s.affinity.is_none() && s.node_selector.is_none() && s.host_network.is_none())
+        && containers().all(|c| {
+            c.lifecycle.is_none() && c.security_context.is_none() && c.startup_probe.is_none()
+        })
+        && probes
+            .flatten()
+            .all(|p| p.exec.is_none() && p.grpc.is_none())
+        && states.flatten().all(|s| s.waiting.is_none())
+}
+
 fn object_meta(m: &oameta::ObjectMeta) -> pbmeta::ObjectMeta {
-    debug_assert!(m.finalizers.is_none() && m.deletion_timestamp.is_none());
     pbmeta::ObjectMeta {
         name: m.name.clone(),
         generate_name: m.generate_name.clone(),
@@ -77,10 +122,6 @@ fn time(t: &oameta::Time) -> pbmeta::Time {
 }
 
 fn spec(s: &oa::PodSpec) -> pb::PodSpec {
-    debug_assert!(
-        s.affinity.is_none() && s.node_selector.is_none() && s.host_network.is_none(),
-        "a field the conversion does not know"
-    );
     pb::PodSpec {
         volumes: s.volumes.iter().flatten().map(volume).collect(),
         init_containers: s.init_containers.iter().flatten().map(container).collect(),
@@ -197,10 +238,6 @@ fn field_ref(f: &oa::ObjectFieldSelector) -> pb::ObjectFieldSelector {
 }
 
 fn container(c: &oa::Container) -> pb::Container {
-    debug_assert!(
-        c.lifecycle.is_none() && c.security_context.is_none() && c.startup_probe.is_none(),
-        "a field the conversion does not know"
-    );
     pb::Container {
         name: Some(c.name.clone()),
         image: c.image.clone(),
@@ -277,7 +314,6 @@ fn quantities(
 }
 
 fn probe(p: &oa::Probe) -> pb::Probe {
-    debug_assert!(p.exec.is_none() && p.grpc.is_none());
     pb::Probe {
         handler: Some(pb::ProbeHandler {
             http_get: p.http_get.as_ref().map(|h| pb::HttpGetAction {
@@ -389,7 +425,6 @@ fn container_status(c: &oa::ContainerStatus) -> pb::ContainerStatus {
 }
 
 fn container_state(s: &oa::ContainerState) -> pb::ContainerState {
-    debug_assert!(s.waiting.is_none());
     pb::ContainerState {
         running: s.running.as_ref().map(|r| pb::ContainerStateRunning {
             started_at: r.started_at.as_ref().map(time),

@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Response, StatusCode};
 use axum::Router;
+use futures_util::future::Either;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
@@ -214,10 +217,15 @@ async fn http_connection(
     let service = {
         let progress = Arc::clone(&progress);
         let router = TowerToHyperService::new(router);
+        let max_header_bytes = limits.max_header_bytes;
         hyper::service::service_fn(move |mut request: hyper::Request<hyper::body::Incoming>| {
+            if let Some(refusal) = head_too_large(&request, max_header_bytes) {
+                return Either::Left(std::future::ready(Ok(refusal)));
+            }
             request.extensions_mut().insert(Arc::clone(&progress));
             // The future owns a clone of the router: nothing borrowed outlives this call.
-            hyper::service::Service::call(&router, request)
+            // Boxed so the connection is `Unpin` and can hand its socket back at the end.
+            Either::Right(Box::pin(hyper::service::Service::call(&router, request)))
         })
     };
     let mut builder = http1::Builder::new();
@@ -225,21 +233,26 @@ async fn http_connection(
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192));
-    let conn = builder.serve_connection(TokioIo::new(tcp), service);
-    tokio::pin!(conn);
+    let mut conn = builder.serve_connection(TokioIo::new(tcp), service);
     let mut check = tokio::time::interval(limits.slow_watcher_check);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut stopping = false;
     loop {
         tokio::select! {
             // Errors are the client's (a reset, a head too large or too slow): the
-            // connection is over either way.
-            _ = conn.as_mut() => return,
+            // connection is over either way. Without one, the socket comes back for a
+            // lingering close.
+            done = std::future::poll_fn(|cx| conn.poll_without_shutdown(cx)) => {
+                if done.is_ok() {
+                    lingering_close(conn.into_parts().io.into_inner()).await;
+                }
+                return;
+            }
             _ = stopped(&mut shutdown), if !stopping => {
                 stopping = true;
                 // Ends the connection after the request in flight; open watches end on the
                 // same signal.
-                conn.as_mut().graceful_shutdown();
+                std::pin::Pin::new(&mut conn).graceful_shutdown();
             }
             _ = check.tick() => {
                 let behind = progress.behind(store.resource_version());
@@ -251,6 +264,85 @@ async fn http_connection(
             }
         }
     }
+}
+
+/// How long a connection that ended is read from (and what it sends thrown away) before it is
+/// closed; Go's server waits 500 ms (`rstAvoidanceDelay`).
+const LINGER: Duration = Duration::from_millis(500);
+/// At most this much of what a client still sends is read and thrown away.
+const LINGER_BYTES: usize = 8 << 20;
+
+/// Ends a connection whose last answer has been written: a FIN after the answer, then what the
+/// client still sends is read and dropped for a while, then the socket is closed.
+///
+/// A refused request (`413` for a body over the limit, `431`) leaves the rest of it unread.
+/// Closing a socket with unread data makes the kernel send a reset, which can overtake the
+/// answer and destroy it before the client reads it (the client sees "connection reset"
+/// instead of the 413), the more likely the slower the link. Go's server avoids it the same
+/// way (`closeWriteAndWait`). On loopback the answer is always delivered before the reset, so
+/// the tests of loadgen/tests/serve_limits.rs pass with or without this; it is for real links.
+async fn lingering_close(mut tcp: tokio::net::TcpStream) {
+    // `poll_shutdown` is `shutdown(SHUT_WR)`. The peer may be gone already: nothing more to do
+    // then.
+    let shutdown = std::future::poll_fn(|cx| {
+        tokio::io::AsyncWrite::poll_shutdown(std::pin::Pin::new(&mut tcp), cx)
+    });
+    if shutdown.await.is_err() {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + LINGER;
+    let mut sink = vec![0u8; 16 << 10];
+    let mut drained = 0;
+    while drained < LINGER_BYTES {
+        if tokio::time::timeout_at(deadline, tcp.readable())
+            .await
+            .is_err()
+        {
+            return;
+        }
+        match tcp.try_read(&mut sink) {
+            Ok(n) if n > 0 => drained += n,
+            // Readiness that was not (the next wait decides).
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            // The client closed, or failed.
+            _ => return,
+        }
+    }
+}
+
+/// The answer to a request whose head is over `max` bytes: `414 URI Too Long` if its request
+/// line alone is, `431 Request Header Fields Too Large` otherwise; `None` for a head within
+/// the limit.
+///
+/// hyper's own bound (`max_buf_size`) only bounds the buffer: it refuses a head when a parse
+/// comes up incomplete with the buffer full, but one read can fill the buffer past the bound
+/// (it reads into all the capacity the buffer grew to), and a head that arrives whole in that
+/// read parses and is served. Which one happens depends on how the client's writes were cut,
+/// so the same request was refused four times in five. Counting the parsed head here refuses
+/// it every time; hyper's bound still caps the memory a head can take.
+fn head_too_large<B>(request: &hyper::Request<B>, max: usize) -> Option<Response<Body>> {
+    // As on the wire: `METHOD URI HTTP/1.1\r\n`, `Name: value\r\n` per header, `\r\n`.
+    let request_line = request.method().as_str().len() + request.uri().to_string().len() + 12;
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if request_line + headers + 2 <= max {
+        return None;
+    }
+    let status = if request_line > max {
+        StatusCode::URI_TOO_LONG
+    } else {
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+    };
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = status;
+    // The connection ends with the answer, as hyper's own refusal ends it.
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    Some(response)
 }
 
 /// Completes once `shutdown` turns true, or its sender is gone (the server was dropped).

@@ -15,6 +15,7 @@
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
 //! | [`routes`] | paths, query parameters, lists, gets and watches |
+//! | [`writes`] | creates, replaces, patches and deletes of pods (`--writes`) |
 //! | [`faults`] | faults injected on purpose (resets, cut frames, stalls, 429s, …) and their counts |
 //! | [`limits`] | the accept loop: per-connection limits and the slow-watcher close |
 //! | [`params`] | query parameters read before routing (a too-new resource version waits) |
@@ -38,6 +39,7 @@ pub mod routes;
 pub mod store;
 mod template;
 pub mod watch;
+pub mod writes;
 
 use std::io;
 use std::net::SocketAddr;
@@ -116,6 +118,11 @@ pub struct ServeArgs {
     /// when it is due; a watch then hears one event per write).
     #[arg(long = "publish-interval-ms", value_name = "MS", default_value = "1", value_parser = parse_publish_interval_ms)]
     pub publish_interval: Duration,
+    /// Accept writes of pods (create, replace, patch, delete) as the API server does, each an
+    /// event in the same stream as the churn's (docs/wire.md, "Writes"); without it every
+    /// write gets `405 MethodNotAllowed`.
+    #[arg(long)]
+    pub writes: bool,
 }
 
 /// A publication interval given in milliseconds, 0 to 1000.
@@ -178,6 +185,8 @@ pub struct ServeConfig {
     pub too_large_wait: Duration,
     /// The churn publishes what is due at most once per this interval ([`Pace::interval`]).
     pub publish_interval: Duration,
+    /// Accept writes of pods (off by default: a read-only server answers them 405).
+    pub writes: bool,
 }
 
 impl ServeConfig {
@@ -205,6 +214,7 @@ impl ServeConfig {
             limits: Limits::for_window(DEFAULT_WINDOW),
             publish_interval: Pace::DEFAULT_INTERVAL,
             too_large_wait: DEFAULT_TOO_LARGE_WAIT,
+            writes: false,
         }
     }
 }
@@ -268,6 +278,7 @@ impl Server {
             label: workload_label(&config),
             faults,
             too_large_wait: config.too_large_wait,
+            writes: config.writes,
         };
         let (shutdown, http) = serve_http(listener, app.clone(), config.limits.clone());
         let (stop_churn, churn_gate) = restart::spawn_churn(
@@ -510,6 +521,7 @@ pub fn main(args: ServeArgs) -> ExitCode {
         },
         too_large_wait: DEFAULT_TOO_LARGE_WAIT,
         publish_interval: args.publish_interval,
+        writes: args.writes,
     };
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,

@@ -231,6 +231,76 @@ impl Status {
         )
     }
 
+    /// 409 `AlreadyExists`: a create of a pod that exists.
+    pub fn already_exists(name: &str) -> Self {
+        let mut status = Self::new(
+            409,
+            "AlreadyExists",
+            format!("pods \"{name}\" already exists"),
+        );
+        status.details = Some(json!({ "name": name, "kind": "pods" }));
+        status
+    }
+
+    /// 409 `Conflict`: a write whose precondition (resource version, uid) the pod no longer
+    /// meets; `why` is the API server's reason, e.g. "the object has been modified; ...".
+    pub fn conflict(name: &str, why: &str) -> Self {
+        let mut status = Self::new(
+            409,
+            "Conflict",
+            format!("Operation cannot be fulfilled on pods \"{name}\": {why}"),
+        );
+        status.details = Some(json!({ "name": name, "kind": "pods" }));
+        status
+    }
+
+    /// 422 `Invalid` for a pod that fails validation: one cause per `(field, reason, detail)`,
+    /// e.g. `("spec.containers", "FieldValueRequired", "Required value")`, and the message the
+    /// API server writes from them.
+    pub fn invalid_pod(name: &str, causes: &[(String, &'static str, String)]) -> Self {
+        let errors: Vec<String> = causes
+            .iter()
+            .map(|(field, _, detail)| format!("{field}: {detail}"))
+            .collect();
+        let listed = match errors.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
+        let mut status = Self::new(
+            422,
+            "Invalid",
+            format!("Pod \"{name}\" is invalid: {listed}"),
+        );
+        let causes: Vec<Value> = causes
+            .iter()
+            .map(|(field, reason, detail)| {
+                json!({ "reason": reason, "message": detail, "field": field })
+            })
+            .collect();
+        status.details = Some(json!({ "name": name, "kind": "Pod", "causes": causes }));
+        status
+    }
+
+    /// 413 `RequestEntityTooLarge`: a request body over `limit` bytes.
+    pub fn request_entity_too_large(limit: usize) -> Self {
+        Self::new(
+            413,
+            "RequestEntityTooLarge",
+            format!("Request entity too large: limit is {limit}"),
+        )
+    }
+
+    /// 415 `UnsupportedMediaType`: a body in a format the server does not read.
+    pub fn unsupported_media_type(content_type: &str, accepted: &str) -> Self {
+        Self::new(
+            415,
+            "UnsupportedMediaType",
+            format!(
+                "the body of the request was in an unknown format ({content_type}) - accepted media types include: {accepted}"
+            ),
+        )
+    }
+
     /// 410 `Expired`: a watch or list from a resource version the server no longer has.
     pub fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
@@ -330,7 +400,7 @@ fn go_arch() -> &'static str {
 
 /// `GET /`: the paths the server answers.
 pub fn root_paths() -> Value {
-    json!({ "paths": ["/api", "/api/v1", "/apis", "/loadgen/status", "/version"] })
+    json!({ "paths": ["/api", "/api/v1", "/apis", "/loadgen/status", "/openapi/v3", "/version"] })
 }
 
 /// `GET /api`: the core group's versions.
@@ -347,8 +417,16 @@ pub fn api_group_list() -> Value {
     json!({ "kind": "APIGroupList", "apiVersion": "v1", "groups": [] })
 }
 
-/// `GET /api/v1`: the one resource, `pods`.
-pub fn api_resource_list() -> Value {
+/// `GET /api/v1`: the one resource, `pods`, with the verbs served (the writes only with
+/// `--writes`).
+pub fn api_resource_list(writes: bool) -> Value {
+    let verbs: &[&str] = if writes {
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ]
+    } else {
+        &["get", "list", "watch"]
+    };
     json!({
         "kind": "APIResourceList",
         "groupVersion": "v1",
@@ -357,10 +435,60 @@ pub fn api_resource_list() -> Value {
             "singularName": "pod",
             "namespaced": true,
             "kind": "Pod",
-            "verbs": ["get", "list", "watch"],
+            "verbs": verbs,
             "shortNames": ["po"],
             "categories": ["all"],
         }],
+    })
+}
+
+/// `GET /openapi/v3`: where the one group-version's document is.
+pub fn openapi_v3_root() -> Value {
+    json!({ "paths": { "api/v1": { "serverRelativeURL": "/openapi/v3/api/v1" } } })
+}
+
+/// `GET /openapi/v3/api/v1`: the pods' operations, with no schemas. kubectl reads it for one
+/// thing: whether the `PATCH` of a Pod takes `fieldValidation` (then it leaves validation to
+/// the server instead of downloading schemas); `kubectl apply` then computes its strategic
+/// merge patches from its built-in types. The writes are described with or without `--writes`
+/// (without it they answer 405, as they would from a server that forbids them), so kubectl
+/// sends a write and shows the server's answer rather than failing to validate it.
+pub fn openapi_v3_core() -> Value {
+    let gvk = json!({ "group": "", "version": "v1", "kind": "Pod" });
+    let operation = |id: &str, action: &str| {
+        let mut parameters =
+            vec![json!({ "name": "pretty", "in": "query", "schema": { "type": "string" } })];
+        if !matches!(action, "get" | "list" | "watch") {
+            for name in ["dryRun", "fieldManager", "fieldValidation"] {
+                parameters
+                    .push(json!({ "name": name, "in": "query", "schema": { "type": "string" } }));
+            }
+        }
+        json!({
+            "operationId": id,
+            "parameters": parameters,
+            "responses": {},
+            "x-kubernetes-action": action,
+            "x-kubernetes-group-version-kind": gvk,
+        })
+    };
+    let collection = json!({
+        "get": operation("listCoreV1NamespacedPod", "list"),
+        "post": operation("createCoreV1NamespacedPod", "post"),
+    });
+    let item = json!({
+        "get": operation("readCoreV1NamespacedPod", "get"),
+        "put": operation("replaceCoreV1NamespacedPod", "put"),
+        "patch": operation("patchCoreV1NamespacedPod", "patch"),
+        "delete": operation("deleteCoreV1NamespacedPod", "delete"),
+    });
+    json!({
+        "openapi": "3.0.0",
+        "info": { "title": "Kubernetes", "version": format!("v{CLAIMED_MAJOR}.{CLAIMED_MINOR}.0-loadgen") },
+        "paths": {
+            "/api/v1/namespaces/{namespace}/pods": collection,
+            "/api/v1/namespaces/{namespace}/pods/{name}": item,
+        },
     })
 }
 

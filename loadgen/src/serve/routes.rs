@@ -23,6 +23,7 @@ use super::objects::{self, Status};
 use super::params;
 use super::store::Store;
 use super::watch::{WatchOptions, Watcher};
+use super::writes::{self, media_type, FieldValidation, WriteRequest, MAX_BODY_BYTES};
 use kcache_sim::apiserver::ContinueError;
 
 /// What every request handler shares.
@@ -44,9 +45,11 @@ pub struct App {
     pub faults: Arc<Faults>,
     /// How long a request for a resource version newer than the server's waits before its 504.
     pub too_large_wait: Duration,
+    /// Whether pods can be written (`serve --writes`); without it every write is a 405.
+    pub writes: bool,
 }
 
-/// Every request. The body is never read: every served verb is a read.
+/// Every request. Only a write's body is read.
 pub async fn handle(State(app): State<App>, request: Request) -> Response {
     let (method, uri) = (request.method(), request.uri());
     let accept = request
@@ -55,7 +58,16 @@ pub async fn handle(State(app): State<App>, request: Request) -> Response {
         .and_then(|a| a.to_str().ok());
     let errors = Format::for_errors(accept);
     if method != Method::GET && method != Method::HEAD {
-        return status_response_as(errors, &Status::method_not_allowed(method.as_str()));
+        if !app.writes {
+            return status_response_as(errors, &Status::method_not_allowed(method.as_str()));
+        }
+        if let Some(status) = app.faults.on_request(uri.query()) {
+            return status_response_as(errors, &status);
+        }
+        return match write(&app, request).await {
+            Ok(response) => response,
+            Err(status) => close_after(status_response_as(errors, &status)),
+        };
     }
     if let Some(status) = app.faults.on_request(uri.query()) {
         return status_response_as(errors, &status);
@@ -96,8 +108,10 @@ fn route(
         ["version"] => Ok(json_response(&objects::version())),
         ["api"] => Ok(json_response(&objects::api_versions(app.addr))),
         ["apis"] => Ok(json_response(&objects::api_group_list())),
-        ["api", "v1"] => Ok(json_response(&objects::api_resource_list())),
+        ["api", "v1"] => Ok(json_response(&objects::api_resource_list(app.writes))),
         ["loadgen", "status"] => Ok(json_response(&status(app))),
+        ["openapi", "v3"] => Ok(json_response(&objects::openapi_v3_root())),
+        ["openapi", "v3", "api", "v1"] => Ok(json_response(&objects::openapi_v3_core())),
         ["api", "v1", "pods"] => {
             collection(app, None, &query, Format::negotiate(accept)?, progress)
         }
@@ -113,6 +127,107 @@ fn route(
         }
         _ => Err(Status::no_such_path()),
     }
+}
+
+/// A write (`serve --writes`): its path, then its body (at most [`MAX_BODY_BYTES`]), then
+/// the store (writes.rs).
+async fn write(app: &App, request: Request) -> Result<Response, Status> {
+    let (parts, body) = request.into_parts();
+    let path = parts.uri.path().trim_end_matches('/');
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let (namespace, name) = match segments.as_slice() {
+        ["api", "v1", "namespaces", ns, "pods"] if !ns.is_empty() => (*ns, None),
+        ["api", "v1", "namespaces", ns, "pods", name] if !ns.is_empty() && !name.is_empty() => {
+            (*ns, Some(*name))
+        }
+        // Paths that are served, for reading only.
+        []
+        | ["version"]
+        | ["api"]
+        | ["apis"]
+        | ["api", "v1"]
+        | ["api", "v1", "pods"]
+        | ["loadgen", "status"]
+        | ["openapi", "v3", ..] => {
+            return Err(Status::method_not_allowed(parts.method.as_str()));
+        }
+        _ => return Err(Status::no_such_path()),
+    };
+    let format = Format::negotiate(
+        parts
+            .headers
+            .get(header::ACCEPT)
+            .and_then(|a| a.to_str().ok()),
+    )?;
+    // A declared length over the limit is refused before a byte of the body is read; a
+    // chunked body is counted as it comes and refused once it passes the limit.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|l| l.to_str().ok())
+        .and_then(|l| l.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > MAX_BODY_BYTES as u64) {
+        return Err(Status::request_entity_too_large(MAX_BODY_BYTES));
+    }
+    let body = match axum::body::to_bytes(body, MAX_BODY_BYTES).await {
+        Ok(body) => body,
+        Err(error) => {
+            let too_large = std::error::Error::source(&error)
+                .is_some_and(|source| source.is::<http_body_util::LengthLimitError>());
+            return Err(if too_large {
+                Status::request_entity_too_large(MAX_BODY_BYTES)
+            } else {
+                Status::bad_request(format!("cannot read the request body: {error}"))
+            });
+        }
+    };
+    let query = Query::parse(parts.uri.query().unwrap_or(""));
+    let dry_run = match query.get("dryRun") {
+        None => false,
+        Some("All") => true,
+        Some(other) => {
+            return Err(Status::bad_request(format!(
+                "dryRun: Unsupported value: \"{other}\": supported values: \"All\""
+            )))
+        }
+    };
+    let request = WriteRequest {
+        method: &parts.method,
+        namespace,
+        name,
+        content_type: parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|t| t.to_str().ok())
+            .map(media_type),
+        dry_run,
+        field_validation: FieldValidation::parse(query.get("fieldValidation"))?,
+        body: &body,
+    };
+    let written = writes::write(&app.store, &request)?;
+    let mut response = (
+        written.code,
+        [(header::CONTENT_TYPE, format.content_type())],
+        format.pod_body(&written.pod),
+    )
+        .into_response();
+    for warning in &written.warnings {
+        // As the API server writes them: code 299, agent "-", the text quoted.
+        let value = format!("299 - {}", serde_json::Value::from(warning.as_str()));
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    Ok(response)
+}
+
+/// `response` with `Connection: close`: a refused write's body may still be on its way, and
+/// the connection cannot carry another request until it has been read.
+fn close_after(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 /// `GET /loadgen/status` (not a Kubernetes path): what is served and whether the churn is done,

@@ -11,7 +11,9 @@
 //! timeline of publications.
 //!
 //! Resource versions count events: event `n` has resource version `n`, so the window's events
-//! are contiguous.
+//! are contiguous. A client's writes (`serve --writes`, [`Store::write`]) are events in the same
+//! log, their pods held whole (typed) rather than as a template's fields; the churn's events
+//! take the versions that come next, whatever writes came between.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -19,6 +21,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use kcache_sim::apiserver::{self, ApiServer, ContinueError, Kind, Pager, Start};
 
+use k8s_openapi::api::core::v1::Pod;
+use prost::Message;
+
+use super::convert::written_pod;
 use super::encode::{pod_protobuf, write_pod_json, PodFields};
 use super::objects::{event_line, EventType, Status, POD_HEAD};
 use super::protobuf::ProtobufPod;
@@ -44,11 +50,20 @@ pub struct StoredPod {
     /// What made this state.
     pub kind: EventType,
     /// What the encodings are written from.
-    fields: PodFields,
+    source: Source,
     /// The JSON forms, written by the first JSON reader and then shared by all.
     json: OnceLock<JsonPod>,
     /// The protobuf forms, written by the first protobuf reader and then shared by all.
     protobuf: OnceLock<ProtobufPod>,
+}
+
+/// What a stored pod's encodings are written from.
+#[derive(Debug)]
+enum Source {
+    /// The churn's pods: a template's varying fields.
+    Churn(PodFields),
+    /// A pod a client wrote (`serve --writes`), whole, its metadata already the server's.
+    Written(Box<Pod>),
 }
 
 /// A pod's JSON forms: one buffer, `{"type":…,"object":…}\n`, the event line every watch
@@ -62,8 +77,11 @@ struct JsonPod {
 
 impl JsonPod {
     /// Written in one buffer: the event's head, the pod, the event's tail.
-    fn new(kind: EventType, fields: &PodFields) -> Self {
-        let (line, object, metadata) = event_line(kind, |out| write_pod_json(out, &fields.state()));
+    fn new(kind: EventType, source: &Source) -> Self {
+        let (line, object, metadata) = event_line(kind, |out| match source {
+            Source::Churn(fields) => write_pod_json(out, &fields.state()),
+            Source::Written(pod) => write_written_json(out, pod),
+        });
         Self {
             line,
             object,
@@ -82,15 +100,45 @@ impl StoredPod {
             name: Arc::clone(&fields.name),
             resource_version: fields.resource_version,
             kind,
-            fields,
+            source: Source::Churn(fields),
             json: OnceLock::new(),
             protobuf: OnceLock::new(),
         }
     }
 
+    /// A pod a client wrote, made by a `kind` event at `resource_version`, which becomes its
+    /// `metadata.resourceVersion`.
+    fn written(kind: EventType, mut pod: Pod, resource_version: u64) -> StoredPod {
+        pod.metadata.resource_version = Some(resource_version.to_string());
+        StoredPod {
+            namespace: pod.metadata.namespace.as_deref().unwrap_or_default().into(),
+            name: pod.metadata.name.as_deref().unwrap_or_default().into(),
+            resource_version,
+            kind,
+            source: Source::Written(Box::new(pod)),
+            json: OnceLock::new(),
+            protobuf: OnceLock::new(),
+        }
+    }
+
+    /// This pod as a `kind` event at `resource_version` makes it (a churn's event published
+    /// after writes took the versions it expected, or a deletion's last state).
+    fn at(&self, kind: EventType, resource_version: u64) -> StoredPod {
+        match &self.source {
+            Source::Churn(fields) => StoredPod::new(
+                kind,
+                PodFields {
+                    resource_version,
+                    ..fields.clone()
+                },
+            ),
+            Source::Written(pod) => StoredPod::written(kind, (**pod).clone(), resource_version),
+        }
+    }
+
     fn json(&self) -> &JsonPod {
         self.json
-            .get_or_init(|| JsonPod::new(self.kind, &self.fields))
+            .get_or_init(|| JsonPod::new(self.kind, &self.source))
     }
 
     /// `{"type":…,"object":…}\n`: the event that made this state, as every watch sends it
@@ -122,7 +170,11 @@ impl StoredPod {
     /// first caller and shared after.
     pub fn protobuf(&self) -> &ProtobufPod {
         self.protobuf.get_or_init(|| {
-            ProtobufPod::new(self.kind.as_str(), &pod_protobuf(&self.fields.state()))
+            let message = match &self.source {
+                Source::Churn(fields) => pod_protobuf(&fields.state()),
+                Source::Written(pod) => written_pod(pod).encode_to_vec(),
+            };
+            ProtobufPod::new(self.kind.as_str(), &message)
         })
     }
 
@@ -132,14 +184,61 @@ impl StoredPod {
         &json.line[json.metadata.clone()]
     }
 
-    /// The fields it was written from.
-    pub fn fields(&self) -> &PodFields {
-        &self.fields
+    /// The fields a churn's pod was written from (`None` for a pod a client wrote).
+    pub fn fields(&self) -> Option<&PodFields> {
+        match &self.source {
+            Source::Churn(fields) => Some(fields),
+            Source::Written(_) => None,
+        }
+    }
+
+    /// The pod as a typed object, for a write that starts from it (a patch, an update).
+    pub fn typed(&self) -> Result<Pod, Status> {
+        match &self.source {
+            Source::Written(pod) => Ok((**pod).clone()),
+            // The churn's JSON is held to the typed encoder by encode.rs' tests, so this only
+            // fails if those fail.
+            Source::Churn(_) => serde_json::from_slice(self.object()).map_err(|e| {
+                Status::internal_error(format!("the stored pod does not decode: {e}"))
+            }),
+        }
     }
 
     fn in_namespace(&self, namespace: Option<&str>) -> bool {
         namespace.is_none_or(|ns| *self.namespace == *ns)
     }
+}
+
+/// A written pod as JSON, as `k8s-openapi` serialises it (apiVersion, kind, metadata, spec,
+/// status), appended to `out`; returns where its `metadata` object is.
+fn write_written_json(out: &mut Vec<u8>, pod: &Pod) -> std::ops::Range<usize> {
+    out.extend_from_slice(POD_HEAD);
+    out.extend_from_slice(br#""metadata":"#);
+    let start = out.len();
+    // Writing typed values into a Vec cannot fail.
+    serde_json::to_writer(&mut *out, &pod.metadata).expect("metadata serialises");
+    let metadata = start..out.len();
+    if let Some(spec) = &pod.spec {
+        out.extend_from_slice(br#","spec":"#);
+        serde_json::to_writer(&mut *out, spec).expect("a pod spec serialises");
+    }
+    if let Some(status) = &pod.status {
+        out.extend_from_slice(br#","status":"#);
+        serde_json::to_writer(&mut *out, status).expect("a pod status serialises");
+    }
+    out.push(b'}');
+    metadata
+}
+
+/// What a write does to a pod, decided under the store's lock from its current state.
+#[derive(Debug)]
+pub enum Write {
+    /// Store this pod (created if there was none, else modified).
+    Put(Box<Pod>),
+    /// Delete the current pod.
+    Delete,
+    /// Leave the pod as it is (an update that changes nothing): no new version, no event.
+    Keep,
 }
 
 /// An event the churn prepared, ready to publish.
@@ -280,16 +379,59 @@ impl Store {
             }
             for change in changes {
                 let key = (change.pod.namespace.clone(), change.pod.name.clone());
-                let kind = match change.kind {
-                    EventType::Added => Kind::Added,
-                    EventType::Modified => Kind::Modified,
-                    EventType::Deleted => Kind::Deleted,
+                // The churn numbers its events as if it were the only writer; a client's
+                // writes (`--writes`) take versions too, so an event whose version was taken
+                // is written again at the version it gets.
+                let next = w.resource_version() + 1;
+                let pod = if change.pod.resource_version == next {
+                    change.pod
+                } else {
+                    Arc::new(change.pod.at(change.kind, next))
                 };
-                let expected = change.pod.resource_version;
-                let rv = w.push(key, kind, change.pod);
-                debug_assert_eq!(rv, expected, "changes come at consecutive versions");
+                w.push(key, kind_of(change.kind), pod);
             }
         });
+    }
+
+    /// A client's write of the pod `namespace/name`: `decide` sees its current state and the
+    /// resource version the write will get, and says what to do (or refuses with a `Status`),
+    /// all under the lock that orders writes, so a precondition it checks still holds when the
+    /// write is applied. Returns the pod the event carries (its `kind` says whether it was
+    /// created; for a deletion, the pod's last state at the deletion's version). With
+    /// `dry_run`, the same answer, nothing stored.
+    pub fn write(
+        &self,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        decide: impl FnOnce(Option<&Arc<StoredPod>>, u64) -> Result<Write, Status>,
+    ) -> Result<Arc<StoredPod>, Status> {
+        let key: PodKey = (namespace.into(), name.into());
+        self.server.write(|w| {
+            let next = w.resource_version() + 1;
+            let current = w.get(&key).cloned();
+            let (kind, pod) = match decide(current.as_ref(), next)? {
+                Write::Keep => {
+                    return current.ok_or_else(|| Status::pod_not_found(name));
+                }
+                Write::Put(pod) => {
+                    let kind = match current {
+                        None => EventType::Added,
+                        Some(_) => EventType::Modified,
+                    };
+                    (kind, StoredPod::written(kind, *pod, next))
+                }
+                Write::Delete => match current {
+                    Some(current) => (EventType::Deleted, current.at(EventType::Deleted, next)),
+                    None => return Err(Status::pod_not_found(name)),
+                },
+            };
+            let pod = Arc::new(pod);
+            if !dry_run {
+                w.push(key, kind_of(kind), Arc::clone(&pod));
+            }
+            Ok(pod)
+        })
     }
 
     /// One pod.
@@ -349,6 +491,14 @@ impl Store {
     }
 }
 
+fn kind_of(kind: EventType) -> Kind {
+    match kind {
+        EventType::Added => Kind::Added,
+        EventType::Modified => Kind::Modified,
+        EventType::Deleted => Kind::Deleted,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,6 +554,53 @@ mod tests {
         ));
         assert!(store.get("ns-1", "pod-11").is_none());
         assert_eq!(store.snapshot(Some("ns-0")).pods.len(), 2);
+    }
+
+    #[test]
+    fn a_written_pod_is_what_serde_writes_and_the_churn_moves_past_its_version() {
+        let store = Store::new(Vec::new(), 10, 100);
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "w", "namespace": "ns-0", "labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }))
+        .unwrap();
+        let written = store
+            .write("ns-0", "w", false, |current, next| {
+                assert!(current.is_none());
+                assert_eq!(next, 11);
+                Ok(Write::Put(Box::new(pod)))
+            })
+            .unwrap();
+        assert_eq!(
+            (written.kind, written.resource_version),
+            (EventType::Added, 11)
+        );
+        let typed = written.typed().unwrap();
+        assert_eq!(written.object(), &serde_json::to_vec(&typed).unwrap()[..]);
+        let metadata: serde_json::Value = serde_json::from_slice(written.metadata_json()).unwrap();
+        assert_eq!(metadata["resourceVersion"], "11");
+        assert!(!written.protobuf().frame().is_empty());
+
+        // The churn numbered its next event 11 too: it is published at 12.
+        store.publish(vec![change(EventType::Added, 1, 11)]);
+        assert_eq!(store.resource_version(), 12);
+        let churned = store.get("ns-1", "pod-1").unwrap();
+        assert_eq!(churned.resource_version, 12);
+        let json: serde_json::Value = serde_json::from_slice(churned.object()).unwrap();
+        assert_eq!(json["metadata"]["resourceVersion"], "12");
+
+        let deleted = store
+            .write("ns-0", "w", false, |_, _| Ok(Write::Delete))
+            .unwrap();
+        assert_eq!(
+            (deleted.kind, deleted.resource_version),
+            (EventType::Deleted, 13)
+        );
+        assert!(store.get("ns-0", "w").is_none());
+        let dry = store.write("ns-1", "pod-1", true, |_, _| Ok(Write::Delete));
+        assert_eq!(dry.unwrap().resource_version, 14);
+        assert_eq!(store.resource_version(), 13, "a dry run stores nothing");
+        assert!(store.get("ns-1", "pod-1").is_some());
     }
 
     #[test]
