@@ -234,7 +234,8 @@ async fn informers_over_protobuf_and_json_end_with_identical_caches() {
 async fn broken_frame_server(lists: Arc<AtomicUsize>) -> String {
     use axum::http::{header, Uri};
     use bytes::{BufMut, BytesMut};
-    use loadgen::serve::encode::{bytes_field, pod_protobuf, PodFields};
+    use loadgen::serve::bytes::bytes_field;
+    use loadgen::serve::encode::{pod_protobuf, PodFields};
     use loadgen::serve::protobuf::{object_body, push_frame, CONTENT_TYPE, WATCH_CONTENT_TYPE};
     use prost::Message;
 

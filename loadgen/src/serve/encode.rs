@@ -6,7 +6,7 @@
 //! `k8s_openapi::Pod` (a dozen `String`s and a map) and serialising it cost more than the rest
 //! of an event together, so the churn writes the bytes from a template instead. The templates
 //! are held to the typed encoders by the tests below: the JSON is byte for byte what serde
-//! writes for the `k8s_openapi` pod ([`super::objects::pod_json`]), the protobuf byte for byte
+//! writes for the `k8s_openapi` pod ([`typed_pod_json`]), the protobuf byte for byte
 //! what prost writes for the `k8s-pb` pod ([`typed_pod`]). The `typical` and `large` profiles
 //! render from templates compiled from typed pods ([`super::template`]); the functions here
 //! choose by [`PodFields::profile`], and the same tests hold every profile to serde and prost.
@@ -16,7 +16,10 @@ use std::sync::Arc;
 use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 
-use super::objects::{PodState, Revision, VERSION_LABEL};
+use super::bytes::{
+    bytes_field, key, push_json_str, push_rfc3339, push_u64, string_field, varint, VARINT,
+};
+use super::objects::{uid, PodState, Revision, APP_LABEL, VERSION_LABEL};
 use super::profile::{Shape, Values};
 use super::template::template;
 use workloads::PodProfile;
@@ -25,8 +28,6 @@ use workloads::PodProfile;
 pub const CONTAINER_NAME: &str = "app";
 /// Its image.
 pub const CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
-/// The label every pod carries besides [`VERSION_LABEL`].
-pub const APP_LABEL: (&str, &str) = ("app", "loadgen");
 
 /// A pod's varying fields, owned, so an event can be encoded again later (the protobuf form is
 /// made the first time a protobuf watcher or list asks for it).
@@ -70,11 +71,6 @@ impl PodFields {
             revision: self.revision,
         }
     }
-}
-
-/// `metadata.uid`: the incarnation and the key, so a pod created again gets a new uid.
-pub fn uid(state: &PodState<'_>) -> String {
-    format!("{:08x}-0000-4000-8000-{:012x}", state.incarnation, state.id)
 }
 
 use super::profile::MAX_RFC3339_SECOND;
@@ -142,65 +138,6 @@ pub fn write_pod_json(out: &mut Vec<u8>, state: &PodState<'_>) -> std::ops::Rang
     }
     out.extend_from_slice(b"}}");
     metadata
-}
-
-/// `s` as a JSON string: copied as it is when nothing in it needs escaping (the workload's
-/// names never do), through serde_json otherwise.
-pub(super) fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push(b'"');
-        out.extend_from_slice(s.as_bytes());
-        out.push(b'"');
-    } else {
-        serde_json::to_writer(&mut *out, s).expect("writing a string into a Vec cannot fail");
-    }
-}
-
-pub(super) fn push_u64(out: &mut Vec<u8>, n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    let mut n = n;
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
-}
-
-/// `YYYY-MM-DDTHH:MM:SSZ` for a second in 0001..=9999 (Howard Hinnant's `civil_from_days`).
-pub(super) fn push_rfc3339(out: &mut Vec<u8>, second: i64) {
-    let days = second.div_euclid(86_400);
-    let of_day = second.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    let two = |out: &mut Vec<u8>, n: i64| {
-        out.push(b'0' + (n / 10) as u8);
-        out.push(b'0' + (n % 10) as u8);
-    };
-    two(out, year / 100);
-    two(out, year % 100);
-    out.push(b'-');
-    two(out, month);
-    out.push(b'-');
-    two(out, day);
-    out.push(b'T');
-    two(out, of_day / 3_600);
-    out.push(b':');
-    two(out, of_day / 60 % 60);
-    out.push(b':');
-    two(out, of_day % 60);
-    out.push(b'Z');
 }
 
 /// The bare `v1.Pod` protobuf message (no envelope), written directly.
@@ -290,47 +227,60 @@ pub fn typed_pod(state: &PodState<'_>) -> core::Pod {
     }
 }
 
-/// Protobuf wire type of a varint field.
-pub const VARINT: u8 = 0;
-/// Protobuf wire type of a length-delimited field (strings, bytes, messages).
-pub const LEN: u8 = 2;
+/// The `v1.Pod` for `state` built as a `k8s_openapi` object and serialised by serde (starting
+/// with [`POD_HEAD`](super::objects::POD_HEAD)): the reference the template [`pod_json`] is tested against.
+pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 
-/// A field's key: its number and wire type.
-pub fn key(out: &mut Vec<u8>, field: u32, wire_type: u8) {
-    varint(out, u64::from(field) << 3 | u64::from(wire_type));
-}
-
-/// A base-128 varint, as protobuf writes integers and lengths.
-pub fn varint(out: &mut Vec<u8>, mut n: u64) {
-    while n >= 0x80 {
-        out.push((n as u8 & 0x7f) | 0x80);
-        n >>= 7;
+    if state.profile != PodProfile::Minimal {
+        use super::profile::typed_pod;
+        let shape = Shape::of(state);
+        return serde_json::to_vec(&typed_pod(shape, &Values::of(state, shape)))
+            .expect("a Pod always serialises");
     }
-    out.push(n as u8);
-}
-
-/// How many bytes [`varint`] writes for `n`.
-pub fn varint_len(n: u64) -> usize {
-    // 1 byte per started 7 bits, at least one.
-    (64 - (n | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-/// A length-delimited field.
-pub fn bytes_field(out: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    key(out, field, LEN);
-    varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-/// A string field.
-pub fn string_field(out: &mut Vec<u8>, field: u32, s: &str) {
-    bytes_field(out, field, s.as_bytes());
+    let pod = Pod {
+        metadata: ObjectMeta {
+            namespace: Some(state.namespace.to_string()),
+            name: Some(state.name.to_string()),
+            uid: Some(uid(state)),
+            resource_version: Some(state.resource_version.to_string()),
+            creation_timestamp: k8s_openapi::jiff::Timestamp::from_second(state.created)
+                .ok()
+                .map(Time),
+            labels: Some(
+                [
+                    ("app".to_string(), "loadgen".to_string()),
+                    (VERSION_LABEL.to_string(), state.version.to_string()),
+                ]
+                .into_iter()
+                .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec {
+            node_name: state.node.map(str::to_string),
+            containers: vec![Container {
+                name: "app".to_string(),
+                image: Some("registry.k8s.io/pause:3.10".to_string()),
+                ..Container::default()
+            }],
+            ..PodSpec::default()
+        }),
+        status: None,
+    };
+    let json = serde_json::to_vec(&pod).expect("a Pod always serialises");
+    debug_assert!(
+        json.starts_with(super::objects::POD_HEAD),
+        "k8s-openapi writes apiVersion and kind first"
+    );
+    json
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::objects;
+    use crate::serve::bytes::{varint, varint_len};
     use proptest::prelude::*;
     use prost::Message;
 
@@ -402,7 +352,7 @@ mod tests {
                 (id, incarnation, version, resource_version, created));
             s.profile = profile;
             s.revision = revision;
-            let typed = objects::typed_pod_json(&s);
+            let typed = typed_pod_json(&s);
             let template = pod_json(&s);
             prop_assert_eq!(
                 String::from_utf8_lossy(&template), String::from_utf8_lossy(&typed));

@@ -11,6 +11,9 @@
 
 use bytes::{BufMut, Bytes, BytesMut};
 
+use prost::Message;
+
+use super::bytes::bytes_field;
 use super::objects::{bookmark_line, error_line, Status, INITIAL_EVENTS_END};
 use super::protobuf::{self, push_frame, CONTENT_TYPE, WATCH_CONTENT_TYPE};
 use super::store::{Page, StoredPod};
@@ -133,7 +136,7 @@ impl Format {
     pub fn list_body(self, page: &Page) -> Bytes {
         match self {
             Format::Json => json_list_body(page).into(),
-            Format::Protobuf => protobuf::list_body(page).into(),
+            Format::Protobuf => protobuf_list_body(page).into(),
             Format::JsonMetadata => metadata_list_body(page).into(),
         }
     }
@@ -218,6 +221,31 @@ fn list_metadata(page: &Page) -> serde_json::Value {
         metadata["remainingItemCount"] = page.remaining().into();
     }
     metadata
+}
+
+/// A list page: `k8s\0` + `Unknown{v1, PodList, raw = PodList{metadata, items}}`.
+fn protobuf_list_body(page: &Page) -> Vec<u8> {
+    let metadata = k8s_pb::apimachinery::pkg::apis::meta::v1::ListMeta {
+        resource_version: Some(page.snapshot.resource_version.to_string()),
+        r#continue: page.continue_token.clone(),
+        remaining_item_count: page
+            .continue_token
+            .as_ref()
+            .map(|_| page.remaining() as i64),
+        ..Default::default()
+    };
+    let pods = page.items();
+    let mut list = Vec::with_capacity(
+        64 + pods
+            .iter()
+            .map(|p| p.protobuf().pod().len() + 4)
+            .sum::<usize>(),
+    );
+    bytes_field(&mut list, 1, &metadata.encode_to_vec());
+    for pod in pods {
+        bytes_field(&mut list, 2, pod.protobuf().pod());
+    }
+    protobuf::object_body("v1", "PodList", &list).0
 }
 
 /// A `PodList` page: `kind` and `apiVersion` once, at the top, the items without them.

@@ -4,13 +4,14 @@
 //!
 //! | module | what it does |
 //! |---|---|
+//! | [`bytes`] | JSON and protobuf written by hand: strings, integers, times, keys, varints, fields |
 //! | [`encode`] | a pod written from its varying fields, JSON and protobuf, without a typed object (the `minimal` profile by hand, the others through `template`) |
 //! | [`profile`] | the `typical` and `large` pods: a Deployment's pod as a real API server holds it, typed, from the values that vary |
 //! | [`convert`] | that typed pod as the same `k8s-pb` pod (the protobuf reference) |
 //! | `template` | templates compiled once per pod shape from the typed pod's JSON and protobuf, rendered per event |
 //! | [`objects`] | pods, watch lines, bookmarks, `Status` errors, discovery documents (JSON) |
-//! | [`protobuf`] | the protobuf envelope, watch frames, lists, `Status` |
-//! | [`format`] | JSON or protobuf, chosen from `Accept` |
+//! | [`protobuf`] | the protobuf envelope, watch frames, `Status` |
+//! | [`format`] | JSON or protobuf, chosen from `Accept`; list pages in each |
 //! | [`store`] | the pods in the engine's simulated API server (`kcache_sim::apiserver`: the window of recent events, paged lists, the fan-out to watches) |
 //! | [`churn`] | the workload as pod events, paced |
 //! | [`watch`] | one watch's stream |
@@ -24,6 +25,7 @@
 //! [`Server::start`] runs it inside a tokio runtime (tests, and an end-to-end run that wants
 //! it in-process); `loadgen serve` is the same behind a command line.
 
+pub mod bytes;
 pub mod churn;
 pub mod convert;
 pub mod encode;

@@ -5,8 +5,6 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde_json::{json, Value};
 use workloads::PodProfile;
 
@@ -93,55 +91,6 @@ pub struct Revision {
     pub status_at: u32,
     /// Seconds from creation to the last metadata or spec change.
     pub touched_at: u32,
-}
-
-pub use super::encode::pod_json;
-
-/// The `v1.Pod` for `state` built as a `k8s_openapi` object and serialised by serde (starting
-/// with [`POD_HEAD`]): the reference the template [`pod_json`] is tested against.
-pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
-    if state.profile != PodProfile::Minimal {
-        use super::profile::{typed_pod, Shape, Values};
-        let shape = Shape::of(state);
-        return serde_json::to_vec(&typed_pod(shape, &Values::of(state, shape)))
-            .expect("a Pod always serialises");
-    }
-    let pod = Pod {
-        metadata: ObjectMeta {
-            namespace: Some(state.namespace.to_string()),
-            name: Some(state.name.to_string()),
-            uid: Some(super::encode::uid(state)),
-            resource_version: Some(state.resource_version.to_string()),
-            creation_timestamp: k8s_openapi::jiff::Timestamp::from_second(state.created)
-                .ok()
-                .map(Time),
-            labels: Some(
-                [
-                    ("app".to_string(), "loadgen".to_string()),
-                    (VERSION_LABEL.to_string(), state.version.to_string()),
-                ]
-                .into_iter()
-                .collect(),
-            ),
-            ..ObjectMeta::default()
-        },
-        spec: Some(PodSpec {
-            node_name: state.node.map(str::to_string),
-            containers: vec![Container {
-                name: "app".to_string(),
-                image: Some("registry.k8s.io/pause:3.10".to_string()),
-                ..Container::default()
-            }],
-            ..PodSpec::default()
-        }),
-        status: None,
-    };
-    let json = serde_json::to_vec(&pod).expect("a Pod always serialises");
-    debug_assert!(
-        json.starts_with(POD_HEAD),
-        "k8s-openapi writes apiVersion and kind first"
-    );
-    json
 }
 
 /// A watch line `{"type":T,"object":O}\n` in one allocation, `O` written by `object` (which
@@ -492,9 +441,19 @@ pub fn openapi_v3_core() -> Value {
     })
 }
 
+/// The label every pod carries besides [`VERSION_LABEL`].
+pub const APP_LABEL: (&str, &str) = ("app", "loadgen");
+
+/// `metadata.uid`: the incarnation and the key, so a pod created again gets a new uid.
+pub fn uid(state: &PodState<'_>) -> String {
+    format!("{:08x}-0000-4000-8000-{:012x}", state.incarnation, state.id)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::serve::encode::pod_json;
+    use k8s_openapi::api::core::v1::Pod;
 
     #[test]
     fn a_pod_is_a_valid_v1_pod_and_its_line_slices_it() {

@@ -20,8 +20,8 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Map, Value};
 use workloads::PodProfile;
 
-use super::encode::{uid, APP_LABEL};
-use super::objects::{PodState, VERSION_LABEL};
+use super::bytes::push_rfc3339;
+use super::objects::{uid, PodState, APP_LABEL, VERSION_LABEL};
 
 /// At most this many regular containers (3 application containers, 2 sidecars).
 pub const MAX_CONTAINERS: usize = 5;
@@ -917,7 +917,7 @@ fn static_image(spec: &ContainerSpec) -> (String, String) {
 /// `YYYY-MM-DDTHH:MM:SSZ`, as `k8s-openapi` writes a `Time`.
 fn rfc3339(second: i64) -> String {
     let mut out = Vec::with_capacity(20);
-    super::encode::push_rfc3339(&mut out, second);
+    push_rfc3339(&mut out, second);
     String::from_utf8(out).expect("ASCII")
 }
 

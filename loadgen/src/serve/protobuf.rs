@@ -19,9 +19,8 @@ use k8s_pb::api::core::v1 as core;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use prost::Message;
 
-use super::encode::{bytes_field, key, string_field, varint, varint_len, LEN};
+use super::bytes::{bytes_field, key, string_field, varint, varint_len, LEN};
 use super::objects::{Status, INITIAL_EVENTS_END};
-use super::store::Page;
 
 /// What starts every protobuf object body.
 pub const MAGIC: &[u8; 4] = b"k8s\0";
@@ -108,31 +107,6 @@ impl ProtobufPod {
     pub fn pod(&self) -> &[u8] {
         &self.frame[self.pod.clone()]
     }
-}
-
-/// A list page: `k8s\0` + `Unknown{v1, PodList, raw = PodList{metadata, items}}`.
-pub fn list_body(page: &Page) -> Vec<u8> {
-    let metadata = meta::ListMeta {
-        resource_version: Some(page.snapshot.resource_version.to_string()),
-        r#continue: page.continue_token.clone(),
-        remaining_item_count: page
-            .continue_token
-            .as_ref()
-            .map(|_| page.remaining() as i64),
-        ..meta::ListMeta::default()
-    };
-    let pods = page.items();
-    let mut list = Vec::with_capacity(
-        64 + pods
-            .iter()
-            .map(|p| p.protobuf().pod().len() + 4)
-            .sum::<usize>(),
-    );
-    bytes_field(&mut list, 1, &metadata.encode_to_vec());
-    for pod in pods {
-        bytes_field(&mut list, 2, pod.protobuf().pod());
-    }
-    object_body("v1", "PodList", &list).0
 }
 
 /// A `Status` as a protobuf body.

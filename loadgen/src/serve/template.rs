@@ -24,7 +24,7 @@ use std::sync::OnceLock;
 
 use prost::Message;
 
-use super::encode::{push_rfc3339, push_u64, varint, varint_len};
+use super::bytes::{push_json_str, push_rfc3339, push_u64, varint, varint_len};
 use super::objects::POD_HEAD;
 use super::profile::{self, i, s, t, Shape, Values};
 
@@ -161,7 +161,7 @@ impl Template {
                     out.extend_from_slice(&self.json.bytes[a as usize..b as usize]);
                 }
                 JsonOp::Value(Slot::Str(k)) => {
-                    super::encode::push_json_str(out, values.str(usize::from(k)));
+                    push_json_str(out, values.str(usize::from(k)));
                 }
                 JsonOp::Value(Slot::Int(k)) => push_u64(out, values.ints[usize::from(k)]),
                 JsonOp::Value(Slot::Time(k)) => {
