@@ -51,6 +51,7 @@ use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::harness_floor::{child_args as floor_child_args, row as floor_row, subjects};
 use crate::harness_floor::{FloorChoice, Subject};
+use crate::informer_handlers::Recorder;
 use crate::informer_verdict::{judge, same_state, HandlerRecord, Plan};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
@@ -59,7 +60,7 @@ use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, L
 use crate::rss::RssProbe;
 use crate::runs::{generate_with_progress, RunError};
 use crate::server_feed::{millis, parse_version, produce, serve_initial, server_views, ServedPod};
-use crate::through_informer::{check_store, informer_builder, wait_until_final, Recorder};
+use crate::through_informer::{check_store, informer_builder, wait_until_final};
 use crate::ui::Ui;
 use crate::verdict::Verdict;
 use workloads::{Generated, Pod, WorkloadSpec};
@@ -698,7 +699,7 @@ pub fn run_spec(
                         phase.finish(&phase_summary(&result));
                         result
                     }
-                    Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, ui)?,
+                    Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, None, ui)?,
                 };
                 results.push(result);
             }

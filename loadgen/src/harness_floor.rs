@@ -19,11 +19,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use kcache::informer::{ListOptions, ListerWatcher, Versioned, WatchEvent, WatchOptions};
+use kcache::{DeltaObject, EventHandler};
 use kcache_sim::MemoryListerWatcher;
 
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::EngineKind;
+use crate::informer_handlers::{recorders, InformerConfig, Recorder};
 use crate::informer_verdict::Plan;
 use crate::progress::Progress;
 use crate::result::{peak_rss, InformerStats, RunResult};
@@ -126,6 +130,8 @@ pub fn child_args(
 pub struct FloorFinished {
     /// Objects received: every listed object and every watch event that carried one.
     pub received: u64,
+    /// Notifications the handlers were called with, all handlers together (0: it only drained).
+    pub notified: u64,
     /// Objects the lists returned (the initial list's and every relist's).
     pub listed: u64,
     /// Whether the client read the server's last write before the run ended.
@@ -165,6 +171,12 @@ struct Client<'a> {
     heard_at: Instant,
     /// When the client read the last write.
     done_at: Option<Instant>,
+    /// The informer rows' handlers, called inline (none: the floor only drains).
+    handlers: Vec<Recorder>,
+    /// By pod id, the object the handlers last heard of (the `old` of an update).
+    last: Vec<Option<Arc<ServedPod>>>,
+    /// Whether the initial list has been read (later lists are relists).
+    listed_once: bool,
 }
 
 /// How a watch ended.
@@ -180,6 +192,63 @@ enum WatchEnd {
 }
 
 impl Client<'_> {
+    /// A whole list, as the informer's store would see it: the initial one adds every object
+    /// (of the initial list); a relist updates the objects heard of before, adds the others
+    /// and deletes those it no longer holds.
+    fn replace(&mut self, listed: Vec<Arc<ServedPod>>) {
+        if self.handlers.is_empty() {
+            return;
+        }
+        let initial = !std::mem::replace(&mut self.listed_once, true);
+        let mut kept = vec![false; self.last.len()];
+        for obj in listed {
+            let id = obj.pod.id as usize;
+            kept[id] = true;
+            match self.last[id].take() {
+                Some(old) => self
+                    .handlers
+                    .iter_mut()
+                    .for_each(|h| h.on_update(&old, &obj)),
+                None => self
+                    .handlers
+                    .iter_mut()
+                    .for_each(|h| h.on_add(&obj, initial)),
+            }
+            self.last[id] = Some(obj);
+        }
+        for id in (0..kept.len()).filter(|&id| !kept[id]) {
+            if let Some(old) = self.last[id].take() {
+                let gone = DeltaObject::Object(old);
+                self.handlers.iter_mut().for_each(|h| h.on_delete(&gone));
+            }
+        }
+    }
+
+    /// One watch event to every handler.
+    fn notify(&mut self, event: WatchEvent<ServedPod>) {
+        match event {
+            WatchEvent::Added(obj) => {
+                self.handlers.iter_mut().for_each(|h| h.on_add(&obj, false));
+                let id = obj.pod.id as usize;
+                self.last[id] = Some(obj);
+            }
+            WatchEvent::Modified(obj) => {
+                let id = obj.pod.id as usize;
+                let old = self.last[id].replace(Arc::clone(&obj));
+                let old = old.as_ref().unwrap_or(&obj);
+                self.handlers
+                    .iter_mut()
+                    .for_each(|h| h.on_update(old, &obj));
+            }
+            WatchEvent::Deleted(obj) => {
+                self.last[obj.pod.id as usize] = None;
+                let gone = DeltaObject::Object(obj);
+                self.handlers.iter_mut().for_each(|h| h.on_delete(&gone));
+            }
+            WatchEvent::Bookmark { .. } | WatchEvent::Error(_) => {}
+        }
+    }
+
     /// Shows the producer how far the client has read.
     fn publish_seen(&self) {
         // Relaxed: a hint for the producer's pacing; nothing is read through it.
@@ -207,6 +276,7 @@ impl Client<'_> {
     /// Lists every page; `false` if the server refused.
     async fn list(&mut self) -> bool {
         let mut options = ListOptions::default();
+        let mut listed = Vec::new();
         loop {
             match self.server.list(options.clone()).await {
                 Ok(page) => {
@@ -214,10 +284,13 @@ impl Client<'_> {
                     self.listed += n;
                     self.received += n;
                     self.heard_at = Instant::now();
-                    drop(page.items);
+                    if !self.handlers.is_empty() {
+                        listed.extend(page.items);
+                    }
                     if page.continue_token.is_none() {
                         self.rv = page.resource_version;
                         self.publish_seen();
+                        self.replace(listed);
                         return true;
                     }
                     options.continue_token = page.continue_token;
@@ -264,12 +337,17 @@ impl Client<'_> {
                 Ok(Some(Ok(event))) => event,
             };
             match event {
-                WatchEvent::Added(obj) | WatchEvent::Modified(obj) | WatchEvent::Deleted(obj) => {
+                WatchEvent::Added(ref obj)
+                | WatchEvent::Modified(ref obj)
+                | WatchEvent::Deleted(ref obj) => {
                     self.received += 1;
                     self.rv.clear();
                     self.rv.push_str(obj.resource_version());
                     if self.received % SEEN_EVERY == 0 {
                         self.publish_seen();
+                    }
+                    if !self.handlers.is_empty() {
+                        self.notify(event);
                     }
                 }
                 WatchEvent::Bookmark { resource_version } => self.rv = resource_version,
@@ -321,6 +399,7 @@ impl Client<'_> {
 pub fn execute(
     gen: &Generated,
     rate: Option<u64>,
+    handlers: Option<&InformerConfig>,
     progress: &dyn Progress,
 ) -> Result<FloorFinished, RunError> {
     gen.reset_delivery();
@@ -344,6 +423,14 @@ pub fn execute(
         errors: 0,
         heard_at: start,
         done_at: None,
+        handlers: handlers.map_or_else(Vec::new, |icfg| {
+            recorders(&Arc::new(plan.clone()), icfg, start)
+                .into_iter()
+                .map(|(recorder, _)| recorder)
+                .collect()
+        }),
+        last: vec![None; gen.universe.keys.len()],
+        listed_once: false,
     };
     let mut failures = Vec::new();
     // Relaxed: see `Client::publish_seen`.
@@ -388,8 +475,14 @@ pub fn execute(
     let wall = client
         .done_at
         .map_or_else(|| start.elapsed(), |at| at.saturating_duration_since(start));
+    let notified = client
+        .handlers
+        .iter()
+        .map(|h| h.shared().notifications.load(Ordering::Relaxed))
+        .sum();
     Ok(FloorFinished {
         received: client.received,
+        notified,
         listed: client.listed,
         caught_up,
         wall,
@@ -425,11 +518,12 @@ pub fn measure(
     gen: &Generated,
     label: &str,
     rate: Option<u64>,
+    handlers: Option<&InformerConfig>,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
     let probe = RssProbe::start();
     let cpu = CpuProbe::start();
-    let done = execute(gen, rate, progress)?;
+    let done = execute(gen, rate, handlers, progress)?;
     let peak = probe.finish();
     let cpu_spent = cpu.finish();
     let events = gen.event_count();
@@ -465,9 +559,15 @@ pub fn measure(
 }
 
 /// Runs the floor on `gen` with a progress phase of its own: the floor's row of a run.
-pub fn row(gen: &Generated, label: &str, rate: Option<u64>, ui: Ui) -> Result<RunResult, RunError> {
+pub fn row(
+    gen: &Generated,
+    label: &str,
+    rate: Option<u64>,
+    handlers: Option<&InformerConfig>,
+    ui: Ui,
+) -> Result<RunResult, RunError> {
     let phase = ui.phase(format!("{label} {FLOOR_NAME}"), gen.ops.len() as u64);
-    let result = measure(gen, label, rate, &phase)?;
+    let result = measure(gen, label, rate, handlers, &phase)?;
     phase.finish(&format!(
         "{} events/s, {} µs CPU per event, verdict {}",
         si(result.events_per_s),

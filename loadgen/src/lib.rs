@@ -13,7 +13,7 @@
 //! | 1 | [`engines`], [`args`], [`progress`], [`ui`], [`units`], [`sync`] | engine names and one run's knobs; value parsers several commands share; progress reporting and bars and notes on stderr; numbers as tables show them; a lock that survives a panicked holder |
 //! | 1 | [`result`] | one engine's measured result: the row every report shows and the JSON a child process hands back |
 //! | 2 | [`driver`], [`pacing`], [`readers`], [`server_feed`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers; the in-memory API server and the producer that writes a workload into it |
-//! | 2 | [`verdict`], [`informer_verdict`], [`handler_ledger`] | judges a finished run against the workload's model; judges each handler of a run through the informer; checks one handler's notifications against a server's state, where no model is at hand (faults over the wire, `soak`) |
+//! | 2 | [`verdict`], [`informer_verdict`], [`handler_ledger`], [`informer_handlers`] | judges a finished run against the workload's model; judges each handler of a run through the informer; checks one handler's notifications against a server's state, where no model is at hand (faults over the wire, `soak`); the handlers a run registers on the informer, which record what they hear (one slow) |
 //! | 2 | [`controller_loop`], [`controller_informer`], [`controller_resync`], [`through_informer`], [`harness_floor`] | W6 on the bare queue: DeltaFIFO, indexer, workqueue and workers as one controller; W6 through the shared informer (the default W6) on kcache's `Controller`; W7, that controller under a resync storm, with and without priority; the same events through the whole informer pipeline; the harness floor, a client that drains the same server into nothing |
 //! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
@@ -46,6 +46,7 @@ pub mod e2e;
 pub mod engines;
 pub mod handler_ledger;
 pub mod harness_floor;
+pub mod informer_handlers;
 pub mod informer_verdict;
 pub mod isolate;
 pub mod latency;

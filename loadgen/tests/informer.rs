@@ -6,9 +6,10 @@
 mod common;
 
 use loadgen::engines::{EngineConfig, EngineKind};
+use loadgen::informer_handlers::InformerConfig;
 use loadgen::informer_verdict::{judge, HandlerRecord, KeyView};
 use loadgen::progress::NoProgress;
-use loadgen::through_informer::{execute, InformerConfig};
+use loadgen::through_informer::execute;
 use workloads::{generate, Workload, WorkloadSpec};
 
 #[test]

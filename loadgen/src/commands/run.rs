@@ -8,10 +8,11 @@ use crate::args::parse_workload;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
+use crate::informer_handlers::InformerConfig;
 use crate::report::{finish, handler_table, refuse, table, write_file, write_json, Report};
 use crate::result::RunResult;
 use crate::runs::{run_spec, RunError};
-use crate::through_informer::{InformerConfig, Through};
+use crate::through_informer::Through;
 use crate::ui::Ui;
 use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 
@@ -95,10 +96,10 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value = "row")]
     pub harness_floor: FloorChoice,
     /// `--through informer`: handler registrations; the last one is the slow one.
-    #[arg(long, default_value_t = crate::through_informer::DEFAULT_HANDLERS, value_parser = crate::through_informer::parse_handlers)]
+    #[arg(long, default_value_t = crate::informer_handlers::DEFAULT_HANDLERS, value_parser = crate::informer_handlers::parse_handlers)]
     pub handlers: usize,
     /// `--through informer`: CPU microseconds the slow handler spins per notification.
-    #[arg(long, default_value_t = crate::through_informer::DEFAULT_SLOW_HANDLER_US)]
+    #[arg(long, default_value_t = crate::informer_handlers::DEFAULT_SLOW_HANDLER_US)]
     pub slow_handler_us: u64,
     /// `--through informer`: the slow handler sleeps its time (a handler waiting on I/O)
     /// instead of spinning on a CPU.
@@ -446,7 +447,7 @@ mod tests {
         assert_eq!(parse(&["--workload", "w6"]).through(), Through::Informer);
         assert_eq!(args.harness_floor, FloorChoice::Row);
         assert_eq!(args.informer(), InformerConfig::default());
-        assert!(crate::through_informer::parse_handlers("65").is_err());
+        assert!(crate::informer_handlers::parse_handlers("65").is_err());
     }
 
     #[test]
