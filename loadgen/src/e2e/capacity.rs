@@ -3,10 +3,11 @@
 //! The rule is the one `loadgen capacity` applies to the engines (docs/workloads.md,
 //! "Capacity"), carried over the wire: a probe keeps up when the server publishes on schedule
 //! (its churn takes at most 1% longer than planned), the client's lag p99 from publication to
-//! handler stays within the limit, and its cache ends equal to the server's. The search doubles
-//! the rate from `--rate` until a probe fails (halving first if `--rate` already fails), then
-//! bisects between the last pass and the first failure. Every probe is a fresh server and a
-//! fresh client process with `rate × --probe-seconds` events.
+//! handler stays within the limit, and its cache ends equal to the server's. The search is the
+//! engines' own ([`capacity_search::search`], with [`plan`]): it doubles the rate from `--rate`
+//! until a probe fails (halving first if `--rate` already fails), then bisects between the last
+//! pass and the first failure. Every probe is a fresh server and a fresh client process with
+//! `rate × --probe-seconds` events.
 //!
 //! At the first failure above the capacity it names the limit from the two processes' CPU
 //! time: the server, when it fell behind its schedule; the client, when its process used most
@@ -17,15 +18,32 @@
 use serde::Serialize;
 
 use super::ClientReport;
+use crate::capacity_search::{self, SearchPlan};
 
 /// A probe keeps its schedule when the churn lasted at most this much longer than planned.
 const SCHEDULE_SLACK: f64 = 1.01;
 /// A client process using this share of a core over the churn is the limit.
 const SATURATED: f64 = 0.85;
-/// The search stops bisecting when the bracket is this narrow (fail ÷ pass).
-const BRACKET: f64 = 1.08;
+/// The search stops bisecting when the bracket is this narrow (fail ÷ pass − 1).
+const PRECISION: f64 = 0.08;
 /// At most this many doublings up, or halvings down, from `--rate`.
-const MAX_STEPS: usize = 8;
+const MAX_STEPS: u32 = 8;
+
+/// The search of a client starting at `start` events/s: doubling (or halving) at most
+/// [`MAX_STEPS`] times, then bisecting to within [`PRECISION`]; one try per rate (each probe
+/// is already a whole run of its own).
+pub fn plan(start: f64) -> SearchPlan {
+    let start = start.max(1.0) as u64;
+    SearchPlan {
+        start,
+        min: (start >> MAX_STEPS).max(1),
+        max: start.saturating_mul(1 << MAX_STEPS),
+        factor: 2.0,
+        precision: PRECISION,
+        tries: 1,
+        max_probes: 2 * MAX_STEPS as usize + 8,
+    }
+}
 
 /// One probe of one client.
 #[derive(Debug, Clone, Serialize)]
@@ -118,39 +136,20 @@ pub struct Search {
     pub probes: Vec<Probe>,
 }
 
-/// The highest rate that kept up, if any did.
-fn best_pass(probes: &[Probe]) -> Option<f64> {
-    probes
-        .iter()
-        .filter(|p| p.passed())
-        .map(|p| p.rate)
-        .max_by(f64::total_cmp)
-}
-
-/// The rates to probe: the next one after `probes`, or `None` when the search is done.
-pub fn next_rate(start: f64, probes: &[Probe]) -> Option<f64> {
-    let best_pass = best_pass(probes);
-    let lowest_fail = probes
-        .iter()
-        .filter(|p| !p.passed() && best_pass.is_none_or(|b| p.rate > b))
-        .map(|p| p.rate)
-        .fold(None, |low: Option<f64>, r| {
-            Some(low.map_or(r, |l| l.min(r)))
-        });
-    match (best_pass, lowest_fail) {
-        (None, None) => Some(start),
-        // Nothing kept up yet: halve, a bounded number of times.
-        (None, Some(fail)) => (probes.len() < MAX_STEPS).then_some(fail / 2.0),
-        // Nothing failed yet: double, a bounded number of times.
-        (Some(pass), None) => (probes.len() < MAX_STEPS).then_some(pass * 2.0),
-        (Some(pass), Some(fail)) => (fail / pass > BRACKET).then(|| (pass * fail).sqrt()),
-    }
-}
-
 impl Search {
+    /// The outcome of `client`'s search.
+    pub fn of(client: &'static str, search: capacity_search::Search<Probe>) -> Self {
+        let probes: Vec<Probe> = search.attempts.into_iter().map(|a| a.data).collect();
+        Self::from_probes(client, probes)
+    }
+
     /// The search's outcome from its probes.
     pub fn from_probes(client: &'static str, probes: Vec<Probe>) -> Self {
-        let capacity = best_pass(&probes);
+        let capacity = probes
+            .iter()
+            .filter(|p| p.passed())
+            .map(|p| p.rate)
+            .max_by(f64::total_cmp);
         let limit = probes
             .iter()
             .filter(|p| !p.passed() && capacity.is_none_or(|c| p.rate > c))
@@ -220,33 +219,39 @@ mod tests {
 
     #[test]
     fn the_search_doubles_then_bisects_then_stops() {
-        assert_eq!(next_rate(50_000.0, &[]), Some(50_000.0));
-        let mut probes = vec![probe(50_000.0, true)];
-        assert_eq!(next_rate(50_000.0, &probes), Some(100_000.0));
-        probes.push(probe(100_000.0, true));
-        probes.push(probe(200_000.0, false));
-        let mid = next_rate(50_000.0, &probes).unwrap();
-        assert!((mid - 141_421.0).abs() < 1.0, "{mid}");
-        probes.push(probe(mid, true));
-        probes.push(probe(170_000.0, false));
-        probes.push(probe(160_000.0, false));
-        probes.push(probe(150_000.0, true));
-        // 160k ÷ 150k is inside the bracket: done.
-        assert_eq!(next_rate(50_000.0, &probes), None);
-        let search = Search::from_probes("kcache", probes);
-        assert_eq!(search.capacity, Some(150_000.0));
+        // A client that keeps up to 150k events/s.
+        let found = capacity_search::search(&plan(50_000.0), |rate| {
+            let probe = probe(rate as f64, rate <= 150_000);
+            Ok::<_, ()>((probe.passed(), probe))
+        })
+        .unwrap();
+        let rates: Vec<u64> = found.attempts.iter().map(|a| a.rate).collect();
+        assert_eq!(
+            &rates[..3],
+            [50_000, 100_000, 200_000],
+            "doubles to a failure"
+        );
+        let search = Search::of("kcache", found);
+        let capacity = search.capacity.unwrap();
+        assert!((139_000.0..=150_000.0).contains(&capacity), "{capacity}");
         assert!(search.limit.unwrap().starts_with("between the processes"));
     }
 
     #[test]
     fn the_search_halves_when_the_start_fails_and_gives_up_in_bounded_steps() {
-        let mut probes = vec![probe(80_000.0, false)];
-        assert_eq!(next_rate(80_000.0, &probes), Some(40_000.0));
-        while let Some(rate) = next_rate(80_000.0, &probes) {
-            probes.push(probe(rate, false));
-        }
-        assert_eq!(probes.len(), MAX_STEPS);
-        let search = Search::from_probes("kube-rs", probes);
+        let found = capacity_search::search(&plan(80_000.0), |rate| {
+            let probe = probe(rate as f64, false);
+            Ok::<_, ()>((probe.passed(), probe))
+        })
+        .unwrap();
+        let rates: Vec<u64> = found.attempts.iter().map(|a| a.rate).collect();
+        assert_eq!(&rates[..2], [80_000, 40_000], "halves");
+        assert_eq!(
+            rates.len(),
+            MAX_STEPS as usize + 1,
+            "down to start ÷ 2^MAX_STEPS"
+        );
+        let search = Search::of("kube-rs", found);
         assert_eq!(search.capacity, None);
         assert!(search.limit.is_some());
     }

@@ -316,22 +316,18 @@ fn find_capacity(
 ) -> ExitCode {
     let mut searches = Vec::new();
     for &client in clients {
-        let mut probes = Vec::new();
-        while let Some(rate) = capacity::next_rate(args.rate, &probes) {
+        let found = crate::capacity_search::search(&capacity::plan(args.rate), |rate| {
+            let rate = rate as f64;
             let events = ((rate * args.probe_seconds) as usize).max(1_000);
-            let report = match runtime.block_on(run_client(
-                exe,
-                client,
-                args.serve_config(spec.events(events), rate),
-                args.settle_seconds,
-                args.streaming_lists,
-            )) {
-                Ok(report) => report,
-                Err(e) => {
-                    eprintln!("loadgen e2e: {}: {e}", client.name());
-                    return ExitCode::FAILURE;
-                }
-            };
+            let report = runtime
+                .block_on(run_client(
+                    exe,
+                    client,
+                    args.serve_config(spec.events(events), rate),
+                    args.settle_seconds,
+                    args.streaming_lists,
+                ))
+                .map_err(|e| format!("{}: {e}", client.name()))?;
             let probe = capacity::Probe::judge(rate, events, args.max_lag_ms, report);
             eprintln!(
                 "{:<20} {:>9.0}/s  lag p50 {:>8.2} ms  p99 {:>8.2} ms  client cpu {:>5.0}%  srv µs/ev {:>6}  {}",
@@ -354,9 +350,15 @@ fn find_capacity(
                     probe.failed.join("; ")
                 }
             );
-            probes.push(probe);
+            Ok::<_, String>((probe.passed(), probe))
+        });
+        match found {
+            Ok(found) => searches.push(capacity::Search::of(client.name(), found)),
+            Err(e) => {
+                eprintln!("loadgen e2e: {e}");
+                return ExitCode::FAILURE;
+            }
         }
-        searches.push(capacity::Search::from_probes(client.name(), probes));
     }
     println!(
         "client               capacity (lag p99 ≤ {} ms)  lag p50/p99 at capacity  peak MB  limit above it",
