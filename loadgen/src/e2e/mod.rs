@@ -28,40 +28,56 @@ use hdrhistogram::Histogram;
 use crate::args::parse_rate;
 use crate::serve::store::Publication;
 use crate::serve::{ServeConfig, Server, DEFAULT_WINDOW};
-use client::{process_cpu_seconds, read_seen, ClientOutcome, OneClient};
+pub use client::OneClient;
+use client::{process_cpu_seconds, read_seen, ClientOutcome};
 use workloads::{Workload, WorkloadSpec};
 
-/// Which clients to run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ClientChoice {
-    /// kcache's SharedInformer through its kube-rs adapter (JSON).
-    Kcache,
-    /// kcache's SharedInformer through its own wire client, over protobuf.
-    #[value(name = "kcache-protobuf")]
-    KcacheProtobuf,
-    /// kcache's SharedInformer through its own wire client, over JSON.
-    #[value(name = "kcache-json")]
-    KcacheJson,
-    /// kcache's SharedInformer through its own wire client, metadata only
-    /// (`PartialObjectMetadata`, as client-go's metadata informers).
-    #[value(name = "kcache-metadata")]
-    KcacheMetadata,
-    /// kcache's SharedInformer through its own wire client, over protobuf, keeping compact
-    /// objects (docs/objects.md).
-    #[value(name = "kcache-compact-protobuf")]
-    KcacheCompactProtobuf,
-    /// The same over JSON.
-    #[value(name = "kcache-compact-json")]
-    KcacheCompactJson,
-    /// kube-rs' own watcher + reflector.
-    #[value(name = "kube-rs")]
-    KubeRs,
-    /// The server alone: a raw client that reads the watch and discards it, over JSON and
-    /// over protobuf (two rows).
-    #[value(name = "serve-alone")]
-    ServeAlone,
+/// The rows `--client` asks for, in order: client names separated by commas, `serve-alone`
+/// for both of the server's own rows (JSON and protobuf), or `all`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Clients(pub Vec<OneClient>);
+
+impl Clients {
     /// Every row, one after the other.
-    All,
+    pub const ALL: [OneClient; 9] = [
+        OneClient::Kcache,
+        OneClient::KcacheProtobuf,
+        OneClient::KcacheJson,
+        OneClient::KcacheMetadata,
+        OneClient::KcacheCompactProtobuf,
+        OneClient::KcacheCompactJson,
+        OneClient::KubeRs,
+        OneClient::ServeAlone,
+        OneClient::ServeAloneProtobuf,
+    ];
+}
+
+/// Parses `--client`.
+///
+/// ```
+/// use loadgen::e2e::{parse_clients, OneClient};
+/// assert_eq!(parse_clients("kube-rs,kcache-protobuf").unwrap().0, [OneClient::KubeRs, OneClient::KcacheProtobuf]);
+/// assert_eq!(parse_clients("serve-alone").unwrap().0.len(), 2);
+/// assert_eq!(parse_clients("all").unwrap().0.len(), 9);
+/// assert!(parse_clients("kcache,nope").unwrap_err().contains("nope"));
+/// ```
+pub fn parse_clients(s: &str) -> Result<Clients, String> {
+    use clap::ValueEnum;
+    let mut rows = Vec::new();
+    for name in s.split(',').map(str::trim) {
+        match name {
+            "all" => rows.extend(Clients::ALL),
+            "serve-alone" => rows.extend([OneClient::ServeAlone, OneClient::ServeAloneProtobuf]),
+            _ => rows.push(OneClient::from_str(name, false).map_err(|_| {
+                let known: Vec<&str> = Clients::ALL.iter().map(|c| c.name()).collect();
+                format!(
+                    "unknown client {name:?}: expected all, or names separated by commas from {}",
+                    known.join(", ")
+                )
+            })?),
+        }
+    }
+    Ok(Clients(rows))
 }
 
 /// Arguments of `loadgen e2e`.
@@ -73,9 +89,11 @@ pub struct E2eArgs {
     /// Offered rate of churn, in events per second.
     #[arg(long, value_parser = parse_rate)]
     pub rate: f64,
-    /// Which client(s) to run.
-    #[arg(long, value_enum, default_value = "all")]
-    pub client: ClientChoice,
+    /// Which client(s) to run: `all`, or names separated by commas (kcache, kcache-protobuf,
+    /// kcache-json, kcache-metadata, kcache-compact-protobuf, kcache-compact-json, kube-rs,
+    /// serve-alone for both of the server's own rows, serve-alone-protobuf).
+    #[arg(long, default_value = "all", value_parser = parse_clients)]
+    pub client: Clients,
     /// Keys (pods) of the workload [default: the workload's K].
     #[arg(long)]
     pub keys: Option<usize>,
@@ -219,27 +237,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let clients: &[OneClient] = match args.client {
-        ClientChoice::All => &[
-            OneClient::Kcache,
-            OneClient::KcacheProtobuf,
-            OneClient::KcacheJson,
-            OneClient::KcacheMetadata,
-            OneClient::KcacheCompactProtobuf,
-            OneClient::KcacheCompactJson,
-            OneClient::KubeRs,
-            OneClient::ServeAlone,
-            OneClient::ServeAloneProtobuf,
-        ],
-        ClientChoice::Kcache => &[OneClient::Kcache],
-        ClientChoice::KcacheProtobuf => &[OneClient::KcacheProtobuf],
-        ClientChoice::KcacheJson => &[OneClient::KcacheJson],
-        ClientChoice::KcacheMetadata => &[OneClient::KcacheMetadata],
-        ClientChoice::KcacheCompactProtobuf => &[OneClient::KcacheCompactProtobuf],
-        ClientChoice::KcacheCompactJson => &[OneClient::KcacheCompactJson],
-        ClientChoice::KubeRs => &[OneClient::KubeRs],
-        ClientChoice::ServeAlone => &[OneClient::ServeAlone, OneClient::ServeAloneProtobuf],
-    };
+    let clients: &[OneClient] = &args.client.0;
     if args.find_capacity {
         return find_capacity(&args, spec, &exe, &runtime, clients);
     }
