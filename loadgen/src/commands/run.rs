@@ -8,7 +8,9 @@ use crate::args::parse_workload;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
-use crate::report::{finish, handler_table, refuse, table, write_file, write_json, Report};
+use crate::report::{
+    finish, handler_table, refuse, scheduling_table, table, write_file, write_json, Report,
+};
 use crate::result::RunResult;
 use crate::runs::{run_spec, RunError};
 use crate::through_informer::{InformerConfig, Through};
@@ -19,7 +21,7 @@ use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Which workload: w1 (steady churn), w2 (hot keys), w3 (relist storm), w4 (read heavy),
-    /// w5 (slow handlers), w6 (controller loop).
+    /// w5 (slow handlers), w6 (controller loop), w7 (resync storm), w8 (priority scheduling).
     #[arg(long, value_parser = parse_workload)]
     pub workload: Workload,
     /// Which engine(s).
@@ -45,9 +47,9 @@ pub struct RunArgs {
     /// W6's worker threads, each taking keys from the workqueue and reconciling them.
     #[arg(long, default_value_t = crate::controller_loop::DEFAULT_WORKERS, value_parser = crate::controller_loop::parse_workers)]
     pub workers: usize,
-    /// W6: CPU microseconds each reconcile burns.
-    #[arg(long, default_value_t = crate::controller_loop::DEFAULT_RECONCILE_US)]
-    pub reconcile_us: u64,
+    /// W6/W7/W8: CPU microseconds each reconcile burns (default 200 for w8, 5 otherwise).
+    #[arg(long)]
+    pub reconcile_us: Option<u64>,
     /// W6/W7 through the informer: run the controller's workers at this `nice` value (1-19,
     /// Linux), below the informer's threads, so CPU-bound reconciles do not starve event
     /// intake (`ControllerBuilder::worker_nice`); 0 (the default) leaves them as they are.
@@ -60,6 +62,25 @@ pub struct RunArgs {
     /// queue (`on`), or both.
     #[arg(long, value_enum, default_value = "both")]
     pub priority: crate::controller_resync::PriorityChoice,
+    /// W8: `mixed` (one namespace floods, an initial list waits at low priority, the others
+    /// trickle) or `tenants` (two namespaces at 10:1, both backlogged).
+    #[arg(long, value_enum, default_value = "mixed")]
+    pub scenario: crate::priority_scheduling::Scenario,
+    /// W8: the workqueue orders to run, comma-separated: fifo, priority, aging, fair,
+    /// aging-fair. Default: fifo,priority,aging,aging-fair for `mixed`; priority,fair for
+    /// `tenants`.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub queues: Option<Vec<crate::priority_scheduling::QueueKind>>,
+    /// W8: aging's bound, in milliseconds (the `aging` orders).
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_MAX_WAIT_MS)]
+    pub max_wait_ms: u64,
+    /// W8: how long each row runs, in milliseconds.
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_DURATION_MS)]
+    pub duration_ms: u64,
+    /// W8 `mixed`: the initial list's keys, added at low priority over the first half of the
+    /// run.
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_BACKLOG)]
+    pub backlog: usize,
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
     pub handler_us: Option<u64>,
@@ -151,10 +172,33 @@ impl RunArgs {
     pub fn controller(&self) -> ControllerConfig {
         ControllerConfig {
             workers: self.workers,
-            reconcile_cost: Duration::from_micros(self.reconcile_us),
+            reconcile_cost: Duration::from_micros(self.reconcile_us.unwrap_or(
+                if self.workload == Workload::W8 {
+                    crate::priority_scheduling::DEFAULT_RECONCILE_US
+                } else {
+                    crate::controller_loop::DEFAULT_RECONCILE_US
+                },
+            )),
             worker_nice: self.worker_nice,
             seed: self.seed,
         }
+    }
+
+    /// W8's knobs these arguments ask for.
+    pub fn scheduling(&self) -> crate::priority_scheduling::SchedulingConfig {
+        crate::priority_scheduling::SchedulingConfig {
+            scenario: self.scenario,
+            duration: Duration::from_millis(self.duration_ms),
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            backlog: self.backlog,
+        }
+    }
+
+    /// W8's orders: `--queues`, or the scenario's own.
+    pub fn queues(&self) -> Vec<crate::priority_scheduling::QueueKind> {
+        self.queues
+            .clone()
+            .unwrap_or_else(|| self.scenario.default_queues().to_vec())
     }
 
     /// The informer path's knobs these arguments ask for (`--through informer`).
@@ -188,6 +232,18 @@ impl RunArgs {
 
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    if args.workload == Workload::W8 {
+        return crate::priority_scheduling::run_spec(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.queues(),
+            &args.config(),
+            &args.controller(),
+            &args.scheduling(),
+            args.in_process,
+            ui,
+        );
+    }
     if args.workload == Workload::W7 {
         return crate::controller_resync::run_spec(
             &args.spec(),
@@ -259,7 +315,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
     match run(&args, Ui::detect()) {
         Ok(results) => {
-            let shown = table(&results) + &handler_table(&results);
+            let shown = table(&results) + &handler_table(&results) + &scheduling_table(&results);
             finish("run", &shown, &results, || {
                 if let Some(path) = &args.timeline {
                     let rows = results
