@@ -71,7 +71,7 @@ pub const DEFAULT_MAX_WAIT_MS: u64 = 5_000;
 /// can offer several times what the workers take.
 pub const DEFAULT_RECONCILE_US: u64 = 200;
 /// The initial list's keys unless told otherwise.
-pub const DEFAULT_BACKLOG: usize = 10_000;
+pub const DEFAULT_BACKLOG: usize = 5_000;
 /// The mixed scenario's quiet namespaces, which trickle.
 pub const QUIET_NAMESPACES: usize = 8;
 /// Objects per quiet namespace.

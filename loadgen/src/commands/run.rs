@@ -527,6 +527,53 @@ mod tests {
     }
 
     #[test]
+    fn a_w8_child_is_told_its_scenario_order_and_bounds() {
+        use crate::priority_scheduling::{child_args, QueueKind, Scenario};
+        let parent = parse(&[
+            "--workload",
+            "w8",
+            "--scenario",
+            "tenants",
+            "--max-wait-ms",
+            "700",
+            "--duration-ms",
+            "1234",
+            "--backlog",
+            "55",
+            "--keys",
+            "300",
+        ]);
+        assert_eq!(
+            parent.controller().reconcile_cost,
+            Duration::from_micros(crate::priority_scheduling::DEFAULT_RECONCILE_US)
+        );
+        assert_eq!(parent.queues(), [QueueKind::Priority, QueueKind::Fair]);
+        let (spec, cfg, ctl, w8) = (
+            parent.spec(),
+            parent.config(),
+            parent.controller(),
+            parent.scheduling(),
+        );
+        assert_eq!(w8.scenario, Scenario::Tenants);
+        let args = child_args(
+            &spec,
+            (EngineKind::Sharded, QueueKind::Fair),
+            &cfg,
+            &ctl,
+            &w8,
+        );
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            (child.spec(), child.controller(), child.scheduling()),
+            (spec, ctl, w8)
+        );
+        assert_eq!(child.queues(), [QueueKind::Fair]);
+        assert!(child.in_process);
+        let mixed = parse(&["--workload", "w8", "--queues", "fifo,aging-fair"]);
+        assert_eq!(mixed.queues(), [QueueKind::Fifo, QueueKind::AgingFair]);
+    }
+
+    #[test]
     fn one_engine_in_process_passes_with_every_handler_ok() {
         let args = parse(&[
             "--workload",
