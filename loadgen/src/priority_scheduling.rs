@@ -313,6 +313,9 @@ impl Plan {
 /// What one worker saw (each worker keeps its own; merged at the end).
 struct Tally {
     waits: Vec<Histogram<u64>>,
+    /// Per class, the longest wait exactly, in nanoseconds: the histogram keeps 3 significant
+    /// digits, a few milliseconds at 5 s, too coarse to tell aging's bound plus one reconcile.
+    longest: Vec<u64>,
     spin: Vec<Duration>,
     reconciles: Vec<u64>,
     overlaps: u64,
@@ -323,6 +326,7 @@ impl Tally {
     fn new(plan: &Plan) -> Self {
         Self {
             waits: plan.classes.iter().map(|_| new_histogram()).collect(),
+            longest: vec![0; plan.classes.len()],
             spin: vec![Duration::ZERO; plan.groups.len()],
             reconciles: vec![0; plan.groups.len()],
             overlaps: 0,
@@ -333,6 +337,9 @@ impl Tally {
     fn merge(&mut self, other: Tally) {
         for (a, b) in self.waits.iter_mut().zip(&other.waits) {
             a.add(b).unwrap_or_default();
+        }
+        for (a, b) in self.longest.iter_mut().zip(&other.longest) {
+            *a = (*a).max(*b);
         }
         for (a, b) in self.spin.iter_mut().zip(&other.spin) {
             *a += *b;
@@ -433,9 +440,9 @@ fn work(shared: &Shared, queue: &dyn ControllerQueue, cost: Duration) -> Tally {
         let (class, group) = shared.plan.of[i];
         let ready = shared.ready[i].swap(0, Ordering::AcqRel);
         if ready != 0 {
-            tally.waits[class]
-                .record(started.saturating_sub(ready).max(1))
-                .unwrap_or_default();
+            let wait = started.saturating_sub(ready).max(1);
+            tally.waits[class].record(wait).unwrap_or_default();
+            tally.longest[class] = tally.longest[class].max(wait);
         }
         // Relaxed: the flag only detects overlap; the queue orders the hand-offs.
         if shared.busy[i].swap(true, Ordering::Relaxed) {
@@ -576,19 +583,22 @@ pub fn measure(
         .classes
         .iter()
         .zip(&tally.waits)
+        .zip(&tally.longest)
         .zip(&done.waiting)
-        .map(|((class, hist), &(waiting_at_end, longest))| {
-            let served = !hist.is_empty();
-            let max = hist.max().max(longest);
-            ClassWaits {
-                class: class.clone(),
-                served: hist.len(),
-                waiting_at_end,
-                p50_ms: served.then(|| ms(hist.value_at_quantile(0.5))),
-                p99_ms: served.then(|| ms(hist.value_at_quantile(0.99))),
-                max_ms: (served || waiting_at_end > 0).then(|| ms(max)),
-            }
-        })
+        .map(
+            |(((class, hist), &served_longest), &(waiting_at_end, longest))| {
+                let served = !hist.is_empty();
+                let max = served_longest.max(longest);
+                ClassWaits {
+                    class: class.clone(),
+                    served: hist.len(),
+                    waiting_at_end,
+                    p50_ms: served.then(|| ms(hist.value_at_quantile(0.5))),
+                    p99_ms: served.then(|| ms(hist.value_at_quantile(0.99))),
+                    max_ms: (served || waiting_at_end > 0).then(|| ms(max)),
+                }
+            },
+        )
         .collect();
     let total_spin: f64 = tally.spin.iter().map(Duration::as_secs_f64).sum();
     let groups = plan

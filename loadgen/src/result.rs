@@ -193,8 +193,9 @@ pub struct ClassWaits {
     pub p50_ms: Option<f64>,
     /// 99th percentile wait of the served keys, in milliseconds.
     pub p99_ms: Option<f64>,
-    /// Longest wait, in milliseconds, counting the keys still waiting at the end (their wait
-    /// so far): what starvation shows as.
+    /// Longest wait, in milliseconds, exact (the percentiles keep 3 significant digits),
+    /// counting the keys still waiting at the end (their wait so far): what starvation shows
+    /// as.
     pub max_ms: Option<f64>,
 }
 
