@@ -292,6 +292,11 @@ pub fn check_workload(workload: Workload) -> Result<(), String> {
             "capacity is measured on w1, w2 and w5: w7 measures a controller's latency under              resyncs at a rate you choose; run it with `loadgen run --workload w7 --rate N`"
                 .to_string(),
         ),
+        Workload::W8 => Err(
+            "capacity is measured on w1, w2 and w5: w8 measures a workqueue's order under a \
+             saturating load of its own; run it with `loadgen run --workload w8`"
+                .to_string(),
+        ),
     }
 }
 

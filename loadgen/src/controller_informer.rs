@@ -36,7 +36,9 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use kcache::controller::{Action, Controller, ControllerQueue, Event, Request};
 use kcache::informer::{HandlerOptions, SharedInformer};
-use kcache::workqueue::priority::{ReferencePriorityQueue, ShardedPriorityQueue};
+use kcache::workqueue::priority::{
+    PriorityOptions, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
+};
 use kcache::workqueue::{
     DelayingQueue, QueueConfig, RateLimitingQueue, ReferenceQueue, ShardedQueue, WorkQueue,
 };
@@ -165,6 +167,56 @@ pub(crate) fn controller_queue<W: WorkQueue + 'static>(workqueue: W) -> Arc<dyn 
         DelayingQueue::new(workqueue),
         retry_limiter(),
     ))
+}
+
+/// `engine`'s rate-limiting workqueue (client-go's one order, first in first out) as a
+/// controller's: [`controller_queue`] over the reference or the sharded queue.
+pub(crate) fn fifo_queue(engine: EngineKind, shards: usize) -> Arc<dyn ControllerQueue> {
+    match engine {
+        EngineKind::Reference => controller_queue(ReferenceQueue::new()),
+        EngineKind::Sharded => controller_queue(ShardedQueue::new(shards)),
+    }
+}
+
+/// How many hand-outs aging reordered in a priority queue (its `overdue_handouts`).
+pub(crate) type OverdueHandouts = Box<dyn Fn() -> u64 + Send + Sync>;
+
+/// `engine`'s priority queue (controller-runtime's) with W6's retry limiter, ordered with
+/// `options`' aging and fairness (none: controller-runtime's order exactly).
+pub(crate) fn priority_queue(
+    engine: EngineKind,
+    shards: usize,
+    options: PriorityOptions,
+) -> Arc<dyn ControllerQueue> {
+    counted_priority_queue(engine, shards, options).0
+}
+
+/// [`priority_queue`], with a reading of how often aging reordered its hand-outs.
+pub(crate) fn counted_priority_queue(
+    engine: EngineKind,
+    shards: usize,
+    options: PriorityOptions,
+) -> (Arc<dyn ControllerQueue>, OverdueHandouts) {
+    fn counted<Q: ControllerQueue + PriorityWorkQueue + 'static>(
+        queue: Q,
+    ) -> (Arc<dyn ControllerQueue>, OverdueHandouts) {
+        let queue = Arc::new(queue);
+        let read = Arc::clone(&queue);
+        (queue, Box::new(move || read.overdue_handouts()))
+    }
+    match engine {
+        EngineKind::Reference => counted(ReferencePriorityQueue::with_options(
+            &QueueConfig::new(),
+            Box::new(retry_limiter()),
+            options,
+        )),
+        EngineKind::Sharded => counted(ShardedPriorityQueue::with_options(
+            shards,
+            &QueueConfig::new(),
+            Box::new(retry_limiter()),
+            options,
+        )),
+    }
 }
 
 /// Waits until `controller` is idle, once every `add` its handler will make has happened;
@@ -309,36 +361,23 @@ pub fn execute_with(
         progress,
     };
     let priority = storm.is_some_and(|s| s.priority);
+    let queue = if priority {
+        priority_queue(engine, cfg.shards, PriorityOptions::new())
+    } else {
+        fifo_queue(engine, cfg.shards)
+    };
     let mut done = match (engine, priority) {
-        (EngineKind::Reference, false) => run.drive(
-            builder.build_reference(),
-            controller_queue(ReferenceQueue::new()),
-            HandlerOptions::new(),
-        )?,
         // client-go's one FIFO has no resync lane: the priority is the workqueue's alone.
-        (EngineKind::Reference, true) => run.drive(
-            builder.build_reference(),
-            Arc::new(ReferencePriorityQueue::with_rate_limiter(
-                &QueueConfig::new(),
-                Box::new(retry_limiter()),
-            )),
-            HandlerOptions::new(),
-        )?,
-        (EngineKind::Sharded, false) => run.drive(
-            builder.build(),
-            controller_queue(ShardedQueue::new(cfg.shards)),
-            HandlerOptions::new(),
-        )?,
+        (EngineKind::Reference, _) => {
+            run.drive(builder.build_reference(), queue, HandlerOptions::new())?
+        }
+        (EngineKind::Sharded, false) => run.drive(builder.build(), queue, HandlerOptions::new())?,
         // Priority all the way: resyncs wait in the informer's lane behind live changes, the
         // controller's handler adds on the consumer (no buffer for a live change to wait in
         // behind a resync's notifications), and the workqueue serves normal priority first.
         (EngineKind::Sharded, true) => run.drive(
             builder.resync_last(true).build(),
-            Arc::new(ShardedPriorityQueue::with_rate_limiter(
-                cfg.shards,
-                &QueueConfig::new(),
-                Box::new(retry_limiter()),
-            )),
+            queue,
             HandlerOptions::new().inline(),
         )?,
     };

@@ -519,7 +519,7 @@ pub(crate) fn reconcile(
 }
 
 /// Spins for `cost` (the reconcile's CPU).
-fn burn(cost: Duration) {
+pub(crate) fn burn(cost: Duration) {
     if cost.is_zero() {
         return;
     }

@@ -8,13 +8,14 @@
 //!
 //! | layer | modules | what they do |
 //! |---|---|---|
-//! | 0 | the workloads crate (outside loadgen) | generates the synthetic workloads W1–W7 (docs/workloads.md) and their model |
+//! | 0 | the workloads crate (outside loadgen) | generates the synthetic workloads W1–W8 (docs/workloads.md) and their model |
 //! | 1 | [`latency`], [`timeline`], [`rss`], [`allocator`], [`cpu`], [`machine`], [`thp`] | enqueue-to-pop latency sampling; latency over time (per-interval p50/p99/max, to locate stalls); peak resident memory; the bytes the allocator has committed; the CPU a run spent; what machine a run was on and the command line that made it; restarting with mimalloc's transparent-huge-page advice off (its faults stall runs) |
 //! | 1 | [`engines`], [`args`], [`progress`], [`ui`], [`units`], [`sync`] | engine names and one run's knobs; value parsers several commands share; progress reporting and bars and notes on stderr; numbers as tables show them; a lock that survives a panicked holder |
 //! | 1 | [`result`] | one engine's measured result: the row every report shows and the JSON a child process hands back |
 //! | 2 | [`driver`], [`pacing`], [`readers`], [`server_feed`] | runs a generated workload through an engine (producer, consumers, counters, timing); paces a producer to an offered rate; W4's readers; the in-memory API server and the producer that writes a workload into it |
 //! | 2 | [`verdict`], [`informer_verdict`], [`handler_ledger`], [`informer_handlers`] | judges a finished run against the workload's model; judges each handler of a run through the informer; checks one handler's notifications against a server's state, where no model is at hand (faults over the wire, `soak`); the handlers a run registers on the informer, which record what they hear (one slow) |
 //! | 2 | [`controller_loop`], [`controller_informer`], [`controller_resync`], [`through_informer`], [`harness_floor`] | W6 on the bare queue: DeltaFIFO, indexer, workqueue and workers as one controller; W6 through the shared informer (the default W6) on kcache's `Controller`; W7, that controller under a resync storm, with and without priority; the same events through the whole informer pipeline; the harness floor, a client that drains the same server into nothing |
+//! | 2 | [`priority_scheduling`] | W8: a workqueue saturated by one namespace's churn, an initial list's backlog at low priority and other namespaces' trickle (or two namespaces at 10:1), under each order (first in first out, priority, aging, fairness); waits per class, each namespace's share of the workers |
 //! | 2 | [`isolate`], [`runs`] | each engine in a child process of its own; a workload through a list of engines, generated, measured and judged |
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
 //! | 2 | [`wq_round_trip`] | the workqueue round trip: a producer and N workers through any work queue, timed, with the workers' context switches |
@@ -52,6 +53,7 @@ pub mod isolate;
 pub mod latency;
 pub mod machine;
 pub mod pacing;
+pub mod priority_scheduling;
 pub mod progress;
 pub mod readers;
 pub mod report;

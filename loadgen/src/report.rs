@@ -196,6 +196,56 @@ pub fn first_seen<'a>(
     out
 }
 
+/// W8's tables: per run and class of keys, the waits from ready to reconcile start; per run,
+/// each namespace's share of the workers. Empty when no run is W8's.
+///
+/// ```
+/// assert_eq!(loadgen::report::scheduling_table(&[]), "");
+/// ```
+pub fn scheduling_table(results: &[RunResult]) -> String {
+    let runs: Vec<_> = results
+        .iter()
+        .filter_map(|r| r.scheduling.as_ref().map(|s| (r, s)))
+        .collect();
+    if runs.is_empty() {
+        return String::new();
+    }
+    let mut waits = vec![[
+        "engine", "workload", "class", "served", "waiting", "p50 ms", "p99 ms", "max ms", "overdue",
+    ]
+    .map(String::from)
+    .to_vec()];
+    let mut shares = vec![["engine", "workload", "share of worker time"]
+        .map(String::from)
+        .to_vec()];
+    for (r, s) in runs {
+        for c in &s.classes {
+            waits.push(vec![
+                r.engine.clone(),
+                r.workload.clone(),
+                c.class.clone(),
+                c.served.to_string(),
+                c.waiting_at_end.to_string(),
+                opt(c.p50_ms, |v| format!("{v:.1}")),
+                opt(c.p99_ms, |v| format!("{v:.1}")),
+                opt(c.max_ms, |v| format!("{v:.1}")),
+                s.overdue_handouts.to_string(),
+            ]);
+        }
+        let groups: Vec<String> = s
+            .groups
+            .iter()
+            .map(|g| format!("{} {:.1}%", g.group, 100.0 * g.share))
+            .collect();
+        shares.push(vec![
+            r.engine.clone(),
+            r.workload.clone(),
+            groups.join(", "),
+        ]);
+    }
+    format!("\n{}\n{}", aligned(&waits), aligned(&shares))
+}
+
 /// One row per handler of every informer run; empty when no run went through the informer.
 pub fn handler_table(results: &[RunResult]) -> String {
     let mut rows = vec![[

@@ -84,6 +84,10 @@ pub struct RunResult {
     /// `--through informer`: what the reflector did (absent otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub informer: Option<InformerStats>,
+    /// W8: the waits of each class of keys and each namespace's share of the workers
+    /// (absent otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduling: Option<SchedulingFigures>,
     /// Latency per interval of the run (`run --timeline`); absent unless asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<Vec<Interval>>,
@@ -152,6 +156,58 @@ pub struct ControllerFigures {
     pub reconciles_per_event: f64,
     /// Reconciles that failed and were re-added with `add_rate_limited`.
     pub retries: u64,
+}
+
+/// W8's figures: how one workqueue order shared saturated workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulingFigures {
+    /// `mixed` (a flood, a backlog and a trickle) or `tenants` (two namespaces at 10:1).
+    pub scenario: String,
+    /// The workqueue's order: `fifo`, `priority`, `aging`, `fair` or `aging-fair`.
+    pub queue: String,
+    /// Aging's bound, in milliseconds; `null` without aging.
+    pub max_wait_ms: Option<u64>,
+    /// Keys the workers could reconcile per second if they never waited: workers (at most
+    /// the cores) over the reconcile cost. The offered rates are multiples of it.
+    pub capacity_per_s: f64,
+    /// Hand-outs aging reordered (the queue's `overdue_handouts`); 0 without aging.
+    pub overdue_handouts: u64,
+    /// The waits of each class of keys, in the scenario's order.
+    pub classes: Vec<ClassWaits>,
+    /// Each namespace's share of the workers' reconcile time, in the scenario's order.
+    pub groups: Vec<GroupShare>,
+}
+
+/// The waits of one class of keys: from the moment a key was ready in the queue to the start
+/// of its reconcile.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClassWaits {
+    /// `churn` (the flooding namespace's live changes), `backlog` (the initial list's keys, at
+    /// low priority), `trickle` (the other namespaces' live changes), or a tenant's namespace.
+    pub class: String,
+    /// Keys of the class handed to a worker.
+    pub served: u64,
+    /// Keys of the class still ready in the queue when the run ended.
+    pub waiting_at_end: u64,
+    /// Median wait of the served keys, in milliseconds; `null` if none was served.
+    pub p50_ms: Option<f64>,
+    /// 99th percentile wait of the served keys, in milliseconds.
+    pub p99_ms: Option<f64>,
+    /// Longest wait, in milliseconds, exact (the percentiles keep 3 significant digits),
+    /// counting the keys still waiting at the end (their wait so far): what starvation shows
+    /// as.
+    pub max_ms: Option<f64>,
+}
+
+/// One namespace's share of the workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupShare {
+    /// The namespace.
+    pub group: String,
+    /// Its reconciles.
+    pub reconciles: u64,
+    /// Its reconciles' time over all reconciles' time (the shares sum to 1).
+    pub share: f64,
 }
 
 impl LatencyUs {

@@ -9,7 +9,9 @@ use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
 use crate::informer_handlers::InformerConfig;
-use crate::report::{finish, handler_table, refuse, table, write_file, write_json, Report};
+use crate::report::{
+    finish, handler_table, refuse, scheduling_table, table, write_file, write_json, Report,
+};
 use crate::result::RunResult;
 use crate::runs::{run_spec, RunError};
 use crate::through_informer::Through;
@@ -20,7 +22,7 @@ use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
     /// Which workload: w1 (steady churn), w2 (hot keys), w3 (relist storm), w4 (read heavy),
-    /// w5 (slow handlers), w6 (controller loop).
+    /// w5 (slow handlers), w6 (controller loop), w7 (resync storm), w8 (priority scheduling).
     #[arg(long, value_parser = parse_workload)]
     pub workload: Workload,
     /// Which engine(s).
@@ -46,9 +48,9 @@ pub struct RunArgs {
     /// W6's worker threads, each taking keys from the workqueue and reconciling them.
     #[arg(long, default_value_t = crate::controller_loop::DEFAULT_WORKERS, value_parser = crate::controller_loop::parse_workers)]
     pub workers: usize,
-    /// W6: CPU microseconds each reconcile burns.
-    #[arg(long, default_value_t = crate::controller_loop::DEFAULT_RECONCILE_US)]
-    pub reconcile_us: u64,
+    /// W6/W7/W8: CPU microseconds each reconcile burns (default 200 for w8, 5 otherwise).
+    #[arg(long)]
+    pub reconcile_us: Option<u64>,
     /// W6/W7 through the informer: run the controller's workers at this `nice` value (1-19,
     /// Linux), below the informer's threads, so CPU-bound reconciles do not starve event
     /// intake (`ControllerBuilder::worker_nice`); 0 (the default) leaves them as they are.
@@ -61,6 +63,25 @@ pub struct RunArgs {
     /// queue (`on`), or both.
     #[arg(long, value_enum, default_value = "both")]
     pub priority: crate::controller_resync::PriorityChoice,
+    /// W8: `mixed` (one namespace floods, an initial list waits at low priority, the others
+    /// trickle) or `tenants` (two namespaces at 10:1, both backlogged).
+    #[arg(long, value_enum, default_value = "mixed")]
+    pub scenario: crate::priority_scheduling::Scenario,
+    /// W8: the workqueue orders to run, comma-separated: fifo, priority, aging, fair,
+    /// aging-fair. Default: fifo,priority,aging,aging-fair for `mixed`; priority,fair for
+    /// `tenants`.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub queues: Option<Vec<crate::priority_scheduling::QueueKind>>,
+    /// W8: aging's bound, in milliseconds (the `aging` orders).
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_MAX_WAIT_MS)]
+    pub max_wait_ms: u64,
+    /// W8: how long each row runs, in milliseconds.
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_DURATION_MS)]
+    pub duration_ms: u64,
+    /// W8 `mixed`: the initial list's keys, added at low priority over the first half of the
+    /// run.
+    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_BACKLOG)]
+    pub backlog: usize,
     /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
     #[arg(long)]
     pub handler_us: Option<u64>,
@@ -152,10 +173,33 @@ impl RunArgs {
     pub fn controller(&self) -> ControllerConfig {
         ControllerConfig {
             workers: self.workers,
-            reconcile_cost: Duration::from_micros(self.reconcile_us),
+            reconcile_cost: Duration::from_micros(self.reconcile_us.unwrap_or(
+                if self.workload == Workload::W8 {
+                    crate::priority_scheduling::DEFAULT_RECONCILE_US
+                } else {
+                    crate::controller_loop::DEFAULT_RECONCILE_US
+                },
+            )),
             worker_nice: self.worker_nice,
             seed: self.seed,
         }
+    }
+
+    /// W8's knobs these arguments ask for.
+    pub fn scheduling(&self) -> crate::priority_scheduling::SchedulingConfig {
+        crate::priority_scheduling::SchedulingConfig {
+            scenario: self.scenario,
+            duration: Duration::from_millis(self.duration_ms),
+            max_wait: Duration::from_millis(self.max_wait_ms),
+            backlog: self.backlog,
+        }
+    }
+
+    /// W8's orders: `--queues`, or the scenario's own.
+    pub fn queues(&self) -> Vec<crate::priority_scheduling::QueueKind> {
+        self.queues
+            .clone()
+            .unwrap_or_else(|| self.scenario.default_queues().to_vec())
     }
 
     /// The informer path's knobs these arguments ask for (`--through informer`).
@@ -189,6 +233,18 @@ impl RunArgs {
 
 /// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
 pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    if args.workload == Workload::W8 {
+        return crate::priority_scheduling::run_spec(
+            &args.spec(),
+            &args.engine.engines(),
+            &args.queues(),
+            &args.config(),
+            &args.controller(),
+            &args.scheduling(),
+            args.in_process,
+            ui,
+        );
+    }
     if args.workload == Workload::W7 {
         return crate::controller_resync::run_spec(
             &args.spec(),
@@ -260,7 +316,7 @@ pub fn main(args: RunArgs) -> ExitCode {
     }
     match run(&args, Ui::detect()) {
         Ok(results) => {
-            let shown = table(&results) + &handler_table(&results);
+            let shown = table(&results) + &handler_table(&results) + &scheduling_table(&results);
             finish("run", &shown, &results, || {
                 if let Some(path) = &args.timeline {
                     let rows = results
@@ -469,6 +525,53 @@ mod tests {
         );
         assert_eq!(child.through(), Through::Informer);
         assert_eq!((child.spec(), child.controller()), (spec, ctl));
+    }
+
+    #[test]
+    fn a_w8_child_is_told_its_scenario_order_and_bounds() {
+        use crate::priority_scheduling::{child_args, QueueKind, Scenario};
+        let parent = parse(&[
+            "--workload",
+            "w8",
+            "--scenario",
+            "tenants",
+            "--max-wait-ms",
+            "700",
+            "--duration-ms",
+            "1234",
+            "--backlog",
+            "55",
+            "--keys",
+            "300",
+        ]);
+        assert_eq!(
+            parent.controller().reconcile_cost,
+            Duration::from_micros(crate::priority_scheduling::DEFAULT_RECONCILE_US)
+        );
+        assert_eq!(parent.queues(), [QueueKind::Priority, QueueKind::Fair]);
+        let (spec, cfg, ctl, w8) = (
+            parent.spec(),
+            parent.config(),
+            parent.controller(),
+            parent.scheduling(),
+        );
+        assert_eq!(w8.scenario, Scenario::Tenants);
+        let args = child_args(
+            &spec,
+            (EngineKind::Sharded, QueueKind::Fair),
+            &cfg,
+            &ctl,
+            &w8,
+        );
+        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        assert_eq!(
+            (child.spec(), child.controller(), child.scheduling()),
+            (spec, ctl, w8)
+        );
+        assert_eq!(child.queues(), [QueueKind::Fair]);
+        assert!(child.in_process);
+        let mixed = parse(&["--workload", "w8", "--queues", "fifo,aging-fair"]);
+        assert_eq!(mixed.queues(), [QueueKind::Fifo, QueueKind::AgingFair]);
     }
 
     #[test]

@@ -62,7 +62,8 @@ pub fn generate(spec: &WorkloadSpec) -> Generated {
     let universe = Universe::synthetic(spec.keys);
     let mut g = Generator::new(spec, universe);
     match spec.workload {
-        Workload::W1 | Workload::W4 | Workload::W5 | Workload::W6 | Workload::W7 => {
+        // W8 adds keys to a workqueue on a schedule of its own and uses only the universe.
+        Workload::W1 | Workload::W4 | Workload::W5 | Workload::W6 | Workload::W7 | Workload::W8 => {
             g.add_all();
             for _ in 0..spec.events {
                 g.churn_event();

@@ -1,4 +1,4 @@
-//! The synthetic workloads W1–W7 of docs/workloads.md: what `loadgen` drives kcache's engines
+//! The synthetic workloads W1–W8 of docs/workloads.md: what `loadgen` drives kcache's engines
 //! with, and what the benchmarks (`bench`) measure them on.
 //!
 //! Everything an engine run touches is made here, before the clock starts: one `Arc<Pod>` per

@@ -28,11 +28,16 @@ pub enum Workload {
     /// Resync storm: W6's controller through the shared informer while the informer resyncs
     /// every object every few seconds; the latency of live changes, with and without priority.
     W7,
+    /// Priority scheduling: a controller's workqueue saturated by one namespace's live
+    /// changes, with an initial list's backlog at low priority and a trickle from the other
+    /// namespaces; waits per class and each namespace's share of the workers, per queue order
+    /// (first in first out, priority, aging, fairness).
+    W8,
 }
 
 impl Workload {
     /// All workloads, in order.
-    pub const ALL: [Workload; 7] = [
+    pub const ALL: [Workload; 8] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -40,6 +45,7 @@ impl Workload {
         Workload::W5,
         Workload::W6,
         Workload::W7,
+        Workload::W8,
     ];
 
     /// `w1` .. `w5`.
@@ -52,6 +58,7 @@ impl Workload {
             Workload::W5 => "w5",
             Workload::W6 => "w6",
             Workload::W7 => "w7",
+            Workload::W8 => "w8",
         }
     }
 
@@ -65,6 +72,7 @@ impl Workload {
             Workload::W5 => "slow handlers",
             Workload::W6 => "controller loop",
             Workload::W7 => "resync storm",
+            Workload::W8 => "priority scheduling",
         }
     }
 
@@ -73,6 +81,10 @@ impl Workload {
         match self {
             Workload::W2 => 1_000_000,
             Workload::W3 => 150_000,
+            // W8's keys are the flooding namespace's objects: few enough that its churn keeps
+            // every one of them queued (the workqueue merges the rest), so the queue stays
+            // saturated without growing for ever.
+            Workload::W8 => 1_000,
             _ => 100_000,
         }
     }
@@ -81,6 +93,8 @@ impl Workload {
     pub fn default_events(self) -> usize {
         match self {
             Workload::W3 => W3_ROUNDS * 100_000,
+            // W8 runs for a time (`--duration-ms`), not a count of events.
+            Workload::W8 => 0,
             _ => 5_000_000,
         }
     }
@@ -99,7 +113,7 @@ impl fmt::Display for Workload {
 
 /// An unknown workload name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6, w7")]
+#[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6, w7, w8")]
 pub struct UnknownWorkload(pub String);
 
 impl FromStr for Workload {
