@@ -549,7 +549,17 @@ async fn a_keep_alive_connection_whose_watch_ended_is_not_closed_as_a_slow_watch
     tokio::time::timeout(Duration::from_secs(30), server.churn_finished())
         .await
         .expect("the churn finishes");
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Let the connection's check run a few times after the churn, far behind as it is: it
+    // counts its checks, so this waits for them rather than for a time.
+    let checks = server.faults().slow_watcher_checks;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while server.faults().slow_watcher_checks < checks + 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connection is never checked"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let (ok, _) = send(&mut conn, "GET", "/api/v1/pods?limit=1", b"").await;
     assert_eq!(ok, 200);
     assert_eq!(server.faults().slow_watchers_closed, 0);

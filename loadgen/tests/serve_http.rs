@@ -397,7 +397,16 @@ async fn a_held_churn_starts_when_released() {
     config.hold_churn = true;
     config.record_publications = true;
     let mut server = loadgen::serve::Server::start(config).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Once the churn thread is parked at its gate, anything it published would be in the
+    // store: the check below cannot pass early by luck.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !server.churn_waiting_at_gate() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the churn never reached its gate"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
     assert_eq!(
         server.store().resource_version(),
         200,
@@ -408,7 +417,7 @@ async fn a_held_churn_starts_when_released() {
     server.release_churn();
     let summary = churn_done(&server, Duration::from_secs(10)).await;
     assert_eq!(summary.events, 500);
-    // Timed from the release, not from the start 300 ms earlier: no longer than we waited.
+    // Timed from the release, not from the server's start: no longer than we waited.
     assert!(
         summary.seconds <= released.elapsed().as_secs_f64(),
         "timed from the release: {summary:?}"

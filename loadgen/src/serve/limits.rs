@@ -255,6 +255,7 @@ async fn http_connection(
                 std::pin::Pin::new(&mut conn).graceful_shutdown();
             }
             _ = check.tick() => {
+                bump(&faults.counts.slow_watcher_checks);
                 let behind = progress.behind(store.resource_version());
                 if behind.is_some_and(|behind| behind > limits.slow_watcher_events) {
                     bump(&faults.counts.slow_watchers_closed);

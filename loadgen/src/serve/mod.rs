@@ -236,7 +236,7 @@ pub struct Server {
     initial_pods: usize,
     initial_resource_version: u64,
     /// While the churn is held: dropping it lets the churn begin.
-    churn_gate: Option<std::sync::mpsc::Sender<()>>,
+    churn_gate: Option<restart::ChurnGate>,
     /// What it was started with (a restart without state starts over from it).
     config: ServeConfig,
 }
@@ -336,8 +336,16 @@ impl Server {
         if let Some(gate) = &self.churn_gate {
             // A held churn that is told to stop must get past its gate to see it: dropping the
             // sender is what opens it, and this handle is shared, so the gate gets a message.
-            let _ = gate.send(());
+            let _ = gate.sender.send(());
         }
+    }
+
+    /// Whether a held churn's thread is parked at its gate, having published nothing: what a
+    /// test waits for before it checks that a held churn publishes nothing.
+    pub fn churn_waiting_at_gate(&self) -> bool {
+        self.churn_gate
+            .as_ref()
+            .is_some_and(|gate| gate.waiting.load(Ordering::Acquire))
     }
 
     /// Where it listens.

@@ -23,11 +23,16 @@ pub(super) fn spawn_churn(
     pace: Pace,
     hold: bool,
     done: signal::Sender<Option<ChurnSummary>>,
-) -> io::Result<(Arc<AtomicBool>, Option<std::sync::mpsc::Sender<()>>)> {
+) -> io::Result<(Arc<AtomicBool>, Option<ChurnGate>)> {
     let stop = Arc::new(AtomicBool::new(false));
     let (gate, held) = if hold {
-        let (gate, held) = std::sync::mpsc::channel::<()>();
-        (Some(gate), Some(held))
+        let (sender, held) = std::sync::mpsc::channel::<()>();
+        let waiting = Arc::new(AtomicBool::new(false));
+        let gate = ChurnGate {
+            sender,
+            waiting: Arc::clone(&waiting),
+        };
+        (Some(gate), Some((held, waiting)))
     } else {
         (None, None)
     };
@@ -35,15 +40,27 @@ pub(super) fn spawn_churn(
     std::thread::Builder::new()
         .name("serve-churn".into())
         .spawn(move || {
-            if let Some(held) = held {
+            if let Some((held, waiting)) = held {
+                // Release: whoever sees the flag sees that nothing was published before it.
+                waiting.store(true, Ordering::Release);
                 // Nothing is ever sent: the gate opens when its sender is dropped.
                 let _ = held.recv();
+                waiting.store(false, Ordering::Release);
             }
             let summary = churn.run(&store, pace, &churn_stop);
             // Nobody waiting is fine.
             let _ = done.send(Some(summary));
         })?;
     Ok((stop, gate))
+}
+
+/// A held churn's gate: dropping it lets the churn begin; a message lets a stopped churn past
+/// it to end.
+#[derive(Debug)]
+pub(super) struct ChurnGate {
+    pub(super) sender: std::sync::mpsc::Sender<()>,
+    /// The churn thread is parked at the gate (it has published nothing).
+    pub(super) waiting: Arc<AtomicBool>,
 }
 
 impl Server {
