@@ -344,3 +344,70 @@ async fn a_stale_replace_is_retried_on_the_pod_read_again() {
     assert_eq!(stored.metadata.annotations.as_ref().unwrap()["other"], "1");
     server.stop().await.unwrap();
 }
+
+/// `loadgen e2e --kubeconfig`: the client rows against a `serve --writes` the test started,
+/// named only by a kubeconfig file, with `loadgen churn` writing: every row's verdict is ok
+/// (its cache equals a fresh list), it heard every write of the churn with a lag measured,
+/// and the churn's pods are gone afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2e_against_a_kubeconfig_runs_the_rows_with_churn_writing() {
+    let (server, kubeconfig) = start("e2e").await;
+    let json = kubeconfig.with_file_name("e2e.json");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loadgen"));
+    command
+        .args(["e2e", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .args([
+            "--client",
+            "kcache,kube-rs",
+            "--keys",
+            "30",
+            "--events",
+            "200",
+        ])
+        .args(["--rate", "2000", "--settle-seconds", "20", "--json"])
+        .arg(&json);
+    let output = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{}", stderr(&output));
+    let figures: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let rows = figures["clients"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        assert_eq!(row["ok"], true, "{row}");
+        // 200 churn events after the population, each one write the client hears.
+        assert_eq!(row["received"], 200, "{row}");
+        assert!(row["lag_us"][0].as_u64().unwrap() > 0, "{row}");
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("against http://"), "{stdout}");
+    let left = api(&server);
+    let left: Api<Pod> = Api::namespaced(left.into_client(), "loadgen-e2e");
+    assert!(left
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .is_empty());
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .args([
+            "e2e",
+            "--rate",
+            "100",
+            "--client",
+            "serve-alone",
+            "--kubeconfig",
+        ])
+        .arg(&kubeconfig)
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        stderr(&refused).contains("client rows only"),
+        "{}",
+        stderr(&refused)
+    );
+    server.stop().await.unwrap();
+}

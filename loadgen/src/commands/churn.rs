@@ -97,6 +97,10 @@ pub struct ChurnArgs {
     /// Record each write (when it returned, the resource version given) here, as JSON lines.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// After the initial population, print `populated` on stdout and wait for a line on stdin
+    /// before the churn (`loadgen e2e --kubeconfig` lets its client sync first).
+    #[arg(long)]
+    pub hold: bool,
 }
 
 /// A run id: a label value (1 to 63 letters, digits, `-`, `_`, `.`, alphanumeric at both ends).
@@ -711,13 +715,21 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
     let phase = ui.phase("churn", writes.len() as u64);
     let mut current: Vec<Option<Pod>> = vec![None; keys];
     let mut counts = ChurnCounts::default();
-    let start = Instant::now();
+    let mut start = Instant::now();
+    // The write the pacing counts from (the first of the churn after a hold).
+    let mut paced_from = 0;
     for (n, planned) in writes.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
             ui.note("loadgen churn: interrupted");
             break;
         }
-        let due = Duration::try_from_secs_f64(n as f64 / args.rate).unwrap_or(Duration::MAX);
+        if args.hold && n == initial {
+            wait_for_go().await?;
+            start = Instant::now();
+            paced_from = n;
+        }
+        let due = Duration::try_from_secs_f64((n - paced_from) as f64 / args.rate)
+            .unwrap_or(Duration::MAX);
         if let Some(wait) = due.checked_sub(start.elapsed()) {
             tokio::time::sleep(wait).await;
         }
@@ -786,6 +798,10 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
             phase.set(n as u64 + 1);
         }
     }
+    if args.hold && initial == writes.len() && !stop.load(Ordering::Relaxed) {
+        // Nothing after the population: still say so, and wait, as promised.
+        wait_for_go().await?;
+    }
     if let Some((mut file, path)) = record {
         file.flush().map_err(|source| ChurnError::Record {
             path: path.clone(),
@@ -806,6 +822,30 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
         args.rate
     ));
     Ok(())
+}
+
+/// `--hold`: says `populated` on stdout and waits for a line on stdin.
+async fn wait_for_go() -> Result<(), ChurnError> {
+    let hold = |source: io::Error| ChurnError::Config(format!("--hold: {source}"));
+    {
+        let mut stdout = io::stdout().lock();
+        writeln!(stdout, "populated").map_err(hold)?;
+        stdout.flush().map_err(hold)?;
+    }
+    let read = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        io::stdin().read_line(&mut line).map(|n| n > 0)
+    })
+    .await
+    .map_err(|e| ChurnError::Config(format!("--hold: {e}")))?
+    .map_err(hold)?;
+    if read {
+        Ok(())
+    } else {
+        Err(ChurnError::Config(
+            "--hold: stdin ended before the go-ahead; stopping after the initial population".into(),
+        ))
+    }
 }
 
 #[cfg(test)]
