@@ -16,7 +16,7 @@
 //! the list. One write is in flight at a time, so a server slower than the offered rate sets
 //! the pace (the summary says so). A pod is the `typical` profile's pod as its controller would post it (serve's
 //! [`typed_pod`], without what the API server, the scheduler and the kubelet add: uid, resource
-//! version, times, `managedFields`, owner, node, status). An update changes
+//! version, times, `managedFields`, owner, node, priority, status). An update changes
 //! [`VERSION_LABEL`] (the workload's version) and, as serve's churn picks them, one in ten the
 //! first container's image (a spec change) and one in ten [`TOUCHED_ANNOTATION`] (a metadata
 //! change); the rest stand for the kubelet's status updates, which a client may not write.
@@ -339,7 +339,11 @@ pub fn pod_to_create(namespace: &str, name: &str, run: &str, planned: &Planned) 
         .get_or_insert_with(BTreeMap::new)
         .insert(RUN_LABEL.to_string(), run.to_string());
     if let Some(spec) = &mut pod.spec {
+        // The scheduler's; and admission's (a real API server refuses a `priority` that its
+        // admission would not compute).
         spec.node_name = None;
+        spec.priority = None;
+        spec.preemption_policy = None;
     }
     pod.status = None;
     pod
@@ -894,7 +898,8 @@ mod tests {
         assert!(pod.metadata.uid.is_none() && pod.metadata.resource_version.is_none());
         assert!(pod.metadata.owner_references.is_none() && pod.metadata.managed_fields.is_none());
         assert!(pod.status.is_none());
-        assert!(pod.spec.as_ref().unwrap().node_name.is_none());
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(spec.node_name.is_none() && spec.priority.is_none());
         assert!(!pod.spec.as_ref().unwrap().containers.is_empty());
     }
 
