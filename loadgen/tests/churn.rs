@@ -266,6 +266,7 @@ async fn bad_arguments_are_refused_clearly() {
         (&["--run", "bad/run"][..], "not a run id"),
         (&["--prefix", "LG_"][..], "not a name prefix"),
         (&["--rate", "0"][..], "rate"),
+        (&["--keys", "0"][..], "--keys 0"),
     ] {
         let output = churn(&kubeconfig, args).await;
         assert_eq!(
@@ -409,5 +410,49 @@ async fn e2e_against_a_kubeconfig_runs_the_rows_with_churn_writing() {
         "{}",
         stderr(&refused)
     );
+    server.stop().await.unwrap();
+}
+
+/// Ctrl-C stops a churn between two writes: exit 130, the record holds every write made, and
+/// the pods it made stay until `--cleanup`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_stops_between_writes_and_says_how_to_clean_up() {
+    let (server, kubeconfig) = start("interrupt").await;
+    let record = kubeconfig.with_file_name("record.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loadgen"))
+        .arg("churn")
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["--namespace", NAMESPACE, "--keys", "50", "--events", "1000"])
+        .args(["--rate", "20", "--run", "stopped", "--record"])
+        .arg(&record)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait (polling, bounded) until some writes were made and recorded.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while pods(&server).await.len() < 5 {
+        assert!(std::time::Instant::now() < deadline, "no writes after 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let output = tokio::task::spawn_blocking(move || {
+        let status = child.wait().unwrap();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        (status, err)
+    })
+    .await
+    .unwrap();
+    assert_eq!(output.0.code(), Some(130), "{}", output.1);
+    assert!(output.1.contains("--cleanup --run ID"), "{}", output.1);
+    let written = std::fs::read_to_string(&record).unwrap().lines().count();
+    let held = pods(&server).await.len();
+    assert!(written < 1050, "stopped early: {written} writes");
+    assert_eq!(held, written, "only creates so far, each recorded");
     server.stop().await.unwrap();
 }

@@ -167,6 +167,9 @@ pub enum ChurnError {
         #[source]
         source: kube::Error,
     },
+    /// Ctrl-C stopped the churn between two writes.
+    #[error("interrupted")]
+    Interrupted,
     /// The record could not be written.
     #[error("writing the record {path}: {source}")]
     Record {
@@ -480,6 +483,13 @@ pub fn main(args: ChurnArgs) -> ExitCode {
         eprintln!("loadgen churn: --cleanup deletes the pods of one run: name it with --run ID");
         return ExitCode::from(2);
     }
+    if let Some(keys) = args.keys.filter(|&k| k == 0 || k > u32::MAX as usize) {
+        eprintln!(
+            "loadgen churn: --keys {keys}: expected between 1 and {}",
+            u32::MAX
+        );
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -507,6 +517,10 @@ pub fn main(args: ChurnArgs) -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(ChurnError::Interrupted) => {
+            eprintln!("loadgen churn: interrupted; its pods stay until `loadgen churn --cleanup --run ID`");
+            ExitCode::from(130)
+        }
         Err(e @ ChurnError::Refused(_)) => {
             eprintln!("loadgen churn: {e}");
             ExitCode::from(2)
@@ -713,6 +727,10 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
             if tokio::signal::ctrl_c().await.is_ok() {
                 // Relaxed: the flag carries no data.
                 stop.store(true, Ordering::Relaxed);
+                // A second Ctrl-C does not wait for a write that hangs.
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    std::process::exit(130);
+                }
             }
         });
     }
@@ -724,7 +742,6 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
     let mut paced_from = 0;
     for (n, planned) in writes.iter().enumerate() {
         if stop.load(Ordering::Relaxed) {
-            ui.note("loadgen churn: interrupted");
             break;
         }
         if args.hold && n == initial {
@@ -814,6 +831,7 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
     }
     let seconds = start.elapsed().as_secs_f64();
     let done = counts.creates + counts.updates + counts.deletes;
+    let interrupted = stop.load(Ordering::Relaxed);
     let achieved = done as f64 / seconds.max(1e-9);
     // One write at a time: a server slower than the offered rate sets the pace.
     let behind = if achieved < args.rate * 0.9 {
@@ -825,6 +843,9 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
         "run {run}: {counts}, {achieved:.0} writes/s of {} offered{behind}",
         args.rate
     ));
+    if interrupted {
+        return Err(ChurnError::Interrupted);
+    }
     Ok(())
 }
 
