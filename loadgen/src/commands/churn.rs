@@ -13,8 +13,8 @@
 //! population; after that an add is a `POST`, an update a `PUT` of the pod the last write
 //! returned with the change applied, a delete a `DELETE` (grace period 0, as for a pod on no
 //! node), and a later relist (W3) the creates, replaces and deletes that bring the namespace to
-//! the list. One write is in flight at a time, so a server slower than the offered rate sets
-//! the pace (the summary says so). A pod is the `typical` profile's pod as its controller would post it (serve's
+//! the list. `--concurrency` writes are in flight at once (1 by default), each key's in order;
+//! a server slower than the offered rate sets the pace (the summary says so). A pod is the `typical` profile's pod as its controller would post it (serve's
 //! [`typed_pod`], without what the API server, the scheduler and the kubelet add: uid, resource
 //! version, times, `managedFields`, owner, node, priority, status). An update changes
 //! [`VERSION_LABEL`] (the workload's version) and, as serve's churn picks them, one in ten the
@@ -38,13 +38,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use workloads::{generate, Generated, Op, PodProfile, Workload, WorkloadSpec};
 
-use crate::args::parse_rate;
+use crate::args::{parse_concurrency, parse_rate};
 use crate::progress::Progress;
 use crate::serve::objects::{PodState, Revision, VERSION_LABEL};
 use crate::serve::profile::{mix, typed_pod, Shape, Values, TOUCHED_ANNOTATION};
@@ -97,6 +98,10 @@ pub struct ChurnArgs {
     /// Record each write (when it returned, the resource version given) here, as JSON lines.
     #[arg(long)]
     pub record: Option<PathBuf>,
+    /// Writes in flight at once (each key's writes stay in order: a key's next write waits
+    /// for its last). With more than one, the record's lines are in the order the answers came.
+    #[arg(long, default_value_t = 1, value_parser = parse_concurrency)]
+    pub concurrency: usize,
     /// After the initial population, print `populated` on stdout and wait for a line on stdin
     /// before the churn (`loadgen e2e --kubeconfig` lets its client sync first).
     #[arg(long)]
@@ -736,76 +741,43 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
     }
     let phase = ui.phase("churn", writes.len() as u64);
     let mut current: Vec<Option<Pod>> = vec![None; keys];
+    // Keys with a write in flight: a key's next write waits for its last (per-key order).
+    let mut busy = vec![false; keys];
+    let mut in_flight = FuturesUnordered::new();
     let mut counts = ChurnCounts::default();
+    let mut finished: u64 = 0;
     let mut start = Instant::now();
     // The write the pacing counts from (the first of the churn after a hold).
     let mut paced_from = 0;
-    for (n, planned) in writes.iter().enumerate() {
-        if stop.load(Ordering::Relaxed) {
-            break;
+    // Takes in one finished write: the key's pod, the counts, the record, progress.
+    let mut finish = |done: Done,
+                      current: &mut Vec<Option<Pod>>,
+                      busy: &mut Vec<bool>|
+     -> Result<(), ChurnError> {
+        let planned = &writes[done.n];
+        let id = planned.id as usize;
+        busy[id] = false;
+        match planned.kind {
+            WriteKind::Create => counts.creates += 1,
+            WriteKind::Update => counts.updates += 1,
+            WriteKind::Delete => counts.deletes += 1,
         }
-        if args.hold && n == initial {
-            wait_for_go().await?;
-            start = Instant::now();
-            paced_from = n;
-        }
-        let due = Duration::try_from_secs_f64((n - paced_from) as f64 / args.rate)
-            .unwrap_or(Duration::MAX);
-        if let Some(wait) = due.checked_sub(start.elapsed()) {
-            tokio::time::sleep(wait).await;
-        }
-        let name = names[planned.id as usize].as_deref().unwrap_or_default();
-        let slot = &mut current[planned.id as usize];
-        let mut conflicts = 0;
-        let resource_version = match planned.kind {
-            WriteKind::Create => {
-                let pod = pod_to_create(namespace, name, &run, planned);
-                let stored = api
-                    .create(&PostParams::default(), &pod)
-                    .await
-                    .map_err(api_error(format!("creating pod {name}")))?;
-                counts.creates += 1;
-                let rv = stored.metadata.resource_version.clone();
-                *slot = Some(stored);
-                rv
-            }
-            WriteKind::Update => {
-                let Some(pod) = slot.as_ref() else {
-                    return Err(ChurnError::Config(format!(
-                        "the workload updates pod {name} before creating it"
-                    )));
-                };
-                let desired = pod_to_create(namespace, name, &run, planned);
-                let (stored, met) =
-                    replace_retrying(api, name, &run, pod, |p| apply_update(p, planned, &desired))
-                        .await?;
-                conflicts = met;
-                counts.updates += 1;
-                counts.conflicts += u64::from(met);
-                let rv = stored.metadata.resource_version.clone();
-                *slot = Some(stored);
-                rv
-            }
-            WriteKind::Delete => {
-                let uid = slot.take().and_then(|p| p.metadata.uid);
-                let answer = api
-                    .delete(name, &delete_params(uid))
-                    .await
-                    .map_err(api_error(format!("deleting pod {name}")))?;
-                counts.deletes += 1;
-                answer.left().and_then(|p| p.metadata.resource_version)
-            }
-        };
-        let returned_unix_ns = unix_ns();
+        counts.conflicts += u64::from(done.conflicts);
+        let resource_version = done
+            .stored
+            .as_ref()
+            .and_then(|p| p.metadata.resource_version.clone())
+            .or(done.deleted_resource_version);
+        current[id] = done.stored;
         if let Some((file, path)) = &mut record {
             let line = RecordLine {
-                write: n as u64,
+                write: done.n as u64,
                 op: planned.kind.as_str(),
-                name,
+                name: names[id].as_deref().unwrap_or_default(),
                 version: planned.version,
                 resource_version: resource_version.as_deref(),
-                returned_unix_ns,
-                conflicts,
+                returned_unix_ns: done.returned_unix_ns,
+                conflicts: done.conflicts,
             };
             serde_json::to_writer(&mut *file, &line)
                 .map_err(io::Error::from)
@@ -815,9 +787,51 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
                     source,
                 })?;
         }
-        if n % 64 == 0 {
-            phase.set(n as u64 + 1);
+        finished += 1;
+        if finished % 64 == 0 {
+            phase.set(finished);
         }
+        Ok(())
+    };
+    for (n, planned) in writes.iter().enumerate() {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if args.hold && n == initial {
+            // The whole population is written before the go-ahead is asked for.
+            while let Some(done) = in_flight.next().await {
+                finish(done?, &mut current, &mut busy)?;
+            }
+            wait_for_go().await?;
+            start = Instant::now();
+            paced_from = n;
+        }
+        let due = Duration::try_from_secs_f64((n - paced_from) as f64 / args.rate)
+            .unwrap_or(Duration::MAX);
+        if let Some(wait) = due.checked_sub(start.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let id = planned.id as usize;
+        while busy[id] || in_flight.len() >= args.concurrency {
+            match in_flight.next().await {
+                Some(done) => finish(done?, &mut current, &mut busy)?,
+                None => break,
+            }
+        }
+        busy[id] = true;
+        let name = names[id].as_deref().unwrap_or_default();
+        in_flight.push(write_one(
+            api,
+            namespace,
+            &run,
+            name,
+            n,
+            planned,
+            current[id].take(),
+        ));
+    }
+    while let Some(done) = in_flight.next().await {
+        finish(done?, &mut current, &mut busy)?;
     }
     if args.hold && initial == writes.len() && !stop.load(Ordering::Relaxed) {
         // Nothing after the population: still say so, and wait, as promised.
@@ -832,12 +846,16 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
     let seconds = start.elapsed().as_secs_f64();
     let done = counts.creates + counts.updates + counts.deletes;
     let interrupted = stop.load(Ordering::Relaxed);
-    let achieved = done as f64 / seconds.max(1e-9);
-    // One write at a time: a server slower than the offered rate sets the pace.
+    // Over the paced writes (after a hold: the churn's, not the population's).
+    let achieved = done.saturating_sub(paced_from as u64) as f64 / seconds.max(1e-9);
+    // A server slower than the offered rate sets the pace.
     let behind = if achieved < args.rate * 0.9 {
-        " (behind: one write at a time, each waits for the last)"
+        format!(
+            " (behind: {} write(s) in flight at a time; more with --concurrency)",
+            args.concurrency
+        )
     } else {
-        ""
+        String::new()
     };
     phase.finish(&format!(
         "run {run}: {counts}, {achieved:.0} writes/s of {} offered{behind}",
@@ -847,6 +865,74 @@ async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), 
         return Err(ChurnError::Interrupted);
     }
     Ok(())
+}
+
+/// One write's outcome.
+struct Done {
+    /// Its place in the plan.
+    n: usize,
+    /// The pod the server stored (none after a delete).
+    stored: Option<Pod>,
+    /// A delete's resource version, when the server answered with the deleted pod.
+    deleted_resource_version: Option<String>,
+    /// Conflicts met and retried.
+    conflicts: u32,
+    /// When its answer arrived, Unix nanoseconds.
+    returned_unix_ns: u128,
+}
+
+/// Write `n` of the plan, `planned`, of pod `name`, whose last stored state is `current`.
+async fn write_one(
+    api: &Api<Pod>,
+    namespace: &str,
+    run: &str,
+    name: &str,
+    n: usize,
+    planned: &Planned,
+    current: Option<Pod>,
+) -> Result<Done, ChurnError> {
+    let mut done = Done {
+        n,
+        stored: None,
+        deleted_resource_version: None,
+        conflicts: 0,
+        returned_unix_ns: 0,
+    };
+    match planned.kind {
+        WriteKind::Create => {
+            let pod = pod_to_create(namespace, name, run, planned);
+            let stored = api
+                .create(&PostParams::default(), &pod)
+                .await
+                .map_err(api_error(format!("creating pod {name}")))?;
+            done.returned_unix_ns = unix_ns();
+            done.stored = Some(stored);
+        }
+        WriteKind::Update => {
+            let Some(pod) = current else {
+                return Err(ChurnError::Config(format!(
+                    "the workload updates pod {name} before creating it"
+                )));
+            };
+            let desired = pod_to_create(namespace, name, run, planned);
+            let (stored, met) =
+                replace_retrying(api, name, run, &pod, |p| apply_update(p, planned, &desired))
+                    .await?;
+            done.returned_unix_ns = unix_ns();
+            done.conflicts = met;
+            done.stored = Some(stored);
+        }
+        WriteKind::Delete => {
+            let uid = current.and_then(|p| p.metadata.uid);
+            let answer = api
+                .delete(name, &delete_params(uid))
+                .await
+                .map_err(api_error(format!("deleting pod {name}")))?;
+            done.returned_unix_ns = unix_ns();
+            done.deleted_resource_version = answer.left().and_then(|p| p.metadata.resource_version);
+        }
+    }
+    Ok(done)
 }
 
 /// `--hold`: says `populated` on stdout and waits for a line on stdin.

@@ -149,6 +149,9 @@ pub struct E2eArgs {
     /// With `--kubeconfig`: the namespace the churn writes to.
     #[arg(long, default_value = "loadgen-e2e")]
     pub namespace: String,
+    /// With `--kubeconfig`: the churn's writes in flight at once (its `--concurrency`).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::parse_concurrency)]
+    pub write_concurrency: usize,
     /// With `--kubeconfig`: let the churn share its namespace with pods it did not create.
     #[arg(long)]
     pub allow_foreign: bool,
@@ -295,6 +298,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
                         format!("--events={}", spec.events),
                         format!("--seed={}", spec.seed),
                         format!("--rate={}", args.rate),
+                        format!("--concurrency={}", args.write_concurrency),
                     ],
                 };
                 runtime.block_on(kubeconfig::run_client(
