@@ -146,7 +146,8 @@ pub fn parse_prefix(s: &str) -> Result<String, String> {
 /// Why a churn stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ChurnError {
-    /// The kubeconfig could not be read or used.
+    /// The kubeconfig could not be read or used, or the run could not go on (`--hold`'s pipe,
+    /// a plan that updates a pod before creating it).
     #[error("{0}")]
     Config(String),
     /// The namespace holds pods the run must not share it with.
