@@ -22,3 +22,19 @@ pub fn parse_rate(s: &str) -> Result<f64, String> {
         )),
     }
 }
+
+/// Writes in flight at once: 1 to 1024 (`churn --concurrency`, `e2e --write-concurrency`).
+///
+/// ```
+/// assert_eq!(loadgen::args::parse_concurrency("8"), Ok(8));
+/// assert!(loadgen::args::parse_concurrency("0").is_err());
+/// assert!(loadgen::args::parse_concurrency("1025").is_err());
+/// ```
+pub fn parse_concurrency(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(c) if (1..=1024).contains(&c) => Ok(c),
+        _ => Err(format!(
+            "{s:?} is not a concurrency: expected 1 to 1024 writes in flight"
+        )),
+    }
+}

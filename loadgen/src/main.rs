@@ -6,6 +6,8 @@
 //! - `loadgen capacity --workload w1|w2|w5`: the highest offered rate each engine keeps up with.
 //! - `loadgen replay --trace FILE`: a recorded `kubectl get --watch -o json` stream.
 //! - `loadgen serve --workload wN --rate R` (feature `wire`): a synthetic Kubernetes API server.
+//! - `loadgen churn --kubeconfig FILE --workload wN --rate R` (feature `wire`): the workload's
+//!   writes into an API server (`serve --writes` or a real cluster); `--cleanup --run ID`.
 //! - `loadgen scale --workload w1 --engine all [--keys 10k,100k,1M,4M]`: a sweep over key counts.
 //! - `loadgen e2e --workload wN --rate R --client ROW|all` (feature `wire`; rows `kcache`,
 //!   `kcache-protobuf`, `kcache-json`, `kcache-metadata`, `kube-rs`, `serve-alone`): real clients (kcache's
@@ -63,6 +65,11 @@ enum Command {
     /// workers, sampling memory, threads, fds, queues and lag, with a verdict and a chart.
     #[cfg(feature = "wire")]
     Soak(loadgen::commands::soak::SoakArgs),
+    /// Write a workload's pods (creates, updates, deletes at its mix and a rate) into the API
+    /// server a kubeconfig names, touching only its own pods; `--cleanup` removes them
+    /// (docs/real-clusters.md).
+    #[cfg(feature = "wire")]
+    Churn(loadgen::commands::churn::ChurnArgs),
     /// One client of `e2e`, in a process of its own (started by `e2e`).
     #[cfg(feature = "wire")]
     #[command(hide = true)]
@@ -88,6 +95,8 @@ fn main() -> ExitCode {
         Command::E2e(args) => loadgen::e2e::main(args),
         #[cfg(feature = "wire")]
         Command::Soak(args) => loadgen::commands::soak::main(args),
+        #[cfg(feature = "wire")]
+        Command::Churn(args) => loadgen::commands::churn::main(args),
         #[cfg(feature = "wire")]
         Command::E2eClient(args) => loadgen::e2e::client::main(args),
     }

@@ -2,6 +2,8 @@
 //! imports another.
 
 pub mod capacity;
+#[cfg(feature = "wire")]
+pub mod churn;
 pub mod compare;
 pub mod ops;
 pub mod replay;

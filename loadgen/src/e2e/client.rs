@@ -524,10 +524,13 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
         .map(|(before, after)| after.saturating_sub(before));
     let cpu_at_sync = process_cpu_seconds();
     say_synced()?;
-    wait_for_churned().await?;
+    let written_last = wait_for_churned().await?;
     let churn_end = Instant::now();
     let settle = Duration::from_secs_f64(args.settle_seconds);
-    let last = served_resource_version(&args.url).await?;
+    let last = match written_last {
+        Some(rv) => rv,
+        None => served_resource_version(&args.url).await?,
+    };
     let deadline = tokio::time::Instant::from_std(churn_end + settle);
     wait_for_catch_up(&seen, last, &received, deadline).await;
     // The client's figures end here: what follows (a list of the server's state and
@@ -609,7 +612,7 @@ fn say_synced() -> Result<(), String> {
 }
 
 /// Waits for the parent's word that the churn is over (end of input: the parent is gone).
-async fn wait_for_churned() -> Result<(), String> {
+async fn wait_for_churned() -> Result<Option<u64>, String> {
     let word = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line).map(|_| line)
@@ -617,10 +620,17 @@ async fn wait_for_churned() -> Result<(), String> {
     .await
     .map_err(|e| e.to_string())?
     .map_err(|e| format!("reading stdin: {e}"))?;
-    if word.trim() != "churned" {
-        return Err(format!("expected `churned` on stdin, got {word:?}"));
+    // `churned`, or `churned RV` when the parent knows the last version written (a server
+    // other than `serve`, which has no `/loadgen/status` to ask).
+    let mut words = word.split_whitespace();
+    match (words.next(), words.next(), words.next()) {
+        (Some("churned"), None, None) => Ok(None),
+        (Some("churned"), Some(rv), None) => rv
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("expected `churned RV` on stdin, got {word:?}")),
+        _ => Err(format!("expected `churned` on stdin, got {word:?}")),
     }
-    Ok(())
 }
 
 /// A discarding reader ([`super::discard`]): complete when it counted every event.

@@ -13,10 +13,14 @@
 //! client process's peak resident memory and CPU seconds, the server's CPU seconds, how long
 //! the cache took to match after the churn, and the verdict: the client's final cache equals
 //! the server's final state.
+//!
+//! With `--kubeconfig FILE` the rows run against a server that is already up instead (a
+//! `serve --writes`, a real cluster), and `loadgen churn` writes the workload ([`kubeconfig`]).
 
 pub mod capacity;
 pub mod client;
 pub mod discard;
+pub mod kubeconfig;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -137,6 +141,20 @@ pub struct E2eArgs {
     /// Also write the figures as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Run the rows against the API server this kubeconfig names (plain HTTP: `serve
+    /// --writes`, or a cluster through `kubectl proxy`) instead of a server of its own, with
+    /// `loadgen churn` writing the workload into `--namespace` (docs/real-clusters.md).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// With `--kubeconfig`: the namespace the churn writes to.
+    #[arg(long, default_value = "loadgen-e2e")]
+    pub namespace: String,
+    /// With `--kubeconfig`: the churn's writes in flight at once (its `--concurrency`).
+    #[arg(long, default_value_t = 1, value_parser = crate::args::parse_concurrency)]
+    pub write_concurrency: usize,
+    /// With `--kubeconfig`: let the churn share its namespace with pods it did not create.
+    #[arg(long)]
+    pub allow_foreign: bool,
     /// Also draw each client's CPU per event and bytes per cached pod as an SVG chart here
     /// (one run at `--rate`; not with `--find-capacity`).
     #[arg(long)]
@@ -238,18 +256,68 @@ pub fn main(args: E2eArgs) -> ExitCode {
         }
     };
     let clients: &[OneClient] = &args.client.0;
-    if args.find_capacity {
+    if args.kubeconfig.is_some() {
+        if args.find_capacity {
+            eprintln!(
+                "loadgen e2e: --find-capacity starts a server per probe; not with --kubeconfig"
+            );
+            return ExitCode::from(2);
+        }
+        if let Some(c) = clients.iter().find(|c| c.discards().is_some()) {
+            eprintln!(
+                "loadgen e2e: {} measures `serve` itself; with --kubeconfig ask for client rows only (--client kcache,kube-rs,...)",
+                c.name()
+            );
+            return ExitCode::from(2);
+        }
+    } else if args.find_capacity {
         return find_capacity(&args, spec, &exe, &runtime, clients);
     }
+    let url = match &args.kubeconfig {
+        None => None,
+        Some(path) => match runtime.block_on(kubeconfig::cluster_url(path)) {
+            Ok(url) => Some(url),
+            Err(e) => {
+                eprintln!("loadgen e2e: {e}");
+                return ExitCode::from(2);
+            }
+        },
+    };
     let mut reports = Vec::new();
     for &client in clients {
-        match runtime.block_on(run_client(
-            &exe,
-            client,
-            args.serve_config(spec, args.rate),
-            args.settle_seconds,
-            args.streaming_lists,
-        )) {
+        let report = match (&args.kubeconfig, &url) {
+            (Some(path), Some(url)) => {
+                let target = kubeconfig::Target {
+                    kubeconfig: path,
+                    url,
+                    namespace: &args.namespace,
+                    allow_foreign: args.allow_foreign,
+                    workload_args: vec![
+                        format!("--workload={}", args.workload.name()),
+                        format!("--keys={}", spec.keys),
+                        format!("--events={}", spec.events),
+                        format!("--seed={}", spec.seed),
+                        format!("--rate={}", args.rate),
+                        format!("--concurrency={}", args.write_concurrency),
+                    ],
+                };
+                runtime.block_on(kubeconfig::run_client(
+                    &exe,
+                    client,
+                    &target,
+                    args.settle_seconds,
+                    args.streaming_lists,
+                ))
+            }
+            _ => runtime.block_on(run_client(
+                &exe,
+                client,
+                args.serve_config(spec, args.rate),
+                args.settle_seconds,
+                args.streaming_lists,
+            )),
+        };
+        match report {
             Ok(report) => reports.push(report),
             Err(e) => {
                 eprintln!("loadgen e2e: {}: {e}", client.name());
@@ -257,7 +325,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
             }
         }
     }
-    print_reports(&reports, args.rate);
+    print_reports(&reports, args.rate, url.as_deref());
     if let Some(path) = &args.chart {
         let bars: Vec<crate::chart::ClientBar> = reports
             .iter()
@@ -405,7 +473,7 @@ fn find_capacity(
     }
 }
 
-fn print_reports(reports: &[ClientReport], rate: f64) {
+fn print_reports(reports: &[ClientReport], rate: f64, against: Option<&str>) {
     println!(
         "{:<24} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>9} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>8}  verdict",
         "client",
@@ -462,6 +530,16 @@ fn print_reports(reports: &[ClientReport], rate: f64) {
             cpu(r.server_cpu_us_per_event),
             r.settle_seconds,
         );
+    }
+    if let Some(url) = against {
+        println!(
+            "(against {url}; offered {rate:.0} writes/s by `loadgen churn`; per second: over the \
+             churn's duration; lag: from the write's return in the churn to the client's handler, \
+             for the churn's own writes; each client ran alone in a process of its own (peak MB: \
+             its peak resident memory, the initial sync included; cpu s: its CPU seconds from its \
+             initial sync until it heard the last write); verdict: its cache against a fresh list)"
+        );
+        return;
     }
     println!(
         "(offered {rate:.0} events/s; per second: over the churn's duration on the server; lag: \

@@ -1,0 +1,279 @@
+//! `loadgen e2e --kubeconfig FILE`: the client rows against an API server that is already
+//! running (`serve --writes`, or a real cluster through `kubectl proxy`), with `loadgen churn`
+//! as a child process writing the workload into it (docs/real-clusters.md).
+//!
+//! Per row: the churn creates the initial population and holds (`churn --hold`); the client
+//! starts, lists and syncs; the churn writes the workload's updates, deletes and creates at the
+//! offered rate, recording when each write returned and the resource version it got; the
+//! client then waits for the last of them and compares its cache with a fresh list of the
+//! server (the verdict). Lag is from the write's return in the churn to the client's handler
+//! (both read the same clock, on one machine), matched by resource version; events the churn
+//! did not write (a kubelet's status updates on a real cluster) have no lag. After the row the
+//! churn's pods are deleted (`churn --cleanup`), so every row starts from the same state.
+//!
+//! What `serve` alone can say is not here: no server CPU (the server is another process), and
+//! no `serve-alone` rows.
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::client::{read_seen, ClientOutcome};
+use super::{child_lines, end_child, seen_path, wait_child, ClientReport, OneClient, SYNC_TIMEOUT};
+
+/// The cluster URL the kubeconfig at `path` names (its current context), plain HTTP only.
+pub async fn cluster_url(path: &Path) -> Result<String, String> {
+    let kubeconfig = Kubeconfig::read_from(path)
+        .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| format!("using the kubeconfig {}: {e}", path.display()))?;
+    if config.cluster_url.scheme_str() != Some("http") {
+        return Err(format!(
+            "the kubeconfig's server is {}; this loadgen speaks plain HTTP only: run `kubectl proxy --port 8001` and point a kubeconfig at http://127.0.0.1:8001 (docs/real-clusters.md)",
+            config.cluster_url
+        ));
+    }
+    Ok(config
+        .cluster_url
+        .to_string()
+        .trim_end_matches('/')
+        .to_owned())
+}
+
+/// What one row runs against, and the churn that writes.
+#[derive(Debug, Clone)]
+pub struct Target<'a> {
+    /// The kubeconfig file.
+    pub kubeconfig: &'a Path,
+    /// Its server, `http://…`.
+    pub url: &'a str,
+    /// The namespace the churn writes to.
+    pub namespace: &'a str,
+    /// `churn --allow-foreign`.
+    pub allow_foreign: bool,
+    /// The churn's workload arguments (`--workload`, `--keys`, `--events`, `--seed`, `--rate`).
+    pub workload_args: Vec<String>,
+}
+
+/// `loadgen churn` with `args` against `target`, its stdin and stdout piped.
+fn churn_command(exe: &Path, target: &Target<'_>, args: &[&str]) -> Command {
+    let mut command = Command::new(exe);
+    command
+        .arg("churn")
+        .arg("--kubeconfig")
+        .arg(target.kubeconfig)
+        .args(["--namespace", target.namespace])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    command
+}
+
+/// Deletes the pods of `run`; a failure is reported, not hidden.
+async fn cleanup(exe: &Path, target: &Target<'_>, run: &str) -> Result<(), String> {
+    let child = churn_command(exe, target, &["--cleanup", "--run", run])
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start {} churn --cleanup: {e}", exe.display()))?;
+    let status = wait_child(child).await?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`loadgen churn --cleanup --run {run}` ended with {status} (its error is above); its pods may still be there"
+        ))
+    }
+}
+
+/// The churn's record: resource version → when its write returned (Unix nanoseconds).
+fn read_record(path: &Path) -> Result<HashMap<u64, u64>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("reading the churn's record {}: {e}", path.display()))?;
+    let mut returned = HashMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let value: serde_json::Value =
+            serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
+        let rv = value["resource_version"]
+            .as_str()
+            .and_then(|rv| rv.parse::<u64>().ok());
+        let at = value["returned_unix_ns"].as_u64();
+        if let (Some(rv), Some(at)) = (rv, at) {
+            returned.insert(rv, at);
+        }
+    }
+    Ok(returned)
+}
+
+/// One row: `client` in a child against `target`, while a `loadgen churn` child writes.
+pub async fn run_client(
+    exe: &Path,
+    client: OneClient,
+    target: &Target<'_>,
+    settle_seconds: f64,
+    streaming_lists: bool,
+) -> Result<ClientReport, String> {
+    let run = format!("e2e-{}-{}", std::process::id(), client.name());
+    let seen = seen_path(client);
+    let record: PathBuf = seen.with_extension("record");
+    let mut churn_args: Vec<&str> = target.workload_args.iter().map(String::as_str).collect();
+    churn_args.extend(["--run", &run, "--hold"]);
+    let record_arg = record.to_string_lossy().into_owned();
+    churn_args.extend(["--record", &record_arg]);
+    if target.allow_foreign {
+        churn_args.push("--allow-foreign");
+    }
+    let mut churn = churn_command(exe, target, &churn_args)
+        .spawn()
+        .map_err(|e| format!("cannot start {} churn: {e}", exe.display()))?;
+    let mut churn_lines = child_lines(&mut churn);
+    match tokio::time::timeout(SYNC_TIMEOUT, churn_lines.recv()).await {
+        Ok(Some(line)) if line == "populated" => {}
+        other => {
+            end_child(churn).await;
+            let _ = cleanup(exe, target, &run).await;
+            return Err(match other {
+                Ok(Some(line)) => format!("expected `populated` from the churn, got {line:?}"),
+                Ok(None) => {
+                    "the churn ended before it populated the namespace (its error is above)".into()
+                }
+                Err(_) => format!(
+                    "the churn did not populate within {} s",
+                    SYNC_TIMEOUT.as_secs()
+                ),
+            });
+        }
+    }
+    let result = measure(
+        exe,
+        client,
+        target,
+        settle_seconds,
+        streaming_lists,
+        churn,
+        &seen,
+        &record,
+    )
+    .await;
+    let _ = std::fs::remove_file(&seen);
+    let _ = std::fs::remove_file(&record);
+    let cleaned = cleanup(exe, target, &run).await;
+    let report = result?;
+    cleaned.map(|()| report)
+}
+
+/// The client's part of a row, once the churn holds after its population.
+#[allow(clippy::too_many_arguments)]
+async fn measure(
+    exe: &Path,
+    client: OneClient,
+    target: &Target<'_>,
+    settle_seconds: f64,
+    streaming_lists: bool,
+    mut churn: std::process::Child,
+    seen: &Path,
+    record: &Path,
+) -> Result<ClientReport, String> {
+    let mut child = match Command::new(exe)
+        .arg("e2e-client")
+        .args(["--url", target.url, "--client", client.name()])
+        .args(["--settle-seconds", &settle_seconds.to_string()])
+        .args(streaming_lists.then_some("--streaming-lists"))
+        .arg("--seen")
+        .arg(seen)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(e) => {
+            end_child(churn).await;
+            return Err(format!("cannot start {} e2e-client: {e}", exe.display()));
+        }
+    };
+    let mut lines = child_lines(&mut child);
+    let synced = tokio::time::timeout(SYNC_TIMEOUT, lines.recv()).await;
+    if !matches!(&synced, Ok(Some(line)) if line == "synced") {
+        end_child(child).await;
+        end_child(churn).await;
+        return Err(match synced {
+            Ok(Some(line)) => format!("expected `synced` from the client, got {line:?}"),
+            Ok(None) => "the client process ended before it synced (its error is above)".into(),
+            Err(_) => format!(
+                "the client did not sync within {} s",
+                SYNC_TIMEOUT.as_secs()
+            ),
+        });
+    }
+    // The go-ahead: the churn's updates, deletes and creates, at the offered rate.
+    let go = churn.stdin.take().map(|mut stdin| stdin.write_all(b"go\n"));
+    let churn_start = Instant::now();
+    let status = wait_child(churn).await?;
+    let churn_seconds = churn_start.elapsed().as_secs_f64();
+    if !matches!(go, Some(Ok(()))) || !status.success() {
+        end_child(child).await;
+        return Err(format!(
+            "the churn ended with {status} (its error is above)"
+        ));
+    }
+    let returned = read_record(record)?;
+    let last = returned.keys().max().copied();
+    if let Some(mut stdin) = child.stdin.take() {
+        let line = match last {
+            Some(rv) => format!("churned {rv}\n"),
+            None => "churned\n".to_owned(),
+        };
+        let _ = stdin.write_all(line.as_bytes());
+    }
+    let status = wait_child(child).await?;
+    let mut last_line = None;
+    while let Some(line) = lines.recv().await {
+        last_line = Some(line);
+    }
+    let outcome: ClientOutcome = last_line
+        .and_then(|line| serde_json::from_str(&line).ok())
+        .ok_or_else(|| {
+            format!("the client process ended with {status} and no report (its error is above)")
+        })?;
+    let events =
+        read_seen(&seen.to_path_buf()).map_err(|e| format!("reading {}: {e}", seen.display()))?;
+    let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| format!("histogram: {e}"))?;
+    for &(rv, at) in &events {
+        if let Some(&written) = returned.get(&rv) {
+            lags.saturating_record(at.saturating_sub(written) / 1_000);
+        }
+    }
+    Ok(ClientReport {
+        client: client.name(),
+        received: outcome.received,
+        applied: outcome.applied,
+        churn_seconds,
+        lag_us: (
+            lags.value_at_quantile(0.5),
+            lags.value_at_quantile(0.99),
+            lags.max(),
+        ),
+        peak_bytes: outcome.peak_bytes,
+        bytes_per_pod: None,
+        client_cpu_seconds: outcome.cpu_seconds,
+        client_sync_cpu_seconds: outcome.sync_cpu_seconds,
+        server_cpu_seconds: None,
+        client_cpu_us_per_event: crate::cpu::cpu_figures(
+            outcome.cpu_seconds.map(std::time::Duration::from_secs_f64),
+            outcome.received,
+        )
+        .1,
+        server_cpu_us_per_event: None,
+        settle_seconds: outcome.settle_seconds,
+        ok: outcome.ok,
+        pods: (outcome.served, outcome.cached),
+    })
+}
