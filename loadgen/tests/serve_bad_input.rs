@@ -551,9 +551,9 @@ async fn a_keep_alive_connection_whose_watch_ended_is_not_closed_as_a_slow_watch
         .expect("the churn finishes");
     // Let the connection's check run a few times after the churn, far behind as it is: it
     // counts its checks, so this waits for them rather than for a time.
-    let checks = server.faults().slow_watcher_checks;
+    let checks = server.slow_watcher_checks();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while server.faults().slow_watcher_checks < checks + 3 {
+    while server.slow_watcher_checks() < checks + 3 {
         assert!(
             std::time::Instant::now() < deadline,
             "the connection is never checked"

@@ -340,6 +340,16 @@ impl Server {
         }
     }
 
+    /// How many times the connections were checked for a slow watcher.
+    pub fn slow_watcher_checks(&self) -> u64 {
+        // Relaxed: a count, read on its own.
+        self.app
+            .faults
+            .counts
+            .slow_watcher_checks
+            .load(Ordering::Relaxed)
+    }
+
     /// Whether a held churn's thread is parked at its gate, having published nothing: what a
     /// test waits for before it checks that a held churn publishes nothing.
     pub fn churn_waiting_at_gate(&self) -> bool {
