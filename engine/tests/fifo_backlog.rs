@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::Duration;
 
-use common::{obj, options, MapStore, Obj};
+use common::{obj, options, stress_scale, MapStore, Obj};
 use kcache::{process_deltas, DeltaQueue, DeltaType, Key, NoopHandler, QueueOptions, TryPop};
 
 /// How long a producer must stay blocked to count as waiting. Long enough that an unblocked
@@ -400,14 +400,6 @@ fn close_releases_an_awaiting_async_producer() {
     });
 }
 
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
 const STRESS_BOUND: usize = 64;
 
 /// What consumers saw of each key, in delivery order: (type, version).
@@ -441,7 +433,7 @@ fn stress_op(q: &Engine, p: usize, seq: usize) -> (usize, DeltaType) {
 /// into a failure).
 #[test]
 fn small_bound_under_four_producers_and_two_consumers() {
-    let per_producer = 4_000 * scale();
+    let per_producer = 4_000 * stress_scale();
     let keys = PRODUCERS * KEYS_PER_PRODUCER;
     on_every_engine(|name, make| {
         let store = Arc::new(MapStore::default());

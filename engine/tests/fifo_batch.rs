@@ -19,12 +19,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{obj, options, MapStore, Obj};
+use common::{grouped, named_summary, obj, options, stress_scale, MapStore, Obj, PopLine};
 use kcache::{
     process_deltas, BatchError, DeltaQueue, DeltaType, Deltas, Key, NoopHandler, QueueError,
     QueueEvent, TransformError, TransformFn, TryPop,
@@ -164,16 +163,16 @@ fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
     Line::Pop {
         key: deltas.key().to_string(),
         initial,
-        deltas: deltas
-            .iter()
-            .map(|d| {
-                (
-                    d.kind.to_string(),
-                    d.object.is_tombstone(),
-                    d.object.last_known().map(|o| o.v),
-                )
-            })
-            .collect(),
+        deltas: named_summary(deltas),
+    }
+}
+
+impl PopLine for Line {
+    fn popped_key(&self) -> Option<&str> {
+        match self {
+            Line::Pop { key, .. } => Some(key),
+            _ => None,
+        }
     }
 }
 
@@ -293,19 +292,6 @@ fn run<Q: DeltaQueue<Obj>>(
     out
 }
 
-/// Pop lines grouped by key, everything else in order.
-fn grouped(lines: Vec<Line>) -> (Vec<Line>, BTreeMap<String, Vec<Line>>) {
-    let mut other = Vec::new();
-    let mut by_key: BTreeMap<String, Vec<Line>> = BTreeMap::new();
-    for line in lines {
-        match &line {
-            Line::Pop { key, .. } => by_key.entry(key.clone()).or_default().push(line),
-            _ => other.push(line),
-        }
-    }
-    (other, by_key)
-}
-
 fn reference(o: kcache::QueueOptions<Obj>) -> kcache::reference::DeltaFifo<Obj> {
     kcache::reference::DeltaFifo::new(o)
 }
@@ -408,20 +394,12 @@ fn a_batch_waits_for_room_once_then_queues_all_of_it() {
 
 const STRESS_KEYS: usize = 64;
 
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// Several producers send batches of updates (and, bounded, wait for room); several consumers
 /// pop. Every update comes out once, each producer's updates of a key in the order sent, and
 /// no key is held by two consumers at once.
 #[test]
 fn concurrent_batches_lose_nothing_and_keep_per_key_order() {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     for shards in [1, 2, 64] {
         for (producers, consumers) in [(1, 1), (2, 2), (4, 1), (1, 4)] {
             for bound in [0, 16] {

@@ -15,10 +15,9 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{key_of, obj, options, MapStore, Obj};
+use common::{grouped, key_of, named_summary, obj, options, MapStore, Obj, PopLine};
 use kcache::{process_deltas, DeltaQueue, Deltas, Key, NoopHandler, Store, Tombstone, TryPop};
 use proptest::prelude::*;
 
@@ -156,16 +155,16 @@ fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
     Line::Pop {
         key: deltas.key().to_string(),
         initial,
-        deltas: deltas
-            .iter()
-            .map(|d| {
-                (
-                    d.kind.to_string(),
-                    d.object.is_tombstone(),
-                    d.object.last_known().map(|o| o.v),
-                )
-            })
-            .collect(),
+        deltas: named_summary(deltas),
+    }
+}
+
+impl PopLine for Line {
+    fn popped_key(&self) -> Option<&str> {
+        match self {
+            Line::Pop { key, .. } => Some(key),
+            _ => None,
+        }
     }
 }
 
@@ -307,19 +306,6 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
         }
     }
     out
-}
-
-/// Pop lines grouped by key, everything else in order.
-fn grouped(lines: Vec<Line>) -> (Vec<Line>, BTreeMap<String, Vec<Line>>) {
-    let mut other = Vec::new();
-    let mut by_key: BTreeMap<String, Vec<Line>> = BTreeMap::new();
-    for line in lines {
-        match &line {
-            Line::Pop { key, .. } => by_key.entry(key.clone()).or_default().push(line),
-            _ => other.push(line),
-        }
-    }
-    (other, by_key)
 }
 
 proptest! {

@@ -14,21 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{options, MapStore, Obj};
+use common::{options, stress_scale, MapStore, Obj};
 use kcache::sharded::DeltaFifo;
 use kcache::{process_deltas, BatchConsumer, DeltaQueue, DeltaType, Deltas, Key, NoopHandler};
 
 const KEYS: usize = 64;
 const SHARDS: [usize; 3] = [1, 2, 64];
 const THREADS: [(usize, usize); 4] = [(1, 1), (2, 2), (4, 1), (1, 4)];
-
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// Version encoding: producer in the high bits, its own sequence number in the low bits.
 fn version(producer: usize, seq: usize) -> u64 {
@@ -165,7 +157,7 @@ fn hand_over_at_batch_end<Q: DeltaQueue<Obj> + 'static>(
     producers: usize,
     consumers: usize,
 ) {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     let observed = Arc::new(Observed::new());
     let consumer_threads: Vec<_> = (0..consumers)
         .map(|_| {
@@ -227,7 +219,7 @@ fn a_batch_keeps_its_keys_until_its_end_is_handed_over() {
 
 #[test]
 fn every_delta_once_in_order_and_keys_exclusive() {
-    let per_producer = 3_000 * scale();
+    let per_producer = 3_000 * stress_scale();
     for shards in SHARDS {
         for (producers, consumers) in THREADS {
             let q = Arc::new(DeltaFifo::new(options(), shards));
@@ -265,7 +257,7 @@ fn every_delta_once_in_order_and_keys_exclusive() {
 
 #[test]
 fn resync_replace_and_close_under_load_lose_nothing() {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     // With and without the resync lane (`resync_last`): live deltas overtake resynced keys,
     // which must change nothing per key.
     for (shards, resync_last) in SHARDS.into_iter().flat_map(|s| [(s, false), (s, true)]) {

@@ -13,12 +13,14 @@
 //! build); `KCACHE_STRESS_SCALE=25` is the full 500,000 events:
 //! `KCACHE_STRESS_SCALE=25 cargo test --release -p kcache --test informer_stress`.
 
+mod common;
 mod informer_common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::stress_scale;
 use informer_common::{key_fn, ms, pod, server, Pod};
 use kcache::informer::{Backoff, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
@@ -28,14 +30,6 @@ const KEYS: u64 = 2_000;
 const EVENTS_PER_SCALE: u64 = 20_000;
 /// Events written between two pauses of the writer (so watches, not only relists, carry them).
 const BURST: u64 = 20;
-
-fn scale() -> u64 {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// What one handler saw: its model of the server, and every contradiction it met.
 #[derive(Default)]
@@ -233,7 +227,7 @@ async fn churn_and_check<Q, I>(
     Q: DeltaQueue<Pod> + 'static,
     I: Indexer<Pod> + 'static,
 {
-    let events = EVENTS_PER_SCALE * scale();
+    let events = EVENTS_PER_SCALE * stress_scale() as u64;
     let seed = 0x5EED_1234_u64 ^ events;
     let fast = Checker::new(Duration::from_nanos(100));
     let slow = Checker::new(Duration::from_micros(100)); // 1000× the fast one

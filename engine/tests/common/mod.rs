@@ -5,6 +5,18 @@ use std::sync::{Arc, Mutex};
 
 use kcache::{Key, KeyError, KeyMap, KnownObjects, QueueOptions, Store};
 
+pub mod workqueue_stress;
+
+/// The stress tests' size factor, from `KCACHE_STRESS_SCALE` (default 1, CI-sized): a long
+/// soak is one variable away.
+pub fn stress_scale() -> usize {
+    std::env::var("KCACHE_STRESS_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// A test object: a key and a version.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Obj {
@@ -96,4 +108,31 @@ pub fn summary(deltas: &kcache::Deltas<Obj>) -> Vec<(kcache::DeltaType, bool, Op
             )
         })
         .collect()
+}
+
+/// [`summary`] with each delta type by name, as the differential tests' output lines write it.
+pub fn named_summary(deltas: &kcache::Deltas<Obj>) -> Vec<(String, bool, Option<u64>)> {
+    summary(deltas)
+        .into_iter()
+        .map(|(kind, tombstone, v)| (kind.to_string(), tombstone, v))
+        .collect()
+}
+
+/// An output line of a differential run that may be a pop of a key.
+pub trait PopLine {
+    fn popped_key(&self) -> Option<&str>;
+}
+
+/// Pop lines grouped by key, everything else in order: what a run on several shards must
+/// agree with the reference on, as pops of different keys may come in another order.
+pub fn grouped<L: PopLine>(lines: Vec<L>) -> (Vec<L>, std::collections::BTreeMap<String, Vec<L>>) {
+    let mut other = Vec::new();
+    let mut by_key: std::collections::BTreeMap<String, Vec<L>> = Default::default();
+    for line in lines {
+        match line.popped_key() {
+            Some(key) => by_key.entry(key.to_owned()).or_default().push(line),
+            None => other.push(line),
+        }
+    }
+    (other, by_key)
 }
