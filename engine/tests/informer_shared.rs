@@ -17,30 +17,14 @@ use kcache::informer::{
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, Indexer, Key, TransformError};
 use kcache_sim::MemoryListerWatcher;
 
-/// Polls `cond` until it holds; fails the test after 10 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(ms(2)).await;
-    }
+/// Polls `cond` until it holds; fails the test after 10 s on tokio's clock.
+async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::eventually_on_tokio_clock(what, Duration::from_secs(10), cond).await;
 }
 
-/// Polls `cond` until it holds without letting tokio's paused clock move: the task yields
-/// instead of sleeping, so the runtime is never idle and never auto-advances the clock while
-/// the informer's threads work in real time. Fails after 10 s of real time.
-async fn frozen_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
-    }
+/// Polls `cond` until it holds; fails the test after 10 s of real time, never moving tokio's paused clock.
+async fn frozen_until(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::frozen_until(what, Duration::from_secs(10), cond).await;
 }
 
 /// What a handler saw: every call as text, and the state the calls build.

@@ -182,3 +182,41 @@ impl Gate {
         self.cond.notify_all();
     }
 }
+
+/// Polls `cond` until it holds, pausing between polls; fails the test once `expired` (a
+/// liveness guard, not a timing).
+async fn poll_until<F: std::future::Future>(
+    what: &str,
+    expired: impl Fn() -> bool,
+    mut pause: impl FnMut() -> F,
+    mut cond: impl FnMut() -> bool,
+) {
+    while !cond() {
+        assert!(!expired(), "timed out waiting for {what}");
+        pause().await;
+    }
+}
+
+/// Polls `cond` every millisecond until it holds; fails after `limit` of real time.
+pub async fn eventually(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let expired = || std::time::Instant::now() >= deadline;
+    poll_until(what, expired, || tokio::time::sleep(ms(1)), cond).await;
+}
+
+/// Polls `cond` every 2 ms of tokio's clock until it holds; fails after `limit` on that clock,
+/// so under a paused clock the sleeps advance it and the limit costs no real time.
+pub async fn eventually_on_tokio_clock(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let expired = || tokio::time::Instant::now() >= deadline;
+    poll_until(what, expired, || tokio::time::sleep(ms(2)), cond).await;
+}
+
+/// Polls `cond` until it holds without letting tokio's paused clock move: the task yields
+/// instead of sleeping, so the runtime is never idle and never auto-advances the clock while
+/// the informer's threads work in real time. Fails after `limit` of real time.
+pub async fn frozen_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let expired = || std::time::Instant::now() >= deadline;
+    poll_until(what, expired, tokio::task::yield_now, cond).await;
+}
