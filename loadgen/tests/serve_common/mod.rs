@@ -3,7 +3,11 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::time::Duration;
+
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
 
 use loadgen::serve::{ServeConfig, Server};
 use workloads::{PodProfile, Workload, WorkloadSpec};
@@ -48,4 +52,22 @@ pub async fn churn_done(server: &Server, limit: Duration) -> loadgen::serve::chu
     tokio::time::timeout(limit, server.churn_finished())
         .await
         .expect("the churn finishes in time")
+}
+
+/// One keep-alive HTTP/1.1 connection to `addr`, sending bodies of type `B`; its connection
+/// task runs on the test's runtime.
+pub async fn connect<B>(addr: SocketAddr) -> SendRequest<B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("connects");
+    let (sender, connection) = http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("handshake");
+    tokio::spawn(connection);
+    sender
 }
