@@ -16,7 +16,7 @@ use informer_common::{key_fn, pod, server, Pod};
 use kcache::controller::{
     Action, Controller, ControllerQueue, Owned, Priority, Request, LOW_PRIORITY, NORMAL_PRIORITY,
 };
-use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
+use kcache::informer::SharedInformer;
 use kcache::workqueue::{
     DelayingQueue, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig,
     RateLimitingQueue, ReferenceQueue, ShardedQueue, ShutDown, TryGet, WaitSlot, WorkQueue,
@@ -317,17 +317,7 @@ struct Child {
     rv: String,
 }
 
-impl Versioned for Child {
-    fn resource_version(&self) -> &str {
-        &self.rv
-    }
-}
-
-impl SetResourceVersion for Child {
-    fn set_resource_version(&mut self, rv: &str) {
-        self.rv = rv.to_string();
-    }
-}
+versioned_by_rv_field!(Child);
 
 impl Owned for Child {
     fn owner_namespace(&self) -> &str {

@@ -23,10 +23,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{grouped, named_summary, obj, options, stress_scale, MapStore, Obj, PopLine};
+use common::{
+    grouped, join_all, obj, options, stress_scale, MakeRoom, MapStore, Obj, PopLine, Popped,
+};
 use kcache::{
-    process_deltas, BatchError, DeltaQueue, DeltaType, Deltas, Key, NoopHandler, QueueError,
-    QueueEvent, TransformError, TransformFn, TryPop,
+    process_deltas, BatchError, DeltaQueue, DeltaType, Key, NoopHandler, QueueError, QueueEvent,
+    TransformError, TransformFn, TryPop,
 };
 use proptest::prelude::*;
 
@@ -135,22 +137,9 @@ enum Apply {
     Batch,
 }
 
-/// How a run makes room for a batch when the queue is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MakeRoom {
-    /// Pop one key at a time (one shard: pop order is the reference's).
-    PopOne,
-    /// Drain everything (any shard count).
-    Drain,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Line {
-    Pop {
-        key: String,
-        initial: bool,
-        deltas: Vec<(String, bool, Option<u64>)>,
-    },
+    Pop(Popped),
     Nothing,
     /// The refused events of a batch: (position, error).
     Refused(Vec<(usize, QueueError)>),
@@ -159,18 +148,10 @@ enum Line {
     Full,
 }
 
-fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
-    Line::Pop {
-        key: deltas.key().to_string(),
-        initial,
-        deltas: named_summary(deltas),
-    }
-}
-
 impl PopLine for Line {
-    fn popped_key(&self) -> Option<&str> {
+    fn popped(&self) -> Option<&Popped> {
         match self {
-            Line::Pop { key, .. } => Some(key),
+            Line::Pop(pop) => Some(pop),
             _ => None,
         }
     }
@@ -234,7 +215,7 @@ fn run<Q: DeltaQueue<Obj>>(
             if cfg.known_objects {
                 process_deltas(&*store, &mut NoopHandler, &d, initial);
             }
-            pop_line(&d, initial)
+            Line::Pop(Popped::of(&d, initial))
         })
     };
     let mut out = Vec::new();
@@ -243,17 +224,7 @@ fn run<Q: DeltaQueue<Obj>>(
             Step::Batch(events) => {
                 if !events.is_empty() && !q.has_room() {
                     out.push(Line::Full);
-                    while !q.has_room() {
-                        let mut popped = false;
-                        while let TryPop::Popped(line) = pop_and_apply(&q) {
-                            out.push(line);
-                            popped = true;
-                            if make_room == MakeRoom::PopOne {
-                                break;
-                            }
-                        }
-                        assert!(popped, "no room, yet nothing to pop");
-                    }
+                    common::make_room(&q, make_room, &mut out, &pop_and_apply);
                 }
                 let events: Vec<_> = events.iter().copied().map(event).collect();
                 let result = match apply {
@@ -296,6 +267,32 @@ fn reference(o: kcache::QueueOptions<Obj>) -> kcache::reference::DeltaFifo<Obj> 
     kcache::reference::DeltaFifo::new(o)
 }
 
+/// The sharded queue's batches on `shards` shards, drained, against the reference applying
+/// the same events `reference_applies` way: the same pops per key and the same other lines.
+fn sharded_batches_agree_per_key(
+    cfg: Config,
+    shards: usize,
+    reference_applies: Apply,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    let expected = grouped(run(
+        reference,
+        cfg,
+        reference_applies,
+        MakeRoom::Drain,
+        steps,
+    ));
+    let sharded = grouped(run(
+        |o| kcache::sharded::DeltaFifo::new(o, shards),
+        cfg,
+        Apply::Batch,
+        MakeRoom::Drain,
+        steps,
+    ));
+    prop_assert_eq!(sharded, expected);
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
 
@@ -317,15 +314,7 @@ proptest! {
         shards in prop_oneof![Just(2usize), Just(64usize)],
         steps in proptest::collection::vec(step(true), 0..30),
     ) {
-        let expected = grouped(run(reference, cfg, Apply::OneByOne, MakeRoom::Drain, &steps));
-        let sharded = grouped(run(
-            |o| kcache::sharded::DeltaFifo::new(o, shards),
-            cfg,
-            Apply::Batch,
-            MakeRoom::Drain,
-            &steps,
-        ));
-        prop_assert_eq!(sharded, expected);
+        sharded_batches_agree_per_key(cfg, shards, Apply::OneByOne, &steps)?;
     }
 
     #[test]
@@ -334,15 +323,7 @@ proptest! {
         shards in prop_oneof![Just(1usize), Just(2usize), Just(64usize)],
         steps in proptest::collection::vec(step(true), 0..30),
     ) {
-        let expected = grouped(run(reference, cfg, Apply::Batch, MakeRoom::Drain, &steps));
-        let sharded = grouped(run(
-            |o| kcache::sharded::DeltaFifo::new(o, shards),
-            cfg,
-            Apply::Batch,
-            MakeRoom::Drain,
-            &steps,
-        ));
-        prop_assert_eq!(sharded, expected);
+        sharded_batches_agree_per_key(cfg, shards, Apply::Batch, &steps)?;
     }
 }
 
@@ -468,13 +449,9 @@ fn stress(shards: usize, producers: usize, consumers: usize, bound: usize, per_p
             })
         })
         .collect();
-    for t in producer_threads {
-        t.join().unwrap();
-    }
+    join_all(producer_threads);
     q.close();
-    for t in consumer_threads {
-        t.join().unwrap();
-    }
+    join_all(consumer_threads);
     let what = format!("shards={shards} producers={producers} consumers={consumers} bound={bound}");
     assert!(q.is_empty(), "{what}: keys left after close and drain");
     assert_eq!(

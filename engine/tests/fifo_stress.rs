@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{options, stress_scale, MapStore, Obj};
+use common::{join_all, options, stress_scale, MapStore, Obj};
 use kcache::sharded::DeltaFifo;
 use kcache::{process_deltas, BatchConsumer, DeltaQueue, DeltaType, Deltas, Key, NoopHandler};
 
@@ -106,15 +106,13 @@ fn produce_all(q: &Arc<DeltaFifo<Obj>>, producers: usize, per_producer: usize) {
     let threads: Vec<_> = (0..producers)
         .map(|p| {
             let q = Arc::clone(q);
-            thread::spawn(move || produce(&q, p, per_producer))
+            thread::spawn(move || produce(&*q, p, per_producer))
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    join_all(threads);
 }
 
-fn produce(q: &DeltaFifo<Obj>, producer: usize, count: usize) {
+fn produce<Q: DeltaQueue<Obj> + ?Sized>(q: &Q, producer: usize, count: usize) {
     // Seeded per producer: each walks the keys in its own reproducible order.
     let mut rng = fastrand::Rng::with_seed(producer as u64 + 1);
     for seq in 0..count {
@@ -174,26 +172,12 @@ fn hand_over_at_batch_end<Q: DeltaQueue<Obj> + 'static>(
     let producer_threads: Vec<_> = (0..producers)
         .map(|p| {
             let q = Arc::clone(&q);
-            thread::spawn(move || {
-                let mut rng = fastrand::Rng::with_seed(p as u64 + 1);
-                for seq in 0..per_producer {
-                    let k = rng.usize(..KEYS);
-                    let obj = Arc::new(Obj {
-                        key: Key::new(&format!("k{k}")),
-                        v: version(p, seq),
-                    });
-                    q.update(obj).unwrap();
-                }
-            })
+            thread::spawn(move || produce(&*q, p, per_producer))
         })
         .collect();
-    for t in producer_threads {
-        t.join().unwrap();
-    }
+    join_all(producer_threads);
     q.close();
-    for t in consumer_threads {
-        t.join().unwrap();
-    }
+    join_all(consumer_threads);
     observed.assert_updates_complete_and_ordered(producers, per_producer);
 }
 
@@ -239,9 +223,7 @@ fn every_delta_once_in_order_and_keys_exclusive() {
                 .collect();
             produce_all(&q, producers, per_producer);
             q.close();
-            for t in consumer_threads {
-                t.join().unwrap();
-            }
+            join_all(consumer_threads);
             assert!(
                 q.is_empty(),
                 "shards={shards}: keys left after close and drain"
@@ -309,9 +291,7 @@ fn resync_replace_and_close_under_load_lose_nothing() {
             done.store(true, Ordering::Relaxed);
             relister.join().unwrap();
             q.close();
-            for t in consumer_threads {
-                t.join().unwrap();
-            }
+            join_all(consumer_threads);
             assert!(q.is_empty());
             observed.assert_updates_complete_and_ordered(producers, per_producer);
             // The store holds exactly what each key's last delivered delta says.

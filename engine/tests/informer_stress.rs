@@ -150,39 +150,39 @@ fn write(srv: &MemoryListerWatcher<Pod>, events: u64, seed: u64) -> [u64; 5] {
             srv.upsert(pod(&name, n)).expect("named pods have keys");
             alive[i as usize] = true;
         }
-        match rng.u64(..4_000) {
-            0..=1 => {
-                srv.close_watches();
-                faults[0] += 1;
-            }
-            2 => {
-                srv.expire_next_watches(1);
-                srv.close_watches();
-                faults[1] += 1;
-            }
-            3 => {
-                srv.compact();
-                srv.close_watches();
-                faults[2] += 1;
-            }
-            4 => {
-                srv.fail_next_watches(1);
-                srv.close_watches();
-                faults[3] += 1;
-            }
-            5 => {
-                srv.fail_next_lists(1);
-                srv.expire_next_watches(1);
-                srv.close_watches();
-                faults[4] += 1;
-            }
-            _ => {}
+        // Rarely, a fault: its index in `faults` (closes, 410s, compactions, refused
+        // watches, failed lists).
+        let fault = match rng.u64(..4_000) {
+            0..=1 => Some(0),
+            draw @ 2..=5 => Some(draw as usize - 1),
+            _ => None,
+        };
+        if let Some(fault) = fault {
+            inject(srv, fault);
+            faults[fault] += 1;
         }
         if n % BURST == BURST - 1 {
             std::thread::sleep(ms(1));
         }
     }
     faults
+}
+
+/// Injects fault number `fault` (see `faults`), then closes the watches so that the informer
+/// meets it.
+fn inject(srv: &MemoryListerWatcher<Pod>, fault: usize) {
+    match fault {
+        0 => {}
+        1 => srv.expire_next_watches(1),
+        2 => srv.compact(),
+        3 => srv.fail_next_watches(1),
+        4 => {
+            srv.fail_next_lists(1);
+            srv.expire_next_watches(1);
+        }
+        _ => unreachable!("five kinds of fault"),
+    }
+    srv.close_watches();
 }
 
 fn builder(srv: &MemoryListerWatcher<Pod>) -> SharedInformerBuilder<Pod, MemoryListerWatcher<Pod>> {

@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::stress_scale as scale;
 use common::workqueue_stress::{
-    join_all, spawn_producers, spawn_thread_workers, threads_never_share_a_key,
+    spawn_producers, spawn_thread_workers, threads_never_share_a_key,
     tokio_tasks_never_share_a_key, Book, Stressed,
 };
+use common::{join_all, stress_scale as scale};
 use kcache::workqueue::{ReferenceQueue, ShardedQueue, WorkQueue};
 use kcache::Key;
 

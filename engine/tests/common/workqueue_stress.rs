@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 use kcache::workqueue::{AsyncGet, ShutDown, WorkQueue};
 use kcache::Key;
 
+use super::join_all;
+
 pub const KEYS: usize = 256;
 pub const WORKERS: usize = 8;
 pub const PRODUCERS: usize = 4;
@@ -134,12 +136,6 @@ pub fn spawn_producers<Q: Stressed + ?Sized>(
             thread::spawn(move || book.produce(&*q, first_seed + p as u64, adds_each))
         })
         .collect()
-}
-
-pub fn join_all(threads: Vec<thread::JoinHandle<()>>) {
-    for t in threads {
-        t.join().unwrap();
-    }
 }
 
 /// Waits (at most 30 s) until the workers are [`idle`](Stressed::idle).

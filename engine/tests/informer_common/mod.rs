@@ -5,10 +5,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use kcache::informer::{
-    Error, ListOptions, ListerWatcher, Page, SetResourceVersion, Versioned, WatchOptions,
-    WatchStream,
-};
+use kcache::informer::{Error, ListOptions, ListerWatcher, Page, WatchOptions, WatchStream};
 use kcache::{Key, KeyError, KeyFn};
 use kcache_sim::MemoryListerWatcher;
 
@@ -20,17 +17,26 @@ pub struct Pod {
     pub rv: String,
 }
 
-impl Versioned for Pod {
-    fn resource_version(&self) -> &str {
-        &self.rv
-    }
+/// Implements `Versioned` and `SetResourceVersion` for a test object that keeps its resource
+/// version in a `rv: String` field.
+#[macro_export]
+macro_rules! versioned_by_rv_field {
+    ($object:ty) => {
+        impl kcache::informer::Versioned for $object {
+            fn resource_version(&self) -> &str {
+                &self.rv
+            }
+        }
+
+        impl kcache::informer::SetResourceVersion for $object {
+            fn set_resource_version(&mut self, rv: &str) {
+                self.rv = rv.to_string();
+            }
+        }
+    };
 }
 
-impl SetResourceVersion for Pod {
-    fn set_resource_version(&mut self, rv: &str) {
-        self.rv = rv.to_string();
-    }
-}
+versioned_by_rv_field!(Pod);
 
 impl Pod {
     /// The resource version as a number (the in-memory server's are numbers).
@@ -61,6 +67,15 @@ pub fn key_fn() -> KeyFn<Pod> {
 
 pub fn server(window: usize) -> MemoryListerWatcher<Pod> {
     MemoryListerWatcher::with_window(key_fn(), window)
+}
+
+/// A server with `window` events of history, holding `pods`.
+pub fn server_of(window: usize, pods: impl IntoIterator<Item = Pod>) -> MemoryListerWatcher<Pod> {
+    let srv = server(window);
+    for p in pods {
+        srv.upsert(p).expect("test pods have keys");
+    }
+    srv
 }
 
 pub fn ms(n: u64) -> Duration {
