@@ -55,12 +55,9 @@ impl Stressed for dyn PriorityWorkQueue {
 }
 
 fn queues() -> Vec<(&'static str, Arc<dyn PriorityWorkQueue>)> {
-    vec![
-        ("reference", Arc::new(ReferencePriorityQueue::new())),
-        ("sharded/1", Arc::new(ShardedPriorityQueue::new(1))),
-        ("sharded/2", Arc::new(ShardedPriorityQueue::new(2))),
-        ("sharded/16", Arc::new(ShardedPriorityQueue::new(16))),
-    ]
+    common::workqueue_stress::queues(Arc::new(ReferencePriorityQueue::new()), |shards| {
+        Arc::new(ShardedPriorityQueue::new(shards))
+    })
 }
 
 #[test]

@@ -44,12 +44,9 @@ impl Stressed for dyn WorkQueue {
 }
 
 fn queues() -> Vec<(&'static str, Arc<dyn WorkQueue>)> {
-    vec![
-        ("reference", Arc::new(ReferenceQueue::new())),
-        ("sharded/1", Arc::new(ShardedQueue::new(1))),
-        ("sharded/2", Arc::new(ShardedQueue::new(2))),
-        ("sharded/16", Arc::new(ShardedQueue::new(16))),
-    ]
+    common::workqueue_stress::queues(Arc::new(ReferenceQueue::new()), |shards| {
+        Arc::new(ShardedQueue::new(shards))
+    })
 }
 
 #[test]

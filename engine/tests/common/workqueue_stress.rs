@@ -29,6 +29,20 @@ pub trait Stressed: WorkQueue + 'static {
     fn backlog(&self) -> String;
 }
 
+/// The queues under stress: `reference`, and the sharded queue `sharded(shards)` with 1, 2 and
+/// 16 shards, named.
+pub fn queues<Q: ?Sized>(
+    reference: Arc<Q>,
+    sharded: impl Fn(usize) -> Arc<Q>,
+) -> Vec<(&'static str, Arc<Q>)> {
+    vec![
+        ("reference", reference),
+        ("sharded/1", sharded(1)),
+        ("sharded/2", sharded(2)),
+        ("sharded/16", sharded(16)),
+    ]
+}
+
 /// Per-key bookkeeping shared by producers and workers.
 pub struct Book {
     pub keys: Vec<Key>,
