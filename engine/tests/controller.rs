@@ -16,7 +16,7 @@ use informer_common::{key_fn, pod, server, Pod};
 use kcache::controller::{
     Action, Controller, ControllerQueue, Owned, Priority, Request, LOW_PRIORITY, NORMAL_PRIORITY,
 };
-use kcache::informer::{SetResourceVersion, SharedInformer, Versioned};
+use kcache::informer::SharedInformer;
 use kcache::workqueue::{
     DelayingQueue, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig,
     RateLimitingQueue, ReferenceQueue, ShardedQueue, ShutDown, TryGet, WaitSlot, WorkQueue,
@@ -24,16 +24,9 @@ use kcache::workqueue::{
 use kcache::{Key, KeyFn};
 use kcache_sim::MemoryListerWatcher;
 
-/// Polls `cond` until it holds; fails the test after 20 s (a liveness guard, not a timing).
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// Polls `cond` until it holds; fails the test after 20 s of real time.
+async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::eventually(what, Duration::from_secs(20), cond).await;
 }
 
 /// A rate-limiting queue on `clock` with an exponential limiter from `base`.
@@ -324,17 +317,7 @@ struct Child {
     rv: String,
 }
 
-impl Versioned for Child {
-    fn resource_version(&self) -> &str {
-        &self.rv
-    }
-}
-
-impl SetResourceVersion for Child {
-    fn set_resource_version(&mut self, rv: &str) {
-        self.rv = rv.to_string();
-    }
-}
+versioned_by_rv_field!(Child);
 
 impl Owned for Child {
     fn owner_namespace(&self) -> &str {
@@ -599,17 +582,9 @@ impl ControllerQueue for Recording {
     }
 }
 
-/// Polls without letting tokio's paused clock move (the informer works in real time on its
-/// threads); fails after 20 s of real time.
-async fn frozen_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
-    }
+/// Polls `cond` until it holds; fails the test after 20 s of real time, never moving tokio's paused clock.
+async fn frozen_until(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::frozen_until(what, Duration::from_secs(20), cond).await;
 }
 
 async fn priorities_of_adds(low_when_unchanged: bool) -> Vec<(Key, Priority)> {

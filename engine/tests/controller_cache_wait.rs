@@ -18,16 +18,9 @@ use kcache::informer::SharedInformer;
 use kcache::{EventHandler, Key};
 use kcache_sim::MemoryListerWatcher;
 
-/// Polls `cond` until it holds; fails the test after 20 s (a liveness guard, not a timing).
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
+/// Polls `cond` until it holds; fails the test after 20 s of real time.
+async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::eventually(what, Duration::from_secs(20), cond).await;
 }
 
 /// Inline on the consumer: holds it at the update of `ns/other` to value 2.

@@ -11,11 +11,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
-use common::{obj, options, MapStore, Obj};
+use common::{obj, options, stress_scale, CountingWaker, MapStore, Obj};
 use kcache::{process_deltas, DeltaQueue, DeltaType, Key, NoopHandler, QueueOptions, TryPop};
 
 /// How long a producer must stay blocked to count as waiting. Long enough that an unblocked
@@ -269,20 +269,11 @@ fn close_wakes_waiting_producers_and_they_enqueue() {
     });
 }
 
-/// Counts its wake-ups.
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn poll_room_registers_the_waker_and_a_pop_wakes_it() {
     on_every_engine(|name, make| {
         let q = make(options().max_queued_deltas(1));
-        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let counter = Arc::new(CountingWaker::default());
         let waker = Waker::from(Arc::clone(&counter));
         let mut cx = Context::from_waker(&waker);
         assert!(
@@ -292,10 +283,10 @@ fn poll_room_registers_the_waker_and_a_pop_wakes_it() {
         q.add(obj("a", 1));
         assert!(q.poll_room(&mut cx).is_pending(), "{name}");
         assert!(q.poll_room(&mut cx).is_pending(), "{name}: polled twice");
-        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+        assert_eq!(counter.wakes(), 0);
         q.pop_key();
         assert_eq!(
-            counter.0.load(Ordering::SeqCst),
+            counter.wakes(),
             1,
             "{name}: woken once, however often it polled"
         );
@@ -304,7 +295,7 @@ fn poll_room_registers_the_waker_and_a_pop_wakes_it() {
         q.add(obj("b", 1));
         assert!(q.poll_room(&mut cx).is_pending(), "{name}");
         q.close();
-        assert_eq!(counter.0.load(Ordering::SeqCst), 2, "{name}: close wakes");
+        assert_eq!(counter.wakes(), 2, "{name}: close wakes");
         assert!(q.poll_room(&mut cx).is_ready(), "{name}");
     });
 }
@@ -376,7 +367,7 @@ fn close_releases_an_awaiting_async_producer() {
     on_every_engine(|name, make| {
         let q = make(options().max_queued_deltas(1));
         q.add(obj("a", 1));
-        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let wakes = Arc::new(CountingWaker::default());
         let waker = Waker::from(Arc::clone(&wakes));
         let mut cx = Context::from_waker(&waker);
         each!(&q, q => {
@@ -391,21 +382,13 @@ fn close_releases_an_awaiting_async_producer() {
                 thread::spawn(move || q.close())
             };
             closer.join().unwrap();
-            assert!(wakes.0.load(Ordering::SeqCst) > 0, "{name}: close wakes the producer");
+            assert!(wakes.wakes() > 0, "{name}: close wakes the producer");
             assert!(
                 waiting.as_mut().poll(&mut cx).is_ready(),
                 "{name}: close must complete wait_for_room"
             );
         });
     });
-}
-
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
 }
 
 const STRESS_BOUND: usize = 64;
@@ -441,7 +424,7 @@ fn stress_op(q: &Engine, p: usize, seq: usize) -> (usize, DeltaType) {
 /// into a failure).
 #[test]
 fn small_bound_under_four_producers_and_two_consumers() {
-    let per_producer = 4_000 * scale();
+    let per_producer = 4_000 * stress_scale();
     let keys = PRODUCERS * KEYS_PER_PRODUCER;
     on_every_engine(|name, make| {
         let store = Arc::new(MapStore::default());

@@ -19,15 +19,16 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{obj, options, MapStore, Obj};
+use common::{
+    grouped, join_all, obj, options, stress_scale, MakeRoom, MapStore, Obj, PopLine, Popped,
+};
 use kcache::{
-    process_deltas, BatchError, DeltaQueue, DeltaType, Deltas, Key, NoopHandler, QueueError,
-    QueueEvent, TransformError, TransformFn, TryPop,
+    process_deltas, BatchError, DeltaQueue, DeltaType, Key, NoopHandler, QueueError, QueueEvent,
+    TransformError, TransformFn, TryPop,
 };
 use proptest::prelude::*;
 
@@ -136,22 +137,9 @@ enum Apply {
     Batch,
 }
 
-/// How a run makes room for a batch when the queue is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MakeRoom {
-    /// Pop one key at a time (one shard: pop order is the reference's).
-    PopOne,
-    /// Drain everything (any shard count).
-    Drain,
-}
-
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Line {
-    Pop {
-        key: String,
-        initial: bool,
-        deltas: Vec<(String, bool, Option<u64>)>,
-    },
+    Pop(Popped),
     Nothing,
     /// The refused events of a batch: (position, error).
     Refused(Vec<(usize, QueueError)>),
@@ -160,20 +148,12 @@ enum Line {
     Full,
 }
 
-fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
-    Line::Pop {
-        key: deltas.key().to_string(),
-        initial,
-        deltas: deltas
-            .iter()
-            .map(|d| {
-                (
-                    d.kind.to_string(),
-                    d.object.is_tombstone(),
-                    d.object.last_known().map(|o| o.v),
-                )
-            })
-            .collect(),
+impl PopLine for Line {
+    fn popped(&self) -> Option<&Popped> {
+        match self {
+            Line::Pop(pop) => Some(pop),
+            _ => None,
+        }
     }
 }
 
@@ -235,7 +215,7 @@ fn run<Q: DeltaQueue<Obj>>(
             if cfg.known_objects {
                 process_deltas(&*store, &mut NoopHandler, &d, initial);
             }
-            pop_line(&d, initial)
+            Line::Pop(Popped::of(&d, initial))
         })
     };
     let mut out = Vec::new();
@@ -244,17 +224,7 @@ fn run<Q: DeltaQueue<Obj>>(
             Step::Batch(events) => {
                 if !events.is_empty() && !q.has_room() {
                     out.push(Line::Full);
-                    while !q.has_room() {
-                        let mut popped = false;
-                        while let TryPop::Popped(line) = pop_and_apply(&q) {
-                            out.push(line);
-                            popped = true;
-                            if make_room == MakeRoom::PopOne {
-                                break;
-                            }
-                        }
-                        assert!(popped, "no room, yet nothing to pop");
-                    }
+                    common::make_room(&q, make_room, &mut out, &pop_and_apply);
                 }
                 let events: Vec<_> = events.iter().copied().map(event).collect();
                 let result = match apply {
@@ -293,21 +263,34 @@ fn run<Q: DeltaQueue<Obj>>(
     out
 }
 
-/// Pop lines grouped by key, everything else in order.
-fn grouped(lines: Vec<Line>) -> (Vec<Line>, BTreeMap<String, Vec<Line>>) {
-    let mut other = Vec::new();
-    let mut by_key: BTreeMap<String, Vec<Line>> = BTreeMap::new();
-    for line in lines {
-        match &line {
-            Line::Pop { key, .. } => by_key.entry(key.clone()).or_default().push(line),
-            _ => other.push(line),
-        }
-    }
-    (other, by_key)
-}
-
 fn reference(o: kcache::QueueOptions<Obj>) -> kcache::reference::DeltaFifo<Obj> {
     kcache::reference::DeltaFifo::new(o)
+}
+
+/// The sharded queue's batches on `shards` shards, drained, against the reference applying
+/// the same events `reference_applies` way: the same pops per key and the same other lines.
+fn sharded_batches_agree_per_key(
+    cfg: Config,
+    shards: usize,
+    reference_applies: Apply,
+    steps: &[Step],
+) -> Result<(), TestCaseError> {
+    let expected = grouped(run(
+        reference,
+        cfg,
+        reference_applies,
+        MakeRoom::Drain,
+        steps,
+    ));
+    let sharded = grouped(run(
+        |o| kcache::sharded::DeltaFifo::new(o, shards),
+        cfg,
+        Apply::Batch,
+        MakeRoom::Drain,
+        steps,
+    ));
+    prop_assert_eq!(sharded, expected);
+    Ok(())
 }
 
 proptest! {
@@ -331,15 +314,7 @@ proptest! {
         shards in prop_oneof![Just(2usize), Just(64usize)],
         steps in proptest::collection::vec(step(true), 0..30),
     ) {
-        let expected = grouped(run(reference, cfg, Apply::OneByOne, MakeRoom::Drain, &steps));
-        let sharded = grouped(run(
-            |o| kcache::sharded::DeltaFifo::new(o, shards),
-            cfg,
-            Apply::Batch,
-            MakeRoom::Drain,
-            &steps,
-        ));
-        prop_assert_eq!(sharded, expected);
+        sharded_batches_agree_per_key(cfg, shards, Apply::OneByOne, &steps)?;
     }
 
     #[test]
@@ -348,15 +323,7 @@ proptest! {
         shards in prop_oneof![Just(1usize), Just(2usize), Just(64usize)],
         steps in proptest::collection::vec(step(true), 0..30),
     ) {
-        let expected = grouped(run(reference, cfg, Apply::Batch, MakeRoom::Drain, &steps));
-        let sharded = grouped(run(
-            |o| kcache::sharded::DeltaFifo::new(o, shards),
-            cfg,
-            Apply::Batch,
-            MakeRoom::Drain,
-            &steps,
-        ));
-        prop_assert_eq!(sharded, expected);
+        sharded_batches_agree_per_key(cfg, shards, Apply::Batch, &steps)?;
     }
 }
 
@@ -408,20 +375,12 @@ fn a_batch_waits_for_room_once_then_queues_all_of_it() {
 
 const STRESS_KEYS: usize = 64;
 
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// Several producers send batches of updates (and, bounded, wait for room); several consumers
 /// pop. Every update comes out once, each producer's updates of a key in the order sent, and
 /// no key is held by two consumers at once.
 #[test]
 fn concurrent_batches_lose_nothing_and_keep_per_key_order() {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     for shards in [1, 2, 64] {
         for (producers, consumers) in [(1, 1), (2, 2), (4, 1), (1, 4)] {
             for bound in [0, 16] {
@@ -490,13 +449,9 @@ fn stress(shards: usize, producers: usize, consumers: usize, bound: usize, per_p
             })
         })
         .collect();
-    for t in producer_threads {
-        t.join().unwrap();
-    }
+    join_all(producer_threads);
     q.close();
-    for t in consumer_threads {
-        t.join().unwrap();
-    }
+    join_all(consumer_threads);
     let what = format!("shards={shards} producers={producers} consumers={consumers} bound={bound}");
     assert!(q.is_empty(), "{what}: keys left after close and drain");
     assert_eq!(

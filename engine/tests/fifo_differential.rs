@@ -15,11 +15,10 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use common::{key_of, obj, options, MapStore, Obj};
-use kcache::{process_deltas, DeltaQueue, Deltas, Key, NoopHandler, Store, Tombstone, TryPop};
+use common::{grouped, key_of, obj, options, MakeRoom, MapStore, Obj, PopLine, Popped};
+use kcache::{process_deltas, DeltaQueue, Key, NoopHandler, Store, Tombstone, TryPop};
 use proptest::prelude::*;
 
 const KEYS: [&str; 6] = ["a", "b", "c", "ns/d", "ns/e", "x/f"];
@@ -135,11 +134,7 @@ fn config() -> impl Strategy<Value = Config> {
 /// One output line, as docs/traces.md writes it (kept structured; the trace tests cover the JSON).
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Line {
-    Pop {
-        key: String,
-        initial: bool,
-        deltas: Vec<(String, bool, Option<u64>)>,
-    },
+    Pop(Popped),
     Nothing {
         closed: bool,
     },
@@ -152,30 +147,13 @@ enum Line {
     Known(Vec<(String, u64)>),
 }
 
-fn pop_line(deltas: &Deltas<Obj>, initial: bool) -> Line {
-    Line::Pop {
-        key: deltas.key().to_string(),
-        initial,
-        deltas: deltas
-            .iter()
-            .map(|d| {
-                (
-                    d.kind.to_string(),
-                    d.object.is_tombstone(),
-                    d.object.last_known().map(|o| o.v),
-                )
-            })
-            .collect(),
+impl PopLine for Line {
+    fn popped(&self) -> Option<&Popped> {
+        match self {
+            Line::Pop(pop) => Some(pop),
+            _ => None,
+        }
     }
-}
-
-/// How a run makes room for a producer when the queue is full.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum MakeRoom {
-    /// Pop one key at a time until there is room (one shard: pop order is the reference's).
-    PopOne,
-    /// Drain everything (any shard count: only per-key order is the reference's).
-    Drain,
 }
 
 fn run<Q: DeltaQueue<Obj>>(
@@ -236,7 +214,7 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
             if known {
                 process_deltas(&*store, &mut NoopHandler, &d, initial);
             }
-            pop_line(&d, initial)
+            Line::Pop(Popped::of(&d, initial))
         })
     };
     let mut out = Vec::new();
@@ -247,19 +225,7 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
         );
         if produces && !q.has_room() {
             out.push(Line::Full);
-            while !q.has_room() {
-                let mut popped = false;
-                while let TryPop::Popped(line) = pop_and_apply(&q) {
-                    out.push(line);
-                    popped = true;
-                    if make_room == MakeRoom::PopOne {
-                        break;
-                    }
-                }
-                // A full queue always has something to pop; if not, the count is wrong, and
-                // the producer would wait forever.
-                assert!(popped, "no room, yet nothing to pop");
-            }
+            common::make_room(&q, make_room, &mut out, &pop_and_apply);
         }
         match op {
             Op::Add(k, v) => q.add(obj(KEYS[*k], *v)).unwrap(),
@@ -281,7 +247,8 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
                     closed: q.is_closed(),
                 }),
             },
-            Op::PopRequeue => match q.try_pop(|d, initial| (pop_line(&d, initial), d)) {
+            Op::PopRequeue => match q.try_pop(|d, initial| (Line::Pop(Popped::of(&d, initial)), d))
+            {
                 TryPop::Popped((line, deltas)) => {
                     out.push(line);
                     q.add_if_not_present(deltas).unwrap();
@@ -307,19 +274,6 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
         }
     }
     out
-}
-
-/// Pop lines grouped by key, everything else in order.
-fn grouped(lines: Vec<Line>) -> (Vec<Line>, BTreeMap<String, Vec<Line>>) {
-    let mut other = Vec::new();
-    let mut by_key: BTreeMap<String, Vec<Line>> = BTreeMap::new();
-    for line in lines {
-        match &line {
-            Line::Pop { key, .. } => by_key.entry(key.clone()).or_default().push(line),
-            _ => other.push(line),
-        }
-    }
-    (other, by_key)
 }
 
 proptest! {
@@ -386,7 +340,7 @@ fn known_store_case<Q: DeltaQueue<Obj>>(
         keys.sort();
         keys
     })];
-    while let TryPop::Popped(line) = q.try_pop(|d, initial| pop_line(&d, initial)) {
+    while let TryPop::Popped(line) = q.try_pop(|d, initial| Line::Pop(Popped::of(&d, initial))) {
         lines.push(line);
     }
     (result, lines)
@@ -478,7 +432,7 @@ fn transformed_run<Q: DeltaQueue<Obj>>(
     let mut drain = |q: &Q| {
         while let TryPop::Popped(line) = q.try_pop(|d, initial| {
             process_deltas(&*store, &mut NoopHandler, &d, initial);
-            pop_line(&d, initial)
+            Line::Pop(Popped::of(&d, initial))
         }) {
             lines.push(line);
         }
@@ -504,13 +458,15 @@ fn transformer_applies_to_relisted_objects_but_not_to_resync_or_tombstones() {
         let sharded = transformed_run(|o| kcache::sharded::DeltaFifo::new(o, 1), emit_replaced);
         assert_eq!(sharded, reference, "emit_replaced {emit_replaced}");
         let relist = if emit_replaced { "Replaced" } else { "Sync" };
-        let pop = |key: &str, initial, deltas: &[(&str, bool, u64)]| Line::Pop {
-            key: key.into(),
-            initial,
-            deltas: deltas
-                .iter()
-                .map(|&(t, tomb, v)| (t.into(), tomb, Some(v)))
-                .collect(),
+        let pop = |key: &str, initial, deltas: &[(&str, bool, u64)]| {
+            Line::Pop(Popped {
+                key: key.into(),
+                initial,
+                deltas: deltas
+                    .iter()
+                    .map(|&(t, tomb, v)| (t.into(), tomb, Some(v)))
+                    .collect(),
+            })
         };
         assert_eq!(
             reference,

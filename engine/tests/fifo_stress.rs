@@ -14,21 +14,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use common::{options, MapStore, Obj};
+use common::{join_all, options, stress_scale, MapStore, Obj};
 use kcache::sharded::DeltaFifo;
 use kcache::{process_deltas, BatchConsumer, DeltaQueue, DeltaType, Deltas, Key, NoopHandler};
 
 const KEYS: usize = 64;
 const SHARDS: [usize; 3] = [1, 2, 64];
 const THREADS: [(usize, usize); 4] = [(1, 1), (2, 2), (4, 1), (1, 4)];
-
-fn scale() -> usize {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// Version encoding: producer in the high bits, its own sequence number in the low bits.
 fn version(producer: usize, seq: usize) -> u64 {
@@ -114,15 +106,13 @@ fn produce_all(q: &Arc<DeltaFifo<Obj>>, producers: usize, per_producer: usize) {
     let threads: Vec<_> = (0..producers)
         .map(|p| {
             let q = Arc::clone(q);
-            thread::spawn(move || produce(&q, p, per_producer))
+            thread::spawn(move || produce(&*q, p, per_producer))
         })
         .collect();
-    for t in threads {
-        t.join().unwrap();
-    }
+    join_all(threads);
 }
 
-fn produce(q: &DeltaFifo<Obj>, producer: usize, count: usize) {
+fn produce<Q: DeltaQueue<Obj> + ?Sized>(q: &Q, producer: usize, count: usize) {
     // Seeded per producer: each walks the keys in its own reproducible order.
     let mut rng = fastrand::Rng::with_seed(producer as u64 + 1);
     for seq in 0..count {
@@ -165,7 +155,7 @@ fn hand_over_at_batch_end<Q: DeltaQueue<Obj> + 'static>(
     producers: usize,
     consumers: usize,
 ) {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     let observed = Arc::new(Observed::new());
     let consumer_threads: Vec<_> = (0..consumers)
         .map(|_| {
@@ -182,26 +172,12 @@ fn hand_over_at_batch_end<Q: DeltaQueue<Obj> + 'static>(
     let producer_threads: Vec<_> = (0..producers)
         .map(|p| {
             let q = Arc::clone(&q);
-            thread::spawn(move || {
-                let mut rng = fastrand::Rng::with_seed(p as u64 + 1);
-                for seq in 0..per_producer {
-                    let k = rng.usize(..KEYS);
-                    let obj = Arc::new(Obj {
-                        key: Key::new(&format!("k{k}")),
-                        v: version(p, seq),
-                    });
-                    q.update(obj).unwrap();
-                }
-            })
+            thread::spawn(move || produce(&*q, p, per_producer))
         })
         .collect();
-    for t in producer_threads {
-        t.join().unwrap();
-    }
+    join_all(producer_threads);
     q.close();
-    for t in consumer_threads {
-        t.join().unwrap();
-    }
+    join_all(consumer_threads);
     observed.assert_updates_complete_and_ordered(producers, per_producer);
 }
 
@@ -227,7 +203,7 @@ fn a_batch_keeps_its_keys_until_its_end_is_handed_over() {
 
 #[test]
 fn every_delta_once_in_order_and_keys_exclusive() {
-    let per_producer = 3_000 * scale();
+    let per_producer = 3_000 * stress_scale();
     for shards in SHARDS {
         for (producers, consumers) in THREADS {
             let q = Arc::new(DeltaFifo::new(options(), shards));
@@ -247,9 +223,7 @@ fn every_delta_once_in_order_and_keys_exclusive() {
                 .collect();
             produce_all(&q, producers, per_producer);
             q.close();
-            for t in consumer_threads {
-                t.join().unwrap();
-            }
+            join_all(consumer_threads);
             assert!(
                 q.is_empty(),
                 "shards={shards}: keys left after close and drain"
@@ -265,7 +239,7 @@ fn every_delta_once_in_order_and_keys_exclusive() {
 
 #[test]
 fn resync_replace_and_close_under_load_lose_nothing() {
-    let per_producer = 2_000 * scale();
+    let per_producer = 2_000 * stress_scale();
     // With and without the resync lane (`resync_last`): live deltas overtake resynced keys,
     // which must change nothing per key.
     for (shards, resync_last) in SHARDS.into_iter().flat_map(|s| [(s, false), (s, true)]) {
@@ -317,9 +291,7 @@ fn resync_replace_and_close_under_load_lose_nothing() {
             done.store(true, Ordering::Relaxed);
             relister.join().unwrap();
             q.close();
-            for t in consumer_threads {
-                t.join().unwrap();
-            }
+            join_all(consumer_threads);
             assert!(q.is_empty());
             observed.assert_updates_complete_and_ordered(producers, per_producer);
             // The store holds exactly what each key's last delivered delta says.

@@ -10,6 +10,8 @@
 //! while borrowed, and every object is released exactly once in the end. Sizes scale with
 //! `KCACHE_STRESS_SCALE` (default 1: about 2,000 ops per writer).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -17,6 +19,7 @@ use std::thread;
 
 use std::time::{Duration, Instant};
 
+use common::stress_scale;
 use fastrand::Rng;
 use kcache::{reference, sharded, IndexError, IndexFunc, Indexer, Indexers, Key, KeyFn, Store};
 
@@ -41,14 +44,6 @@ const SHARED_KEYS: u64 = 4;
 const OWNED_KEYS: u64 = 32;
 const WRITERS: usize = 3;
 const READERS: usize = 2;
-
-fn scale() -> u64 {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 fn key_name(i: u64) -> String {
     format!("ns-{}/pod-{i}", i % NAMESPACES)
@@ -296,7 +291,7 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I
         holds,
         absent,
     } = reads_with;
-    let ops = 2_000 * scale();
+    let ops = 2_000 * stress_scale() as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let with_zone = Arc::new(AtomicBool::new(false));
     let reads = Arc::new(AtomicUsize::new(0));
@@ -361,7 +356,7 @@ fn run<I: Indexer<Obj> + 'static>(idx: Arc<I>, relist: bool, reads_with: Reads<I
             let mut rng = Rng::with_seed(0xfeed);
             start.wait();
             let all = SHARED_KEYS + OWNED_KEYS * WRITERS as u64;
-            let rounds = 20 * scale();
+            let rounds = 20 * stress_scale() as u64;
             for round in 0..rounds {
                 let mut list = Vec::new();
                 for i in 0..all {
@@ -533,7 +528,7 @@ fn sharded_guarded_reads_never_see_a_released_object_and_every_object_is_release
         key_fn,
         vec![("node".into(), by_node)],
     ));
-    let ops = 4_000 * scale();
+    let ops = 4_000 * stress_scale() as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..2)
         .map(|w| {
@@ -620,7 +615,7 @@ fn sharded_guarded_reads_never_see_a_released_object_and_every_object_is_release
 fn sharded_by_index_never_returns_an_object_that_left_the_value() {
     const KEYS: u64 = 4;
     let idx = Arc::new(sharded::IndexedStore::new(key_fn(), base_indexers()));
-    let flips = 20_000 * scale();
+    let flips = 20_000 * stress_scale() as u64;
     let stop = Arc::new(AtomicBool::new(false));
     let readers: Vec<_> = (0..2)
         .map(|r| {

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{key_fn, ms, pod, server, Gate, Pod};
+use informer_common::{key_fn, ms, pod, server, server_of, Gate, Pod};
 use kcache::informer::{Backoff, SharedInformer, VersionWait};
 use kcache::{DeltaObject, EventHandler, Key};
 use kcache_sim::MemoryListerWatcher;
@@ -156,10 +156,7 @@ async fn a_lists_version_is_applied_only_once_every_listed_object_is_in_the_stor
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_relists_version_waits_for_every_key_of_the_relist() {
-    let srv = server(3);
-    for i in 0..4 {
-        srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
-    }
+    let srv = server_of(3, (0..4).map(|i| pod(&format!("p{i}"), 1)));
     let (informer, mut held) = held_informer(&srv, 1);
     // Disarmed until the informer has synced: the holder lets the initial list through.
     *held.armed.lock().unwrap() = None;

@@ -19,16 +19,9 @@ use kcache::informer::{
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
 use kcache_sim::MemoryListerWatcher;
 
-/// Polls `cond` until it holds; fails the test after 20 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(ms(2)).await;
-    }
+/// Polls `cond` until it holds; fails the test after 20 s on tokio's clock.
+async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::eventually_on_tokio_clock(what, Duration::from_secs(20), cond).await;
 }
 
 /// Calls a handler may make: it takes one per call and waits while there are none.

@@ -10,37 +10,21 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{error_log, key_fn, ms, pod, server, Gate, Pod};
+use informer_common::{error_log, key_fn, ms, pod, server, server_of, Gate, Pod};
 use kcache::informer::{
     Backoff, HandlerOptions, InformerError, ListerWatcher, SharedInformer, SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, Indexer, Key, TransformError};
 use kcache_sim::MemoryListerWatcher;
 
-/// Polls `cond` until it holds; fails the test after 10 s.
-async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(ms(2)).await;
-    }
+/// Polls `cond` until it holds; fails the test after 10 s on tokio's clock.
+async fn eventually(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::eventually_on_tokio_clock(what, Duration::from_secs(10), cond).await;
 }
 
-/// Polls `cond` until it holds without letting tokio's paused clock move: the task yields
-/// instead of sleeping, so the runtime is never idle and never auto-advances the clock while
-/// the informer's threads work in real time. Fails after 10 s of real time.
-async fn frozen_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while !cond() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "timed out waiting for {what}"
-        );
-        tokio::task::yield_now().await;
-    }
+/// Polls `cond` until it holds; fails the test after 10 s of real time, never moving tokio's paused clock.
+async fn frozen_until(what: &str, cond: impl FnMut() -> bool) {
+    informer_common::frozen_until(what, Duration::from_secs(10), cond).await;
 }
 
 /// What a handler saw: every call as text, and the state the calls build.
@@ -196,9 +180,7 @@ fn by_value() -> Vec<(String, IndexFunc<Pod>)> {
 // Mirrors TestIndexer / TestStateSharedInformer on the sharded engine.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sharded_informer_delivers_the_initial_list_then_changes() {
-    let srv = server(100);
-    srv.upsert(pod("a", 1)).unwrap();
-    srv.upsert(pod("b", 1)).unwrap();
+    let srv = server_of(100, [pod("a", 1), pod("b", 1)]);
     let informer = builder(&srv).indexers(by_value()).build();
     initial_list_then_changes(informer, srv).await;
 }
@@ -206,9 +188,7 @@ async fn sharded_informer_delivers_the_initial_list_then_changes() {
 // The same on the reference design: the pipeline is generic over the queue and the indexer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reference_informer_delivers_the_initial_list_then_changes() {
-    let srv = server(100);
-    srv.upsert(pod("a", 1)).unwrap();
-    srv.upsert(pod("b", 1)).unwrap();
+    let srv = server_of(100, [pod("a", 1), pod("b", 1)]);
     let informer = builder(&srv).indexers(by_value()).build_reference();
     initial_list_then_changes(informer, srv).await;
 }
@@ -424,10 +404,7 @@ async fn the_transform_applies_before_store_and_handlers() {
 // lose nothing: the handlers end with the server's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watch_disruptions_lose_nothing() {
-    let srv = server(5);
-    for i in 0..20 {
-        srv.upsert(pod(&format!("p{i:02}"), 0)).unwrap();
-    }
+    let srv = server_of(5, (0..20).map(|i| pod(&format!("p{i:02}"), 0)));
     let informer = builder(&srv).build();
     let handler = Recorder::default();
     informer.add_event_handler(handler.clone()).unwrap();

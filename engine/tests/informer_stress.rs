@@ -13,12 +13,14 @@
 //! build); `KCACHE_STRESS_SCALE=25` is the full 500,000 events:
 //! `KCACHE_STRESS_SCALE=25 cargo test --release -p kcache --test informer_stress`.
 
+mod common;
 mod informer_common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::stress_scale;
 use informer_common::{key_fn, ms, pod, server, Pod};
 use kcache::informer::{Backoff, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
@@ -28,14 +30,6 @@ const KEYS: u64 = 2_000;
 const EVENTS_PER_SCALE: u64 = 20_000;
 /// Events written between two pauses of the writer (so watches, not only relists, carry them).
 const BURST: u64 = 20;
-
-fn scale() -> u64 {
-    std::env::var("KCACHE_STRESS_SCALE")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1)
-}
 
 /// What one handler saw: its model of the server, and every contradiction it met.
 #[derive(Default)]
@@ -156,39 +150,39 @@ fn write(srv: &MemoryListerWatcher<Pod>, events: u64, seed: u64) -> [u64; 5] {
             srv.upsert(pod(&name, n)).expect("named pods have keys");
             alive[i as usize] = true;
         }
-        match rng.u64(..4_000) {
-            0..=1 => {
-                srv.close_watches();
-                faults[0] += 1;
-            }
-            2 => {
-                srv.expire_next_watches(1);
-                srv.close_watches();
-                faults[1] += 1;
-            }
-            3 => {
-                srv.compact();
-                srv.close_watches();
-                faults[2] += 1;
-            }
-            4 => {
-                srv.fail_next_watches(1);
-                srv.close_watches();
-                faults[3] += 1;
-            }
-            5 => {
-                srv.fail_next_lists(1);
-                srv.expire_next_watches(1);
-                srv.close_watches();
-                faults[4] += 1;
-            }
-            _ => {}
+        // Rarely, a fault: its index in `faults` (closes, 410s, compactions, refused
+        // watches, failed lists).
+        let fault = match rng.u64(..4_000) {
+            0..=1 => Some(0),
+            draw @ 2..=5 => Some(draw as usize - 1),
+            _ => None,
+        };
+        if let Some(fault) = fault {
+            inject(srv, fault);
+            faults[fault] += 1;
         }
         if n % BURST == BURST - 1 {
             std::thread::sleep(ms(1));
         }
     }
     faults
+}
+
+/// Injects fault number `fault` (see `faults`), then closes the watches so that the informer
+/// meets it.
+fn inject(srv: &MemoryListerWatcher<Pod>, fault: usize) {
+    match fault {
+        0 => {}
+        1 => srv.expire_next_watches(1),
+        2 => srv.compact(),
+        3 => srv.fail_next_watches(1),
+        4 => {
+            srv.fail_next_lists(1);
+            srv.expire_next_watches(1);
+        }
+        _ => unreachable!("five kinds of fault"),
+    }
+    srv.close_watches();
 }
 
 fn builder(srv: &MemoryListerWatcher<Pod>) -> SharedInformerBuilder<Pod, MemoryListerWatcher<Pod>> {
@@ -233,7 +227,7 @@ async fn churn_and_check<Q, I>(
     Q: DeltaQueue<Pod> + 'static,
     I: Indexer<Pod> + 'static,
 {
-    let events = EVENTS_PER_SCALE * scale();
+    let events = EVENTS_PER_SCALE * stress_scale() as u64;
     let seed = 0x5EED_1234_u64 ^ events;
     let fast = Checker::new(Duration::from_nanos(100));
     let slow = Checker::new(Duration::from_micros(100)); // 1000× the fast one

@@ -8,12 +8,15 @@
 //! `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --test loom`
 #![cfg(kcache_loom)]
 
+mod loom_common;
+
 use std::sync::Arc;
 
 use kcache::sharded::DeltaFifo;
 use kcache::{BatchConsumer, DeltaQueue, Deltas, Key, KeyError, QueueEvent, QueueOptions, TryPop};
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
+use loom_common::{model, spawn_with};
 
 #[derive(Debug)]
 struct Obj {
@@ -21,19 +24,27 @@ struct Obj {
     v: u64,
 }
 
+fn options() -> QueueOptions<Obj> {
+    QueueOptions::new(Arc::new(|o: &Obj| -> Result<Key, KeyError> {
+        Ok(Key::new(o.key))
+    }))
+}
+
 fn fifo(shards: usize) -> Arc<DeltaFifo<Obj>> {
-    let key_fn = Arc::new(|o: &Obj| -> Result<Key, KeyError> { Ok(Key::new(o.key)) });
-    Arc::new(DeltaFifo::new(QueueOptions::new(key_fn), shards))
+    Arc::new(DeltaFifo::new(options(), shards))
 }
 
 fn obj(key: &'static str, v: u64) -> Arc<Obj> {
     Arc::new(Obj { key, v })
 }
 
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
+/// "a" and "c" land in different shards of 2, so a model that queues both hands out a token
+/// of each shard.
+fn assert_a_and_c_in_different_shards_of_two() {
+    assert_ne!(
+        Key::new("a").hash_value() >> 32 & 1,
+        Key::new("c").hash_value() >> 32 & 1
+    );
 }
 
 /// A consumer blocked in `pop` is woken by a producer's add: no lost wake-up in any
@@ -42,12 +53,9 @@ fn model(f: impl Fn() + Sync + Send + 'static) {
 fn blocked_pop_is_woken_by_add() {
     model(|| {
         let q = fifo(2);
-        let consumer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || {
-                q.pop(|d, _| d.newest().and_then(|d| d.object.object().map(|o| o.v)))
-            })
-        };
+        let consumer = spawn_with(&q, move |q| {
+            q.pop(|d, _| d.newest().and_then(|d| d.object.object().map(|o| o.v)))
+        });
         q.add(obj("a", 1)).unwrap();
         assert_eq!(consumer.join().unwrap(), Ok(Some(1)));
     });
@@ -58,10 +66,7 @@ fn blocked_pop_is_woken_by_add() {
 fn close_wakes_blocked_pop() {
     model(|| {
         let q = fifo(1);
-        let consumer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.pop(|_, _| ()))
-        };
+        let consumer = spawn_with(&q, move |q| q.pop(|_, _| ()));
         q.close();
         assert_eq!(consumer.join().unwrap(), Err(kcache::Closed));
     });
@@ -175,21 +180,11 @@ fn a_batch_is_handed_over_before_its_key_is_popped_again() {
 fn tokens_of_two_shards_are_never_lost() {
     model(|| {
         let q = fifo(2);
-        // "a" and "c" land in different shards of 2 (checked below), so both shards get a token.
-        assert_ne!(
-            Key::new("a").hash_value() >> 32 & 1,
-            Key::new("c").hash_value() >> 32 & 1
-        );
-        let producers: Vec<_> = ["a", "c"]
-            .into_iter()
-            .map(|k| {
-                let q = Arc::clone(&q);
-                thread::spawn(move || q.add(obj(k, 1)).unwrap())
-            })
-            .collect();
+        assert_a_and_c_in_different_shards_of_two();
+        let producers = [spawn_add(&q, obj("a", 1)), spawn_add(&q, obj("c", 1))];
         let mut seen = Vec::new();
         for _ in 0..2 {
-            seen.push(q.pop(|d, _| d.key().to_string()).unwrap());
+            seen.push(pop_key(&*q));
         }
         for p in producers {
             p.join().unwrap();
@@ -200,15 +195,45 @@ fn tokens_of_two_shards_are_never_lost() {
 }
 
 fn bounded(shards: usize, max_queued_deltas: usize) -> Arc<DeltaFifo<Obj>> {
-    let key_fn = Arc::new(|o: &Obj| -> Result<Key, KeyError> { Ok(Key::new(o.key)) });
-    let opts = QueueOptions::new(key_fn).max_queued_deltas(max_queued_deltas);
-    Arc::new(DeltaFifo::new(opts, shards))
+    Arc::new(DeltaFifo::new(
+        options().max_queued_deltas(max_queued_deltas),
+        shards,
+    ))
 }
 
 fn bounded_reference(max_queued_deltas: usize) -> Arc<kcache::reference::DeltaFifo<Obj>> {
-    let key_fn = Arc::new(|o: &Obj| -> Result<Key, KeyError> { Ok(Key::new(o.key)) });
-    let opts = QueueOptions::new(key_fn).max_queued_deltas(max_queued_deltas);
-    Arc::new(kcache::reference::DeltaFifo::new(opts))
+    Arc::new(kcache::reference::DeltaFifo::new(
+        options().max_queued_deltas(max_queued_deltas),
+    ))
+}
+
+/// A producer thread adding `o` (it may wait for room).
+fn spawn_add<Q: DeltaQueue<Obj> + 'static>(q: &Arc<Q>, o: Arc<Obj>) -> thread::JoinHandle<()> {
+    spawn_with(q, move |q| q.add(o).unwrap())
+}
+
+/// On a queue bounded to one delta: "a" queued, a producer of "c" waits for room; the pop of
+/// "a" wakes it, and "c" comes next.
+fn a_producer_waiting_for_room_is_woken_by_a_pop<Q: DeltaQueue<Obj> + 'static>(q: &Arc<Q>) {
+    q.add(obj("a", 1)).unwrap();
+    let producer = spawn_add(q, obj("c", 2));
+    assert_eq!(pop_key(&**q), "a");
+    producer.join().unwrap();
+    assert_eq!(pop_key(&**q), "c");
+}
+
+/// Pops one key (waiting for one) and returns it.
+fn pop_key<Q: DeltaQueue<Obj>>(q: &Q) -> String {
+    q.pop(|d, _| d.key().to_string()).unwrap()
+}
+
+/// Pops every key queued now, in pop order.
+fn popped_keys<Q: DeltaQueue<Obj>>(q: &Q) -> Vec<String> {
+    let mut keys = Vec::new();
+    while let TryPop::Popped(key) = q.try_pop(|d, _| d.key().to_string()) {
+        keys.push(key);
+    }
+    keys
 }
 
 /// A producer waiting for room (bound 1, one delta queued) is woken by the pop that makes
@@ -219,14 +244,7 @@ fn bounded_reference(max_queued_deltas: usize) -> Arc<kcache::reference::DeltaFi
 fn producer_waiting_for_room_is_woken_by_pop() {
     model(|| {
         let q = bounded(2, 1);
-        q.add(obj("a", 1)).unwrap();
-        let producer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.add(obj("c", 2)).unwrap())
-        };
-        assert_eq!(q.pop(|d, _| d.key().to_string()).unwrap(), "a");
-        producer.join().unwrap();
-        assert_eq!(q.pop(|d, _| d.key().to_string()).unwrap(), "c");
+        a_producer_waiting_for_room_is_woken_by_a_pop(&q);
         assert_eq!(q.queued_deltas(), 0);
     });
 }
@@ -235,15 +253,7 @@ fn producer_waiting_for_room_is_woken_by_pop() {
 #[test]
 fn reference_producer_waiting_for_room_is_woken_by_pop() {
     model(|| {
-        let q = bounded_reference(1);
-        q.add(obj("a", 1)).unwrap();
-        let producer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.add(obj("c", 2)).unwrap())
-        };
-        assert_eq!(q.pop(|d, _| d.key().to_string()).unwrap(), "a");
-        producer.join().unwrap();
-        assert_eq!(q.pop(|d, _| d.key().to_string()).unwrap(), "c");
+        a_producer_waiting_for_room_is_woken_by_a_pop(&bounded_reference(1));
     });
 }
 
@@ -253,16 +263,10 @@ fn close_wakes_producer_waiting_for_room() {
     model(|| {
         let q = bounded(1, 1);
         q.add(obj("a", 1)).unwrap();
-        let producer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.add(obj("b", 1)).unwrap())
-        };
+        let producer = spawn_add(&q, obj("b", 1));
         q.close();
         producer.join().unwrap();
-        let mut keys = Vec::new();
-        while let TryPop::Popped(key) = q.try_pop(|d, _| d.key().to_string()) {
-            keys.push(key);
-        }
+        let mut keys = popped_keys(&*q);
         keys.sort();
         assert_eq!(keys, ["a", "b"]);
     });
@@ -284,10 +288,7 @@ fn async_producer_is_woken_by_pop() {
     model(|| {
         let q = bounded(1, 1);
         q.add(obj("a", 1)).unwrap();
-        let consumer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.pop(|_, _| ()).unwrap())
-        };
+        let consumer = spawn_with(&q, move |q| q.pop(|_, _| ()).unwrap());
         let flag = Arc::new(FlagWaker(AtomicBool::new(false)));
         let waker = std::task::Waker::from(Arc::clone(&flag));
         let mut cx = std::task::Context::from_waker(&waker);
@@ -312,20 +313,14 @@ fn async_producer_is_woken_by_pop() {
 fn batch_in_two_shards_wakes_a_parked_consumer() {
     model(|| {
         let q = fifo(2);
-        assert_ne!(
-            Key::new("a").hash_value() >> 32 & 1,
-            Key::new("c").hash_value() >> 32 & 1
-        );
-        let consumer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || {
-                let mut seen = Vec::new();
-                for _ in 0..2 {
-                    seen.push(q.pop(|d, _| (d.key().to_string(), d.len())).unwrap());
-                }
-                seen
-            })
-        };
+        assert_a_and_c_in_different_shards_of_two();
+        let consumer = spawn_with(&q, move |q| {
+            let mut seen = Vec::new();
+            for _ in 0..2 {
+                seen.push(q.pop(|d, _| (d.key().to_string(), d.len())).unwrap());
+            }
+            seen
+        });
         q.apply_events(vec![
             QueueEvent::Added(obj("a", 1)),
             QueueEvent::Added(obj("c", 1)),
@@ -345,21 +340,16 @@ fn batch_waiting_for_room_is_woken_by_pop() {
     model(|| {
         let q = bounded(2, 1);
         q.add(obj("a", 1)).unwrap();
-        let producer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || {
-                q.apply_events(vec![
-                    QueueEvent::Added(obj("c", 2)),
-                    QueueEvent::Updated(obj("a", 2)),
-                ])
-                .unwrap()
-            })
-        };
-        let mut keys = vec![q.pop(|d, _| d.key().to_string()).unwrap()];
+        let producer = spawn_with(&q, move |q| {
+            q.apply_events(vec![
+                QueueEvent::Added(obj("c", 2)),
+                QueueEvent::Updated(obj("a", 2)),
+            ])
+            .unwrap()
+        });
+        let mut keys = vec![pop_key(&*q)];
         producer.join().unwrap();
-        while let TryPop::Popped(key) = q.try_pop(|d, _| d.key().to_string()) {
-            keys.push(key);
-        }
+        keys.extend(popped_keys(&*q));
         keys.sort();
         // "a" twice if the batch landed after the first pop, once if before it (bound 1 had
         // room only after the pop, so it cannot have).

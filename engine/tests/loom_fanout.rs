@@ -7,16 +7,12 @@
 //! `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --test loom_fanout`
 #![cfg(kcache_loom)]
 
+mod loom_common;
+
 use std::sync::Arc;
 
 use kcache::informer::{Handoff, HandoffClosed};
-use loom::thread;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
-}
+use loom_common::{model, spawn_with};
 
 /// Receives until the hand-off ends, releasing each batch's room as it goes.
 fn drain(handoff: &Handoff<u32>) -> Vec<u32> {
@@ -36,10 +32,9 @@ fn drain(handoff: &Handoff<u32>) -> Vec<u32> {
 fn a_waiting_receiver_is_woken_by_a_send() {
     model(|| {
         let handoff = Arc::new(Handoff::for_thread(4));
-        let receiver = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || handoff.recv().map(|b| b.into_iter().flatten().collect()))
-        };
+        let receiver = spawn_with(&handoff, move |handoff| {
+            handoff.recv().map(|b| b.into_iter().flatten().collect())
+        });
         handoff.send(vec![1, 2], |_| {}).unwrap();
         let got: Option<Vec<u32>> = receiver.join().unwrap();
         assert_eq!(got, Some(vec![1, 2]));
@@ -52,18 +47,15 @@ fn a_waiting_receiver_is_woken_by_a_send() {
 fn a_sender_waiting_for_room_is_woken_by_delivery() {
     model(|| {
         let handoff = Arc::new(Handoff::for_thread(1));
-        let sender = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || {
-                let mut reports = 0;
-                let sent = handoff.send(vec![1, 2, 3], |pending| {
-                    assert_eq!(pending, 1);
-                    reports += 1;
-                });
-                handoff.close();
-                (sent, reports)
-            })
-        };
+        let sender = spawn_with(&handoff, move |handoff| {
+            let mut reports = 0;
+            let sent = handoff.send(vec![1, 2, 3], |pending| {
+                assert_eq!(pending, 1);
+                reports += 1;
+            });
+            handoff.close();
+            (sent, reports)
+        });
         let got = drain(&handoff);
         let (sent, reports) = sender.join().unwrap();
         assert_eq!(sent, Ok(()));
@@ -80,14 +72,8 @@ fn a_sender_waiting_for_room_is_woken_by_delivery() {
 fn close_wakes_a_blocked_sender_and_the_receiver() {
     model(|| {
         let handoff = Arc::new(Handoff::for_thread(1));
-        let sender = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || handoff.send(vec![1, 2], |_| {}))
-        };
-        let receiver = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || drain(&handoff))
-        };
+        let sender = spawn_with(&handoff, move |handoff| handoff.send(vec![1, 2], |_| {}));
+        let receiver = spawn_with(&handoff, move |handoff| drain(&handoff));
         handoff.close();
         let sent = sender.join().unwrap();
         let got = receiver.join().unwrap();
@@ -109,10 +95,7 @@ fn remove_wakes_a_blocked_sender_and_a_waiting_receiver() {
         let handoff = Arc::new(Handoff::for_thread(1));
         // Fill the buffer so the sender's next batch must wait.
         handoff.send(vec![1], |_| {}).unwrap();
-        let sender = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || handoff.send(vec![2], |_| {}))
-        };
+        let sender = spawn_with(&handoff, move |handoff| handoff.send(vec![2], |_| {}));
         handoff.remove();
         assert_eq!(sender.join().unwrap(), Err(HandoffClosed));
         // A receiver after removal ends at once, with nothing.
@@ -125,10 +108,7 @@ fn remove_wakes_a_blocked_sender_and_a_waiting_receiver() {
 fn remove_wakes_a_waiting_receiver() {
     model(|| {
         let handoff = Arc::new(Handoff::<u32>::for_thread(2));
-        let receiver = {
-            let handoff = Arc::clone(&handoff);
-            thread::spawn(move || drain(&handoff))
-        };
+        let receiver = spawn_with(&handoff, move |handoff| drain(&handoff));
         handoff.remove();
         assert!(receiver.join().unwrap().is_empty());
     });

@@ -8,6 +8,8 @@
 //! `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --test loom_workqueue`
 #![cfg(kcache_loom)]
 
+mod loom_common;
+
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
@@ -17,15 +19,22 @@ use kcache::workqueue::{AsyncGet, ReferenceQueue, ShardedQueue, ShutDown, TryGet
 use kcache::Key;
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::thread;
-
-fn model(f: impl Fn() + Sync + Send + 'static) {
-    let mut builder = loom::model::Builder::new();
-    builder.preemption_bound = Some(3);
-    builder.check(f);
-}
+use loom_common::{model, spawn_with};
 
 fn k(name: &str) -> Key {
     Key::new(name)
+}
+
+/// A thread blocked in `get` on `q` (until the model's adds or shutdown wake it).
+fn spawn_get<Q: WorkQueue + ?Sized + 'static>(
+    q: &Arc<Q>,
+) -> thread::JoinHandle<Result<Key, ShutDown>> {
+    spawn_with(q, |q| q.get())
+}
+
+/// A fake clock's queue configuration: no timer thread (loom models only its own threads).
+fn fake_clock_config() -> kcache::workqueue::QueueConfig {
+    kcache::workqueue::QueueConfig::new().clock(Arc::new(kcache::workqueue::FakeClock::new()))
 }
 
 /// Wakes a parked loom thread: a minimal executor for one future (an async runtime's waker does
@@ -56,19 +65,49 @@ impl Wake for NoWake {
     fn wake(self: Arc<Self>) {}
 }
 
+/// Asserts that the items handed out, in any order, are "a" and "c".
+fn assert_served_a_and_c(mut got: Vec<Key>) {
+    got.sort();
+    assert_eq!(got, [k("a"), k("c")]);
+}
+
+/// A blocked `get` is woken by an add (loom reports a deadlock if a wake-up can be lost).
+fn blocked_get_is_woken_by_an_add<Q: WorkQueue + ?Sized + 'static>(q: Arc<Q>) {
+    let worker = spawn_get(&q);
+    q.add(k("a"));
+    assert_eq!(worker.join().unwrap(), Ok(k("a")));
+}
+
+/// Two sleeping threads and a burst of two adds: both items are served.
+fn a_burst_of_adds_with_two_sleepers<Q: WorkQueue + ?Sized + 'static>(q: Arc<Q>) {
+    let workers = [spawn_get(&q), spawn_get(&q)];
+    q.add(k("a"));
+    q.add(k("c"));
+    assert_served_a_and_c(workers.map(|w| w.join().unwrap().unwrap()).into());
+}
+
+/// A woken worker whose item a `get` that never slept (the thief) takes sleeps again, and the
+/// next add still wakes it.
+fn a_woken_worker_robbed_of_its_item<Q: WorkQueue + ?Sized + 'static>(q: Arc<Q>) {
+    let worker = spawn_get(&q);
+    let thief = spawn_with(&q, move |q| q.try_get());
+    q.add(k("a"));
+    q.add(k("c"));
+    let mut got = vec![worker.join().unwrap().unwrap()];
+    if let TryGet::Item(key) = thief.join().unwrap() {
+        got.push(key);
+    }
+    while let TryGet::Item(key) = q.try_get() {
+        got.push(key);
+    }
+    assert_served_a_and_c(got);
+}
+
 /// A thread blocked in `get` is woken by an add: no lost wake-up in any interleaving of the
 /// scheduler's permit word and its waiter list (loom reports a deadlock if one exists).
 #[test]
 fn blocked_get_is_woken_by_add() {
-    model(|| {
-        let q = Arc::new(ShardedQueue::new(2));
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        q.add(k("a"));
-        assert_eq!(worker.join().unwrap(), Ok(k("a")));
-    });
+    model(|| blocked_get_is_woken_by_an_add(Arc::new(ShardedQueue::new(2))));
 }
 
 /// The same for an async `get` on a loom executor.
@@ -76,10 +115,7 @@ fn blocked_get_is_woken_by_add() {
 fn async_get_is_woken_by_add() {
     model(|| {
         let q = Arc::new(ShardedQueue::new(2));
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || block_on(q.get_async()))
-        };
+        let worker = spawn_with(&q, move |q| block_on(q.get_async()));
         q.add(k("a"));
         assert_eq!(worker.join().unwrap(), Ok(k("a")));
     });
@@ -130,14 +166,8 @@ fn drain_waits_for_done_and_shutdown_wakes_getters() {
         let q = Arc::new(ShardedQueue::new(2));
         q.add(k("a"));
         let a = q.try_get();
-        let getter = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        let drainer = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.shut_down_with_drain())
-        };
+        let getter = spawn_get(&q);
+        let drainer = spawn_with(&q, move |q| q.shut_down_with_drain());
         let TryGet::Item(a) = a else {
             panic!("a was queued")
         };
@@ -147,16 +177,23 @@ fn drain_waits_for_done_and_shutdown_wakes_getters() {
     });
 }
 
+/// An async `get` on an empty `q`, polled once by hand: now one of its waiters.
+fn a_waiting_async_get<Q: WorkQueue + ?Sized>(
+    q: &Q,
+) -> std::pin::Pin<Box<impl Future<Output = Result<Key, ShutDown>> + '_>> {
+    let waker = Waker::from(Arc::new(NoWake));
+    let mut get = Box::pin(q.get_async());
+    assert!(get
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
+    get
+}
+
 /// An async `get` that is woken and then dropped passes the wake-up on to the next waiter.
 fn cancelled_get_passes_the_wake_up_on(q: Arc<dyn WorkQueue>) {
-    let waker = Waker::from(Arc::new(NoWake));
-    let mut cx = Context::from_waker(&waker);
-    let mut first = Box::pin(q.get_async());
-    assert!(first.as_mut().poll(&mut cx).is_pending());
-    let second = {
-        let q = Arc::clone(&q);
-        thread::spawn(move || q.get())
-    };
+    let first = a_waiting_async_get(&*q);
+    let second = spawn_get(&q);
     q.add(k("a"));
     // `first` is the oldest waiter and may have received the wake-up; dropping it must not
     // strand the item with `second` asleep.
@@ -180,22 +217,14 @@ fn cancelled_async_get_passes_the_wake_up_on_reference() {
 fn a_thread_and_a_task_waiting_are_both_served() {
     model(|| {
         let q = Arc::new(ShardedQueue::new(2));
-        let thread_worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        let task_worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || block_on(q.get_async()))
-        };
+        let thread_worker = spawn_get(&q);
+        let task_worker = spawn_with(&q, move |q| block_on(q.get_async()));
         q.add(k("a"));
         q.add(k("c"));
-        let mut got = vec![
+        assert_served_a_and_c(vec![
             thread_worker.join().unwrap().unwrap(),
             task_worker.join().unwrap().unwrap(),
-        ];
-        got.sort();
-        assert_eq!(got, [k("a"), k("c")]);
+        ]);
     });
 }
 
@@ -204,23 +233,7 @@ fn a_thread_and_a_task_waiting_are_both_served() {
 /// worker must hand the search on once it finds the first item and sees more.
 #[test]
 fn a_burst_of_adds_with_two_sleepers_serves_both() {
-    model(|| {
-        let q = Arc::new(ShardedQueue::new(2));
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let q = Arc::clone(&q);
-                thread::spawn(move || q.get())
-            })
-            .collect();
-        q.add(k("a"));
-        q.add(k("c"));
-        let mut got: Vec<Key> = workers
-            .into_iter()
-            .map(|w| w.join().unwrap().unwrap())
-            .collect();
-        got.sort();
-        assert_eq!(got, [k("a"), k("c")]);
-    });
+    model(|| a_burst_of_adds_with_two_sleepers(Arc::new(ShardedQueue::new(2))));
 }
 
 /// A woken worker whose item is taken by another `get` (a thief that never slept) looks, finds
@@ -228,28 +241,7 @@ fn a_burst_of_adds_with_two_sleepers_serves_both() {
 /// would wake nobody.
 #[test]
 fn a_woken_worker_robbed_of_its_item_is_woken_by_the_next_add() {
-    model(|| {
-        let q = Arc::new(ShardedQueue::new(2));
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        let thief = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.try_get())
-        };
-        q.add(k("a"));
-        q.add(k("c"));
-        let mut got = vec![worker.join().unwrap().unwrap()];
-        if let TryGet::Item(key) = thief.join().unwrap() {
-            got.push(key);
-        }
-        while let TryGet::Item(key) = q.try_get() {
-            got.push(key);
-        }
-        got.sort();
-        assert_eq!(got, [k("a"), k("c")]);
-    });
+    model(|| a_woken_worker_robbed_of_its_item(Arc::new(ShardedQueue::new(2))));
 }
 
 /// A thread and a cancelled async `get`: the wake-up (and the searcher's role) the task
@@ -258,14 +250,8 @@ fn a_woken_worker_robbed_of_its_item_is_woken_by_the_next_add() {
 fn a_cancelled_woken_task_hands_the_search_on_in_a_burst() {
     model(|| {
         let q: Arc<ShardedQueue> = Arc::new(ShardedQueue::new(2));
-        let waker = Waker::from(Arc::new(NoWake));
-        let mut cx = Context::from_waker(&waker);
-        let mut first = Box::pin(q.get_async());
-        assert!(first.as_mut().poll(&mut cx).is_pending());
-        let second = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
+        let first = a_waiting_async_get(&*q);
+        let second = spawn_get(&q);
         q.add(k("a"));
         q.add(k("c"));
         drop(first);
@@ -282,24 +268,19 @@ fn a_cancelled_woken_task_hands_the_search_on_in_a_burst() {
 /// The sharded priority queue on a fake clock (no timer thread; loom models only its own
 /// threads).
 fn priority_queue(shards: usize) -> Arc<kcache::workqueue::priority::ShardedPriorityQueue> {
-    let config =
-        kcache::workqueue::QueueConfig::new().clock(Arc::new(kcache::workqueue::FakeClock::new()));
-    Arc::new(kcache::workqueue::priority::ShardedPriorityQueue::with_config(shards, &config))
+    Arc::new(
+        kcache::workqueue::priority::ShardedPriorityQueue::with_config(
+            shards,
+            &fake_clock_config(),
+        ),
+    )
 }
 
 /// The sharded priority queue: a blocked `get` is woken by an add (the head it publishes and
 /// the waiter count it reads against the `get`'s count and re-read of the heads).
 #[test]
 fn priority_blocked_get_is_woken_by_add() {
-    model(|| {
-        let q = priority_queue(2);
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        q.add(k("a"));
-        assert_eq!(worker.join().unwrap(), Ok(k("a")));
-    });
+    model(|| blocked_get_is_woken_by_an_add(priority_queue(2)));
 }
 
 /// The sharded priority queue with aging and fairness on: the age words are hints beside the
@@ -308,8 +289,7 @@ fn priority_blocked_get_is_woken_by_add() {
 #[test]
 fn priority_with_aging_and_fairness_sleepers_are_served() {
     model(|| {
-        let config = kcache::workqueue::QueueConfig::new()
-            .clock(Arc::new(kcache::workqueue::FakeClock::new()));
+        let config = fake_clock_config();
         let q = Arc::new(
             kcache::workqueue::priority::ShardedPriorityQueue::with_options(
                 2,
@@ -320,10 +300,7 @@ fn priority_with_aging_and_fairness_sleepers_are_served() {
                     .fair(),
             ),
         );
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
+        let worker = spawn_get(&q);
         q.add(k("ns/a"));
         let got = worker.join().unwrap();
         assert_eq!(got, Ok(k("ns/a")));
@@ -333,23 +310,7 @@ fn priority_with_aging_and_fairness_sleepers_are_served() {
 /// The sharded priority queue: a burst of two adds with two sleeping threads serves both.
 #[test]
 fn priority_a_burst_of_adds_with_two_sleepers_serves_both() {
-    model(|| {
-        let q = priority_queue(2);
-        let workers: Vec<_> = (0..2)
-            .map(|_| {
-                let q = Arc::clone(&q);
-                thread::spawn(move || q.get())
-            })
-            .collect();
-        q.add(k("a"));
-        q.add(k("c"));
-        let mut got: Vec<Key> = workers
-            .into_iter()
-            .map(|w| w.join().unwrap().unwrap())
-            .collect();
-        got.sort();
-        assert_eq!(got, [k("a"), k("c")]);
-    });
+    model(|| a_burst_of_adds_with_two_sleepers(priority_queue(2)));
 }
 
 /// The sharded priority queue: a key re-added while processed is handed out after `done` to
@@ -362,10 +323,7 @@ fn priority_a_readded_key_wakes_a_worker_at_done() {
         let TryGet::Item(a) = q.try_get() else {
             panic!("a was queued")
         };
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
+        let worker = spawn_get(&q);
         q.add(k("a"));
         q.done(&a).unwrap();
         assert_eq!(worker.join().unwrap(), Ok(k("a")));
@@ -380,10 +338,8 @@ fn cancelled_async_get_passes_the_wake_up_on_priority_sharded() {
 #[test]
 fn cancelled_async_get_passes_the_wake_up_on_priority_reference() {
     model(|| {
-        let config = kcache::workqueue::QueueConfig::new()
-            .clock(Arc::new(kcache::workqueue::FakeClock::new()));
         cancelled_get_passes_the_wake_up_on(Arc::new(
-            kcache::workqueue::priority::ReferencePriorityQueue::with_config(&config),
+            kcache::workqueue::priority::ReferencePriorityQueue::with_config(&fake_clock_config()),
         ))
     });
 }
@@ -392,28 +348,7 @@ fn cancelled_async_get_passes_the_wake_up_on_priority_reference() {
 /// gives the searcher's role up as it sleeps again, so the next add wakes it.
 #[test]
 fn priority_a_woken_worker_robbed_of_its_entry_is_woken_by_the_next_add() {
-    model(|| {
-        let q = priority_queue(2);
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
-        let thief = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.try_get())
-        };
-        q.add(k("a"));
-        q.add(k("c"));
-        let mut got = vec![worker.join().unwrap().unwrap()];
-        if let TryGet::Item(key) = thief.join().unwrap() {
-            got.push(key);
-        }
-        while let TryGet::Item(key) = q.try_get() {
-            got.push(key);
-        }
-        got.sort();
-        assert_eq!(got, [k("a"), k("c")]);
-    });
+    model(|| a_woken_worker_robbed_of_its_item(priority_queue(2)));
 }
 
 /// A `get` that is about to sleep when `shut_down` runs still answers `ShutDown` (each sharded
@@ -422,10 +357,7 @@ fn priority_a_woken_worker_robbed_of_its_entry_is_woken_by_the_next_add() {
 fn shut_down_wakes_a_get_about_to_sleep(queue: fn() -> Arc<dyn WorkQueue>) {
     model(move || {
         let q = queue();
-        let worker = {
-            let q = Arc::clone(&q);
-            thread::spawn(move || q.get())
-        };
+        let worker = spawn_get(&q);
         q.shut_down();
         assert_eq!(worker.join().unwrap(), Err(ShutDown));
     });

@@ -9,6 +9,8 @@
 //! `done` is only called for items being processed (client-go's `done` of an item never handed
 //! out is a quirk the sharded queue refuses; the unit tests cover it).
 
+mod common;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -161,17 +163,8 @@ fn run<Q: WorkQueue + 'static>(
 /// Sorts each maximal run of consecutive `get` outputs (the multiset rule).
 fn sort_get_runs(lines: &mut [Line]) {
     let is_get = |l: &Line| matches!(l, Line::Get(_) | Line::GetEmpty | Line::GetShutDown);
-    let mut start = 0;
-    while start < lines.len() {
-        if !is_get(&lines[start]) {
-            start += 1;
-            continue;
-        }
-        let end = (start..lines.len())
-            .find(|&i| !is_get(&lines[i]))
-            .unwrap_or(lines.len());
-        lines[start..end].sort();
-        start = end;
+    for run in common::get_runs(lines, is_get) {
+        lines[run].sort();
     }
 }
 

@@ -1,20 +1,22 @@
 //! The priority queue contract (docs/workqueue.md, "Priority queues"), checked on the reference
 //! port, rule by rule, on a fake clock.
 
+mod common;
+
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::Duration;
 
+use common::{priority_queues_on_fake_clocks, CountingWaker};
 use kcache::workqueue::priority::{
-    AddOpts, Priority, PriorityWorkQueue, ReferencePriorityQueue, ShardedPriorityQueue,
-    TryGetWithPriority, LOW_PRIORITY,
+    AddOpts, Priority, PriorityOptions, PriorityWorkQueue, ReferencePriorityQueue,
+    ShardedPriorityQueue, TryGetWithPriority, LOW_PRIORITY,
 };
 use kcache::workqueue::{
-    AsyncGet, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig, ShutDown,
-    TryGet, WorkQueue,
+    AsyncGet, ExponentialFailureRateLimiter, FakeClock, NotProcessing, QueueConfig, RateLimiter,
+    ShutDown, TryGet, WorkQueue,
 };
 use kcache::Key;
 
@@ -37,17 +39,11 @@ fn reference() -> (Arc<FakeClock>, ReferencePriorityQueue) {
 
 /// Every priority queue on a fake clock: the reference and the sharded one (1 and 16 shards).
 fn each_queue(check: impl Fn(&str, &FakeClock, Arc<dyn PriorityWorkQueue>)) {
-    let (clock, q) = reference();
-    check("reference", &clock, Arc::new(q));
-    for shards in [1, 16] {
-        let clock = Arc::new(FakeClock::new());
-        let config = QueueConfig::new().clock(clock.clone());
-        let q = ShardedPriorityQueue::with_rate_limiter(
-            shards,
-            &config,
-            Box::new(ExponentialFailureRateLimiter::new(MS, 1000 * MS)),
-        );
-        check(&format!("sharded/{shards}"), &clock, Arc::new(q));
+    let limiter = || -> Box<dyn RateLimiter<Key>> {
+        Box::new(ExponentialFailureRateLimiter::new(MS, 1000 * MS))
+    };
+    for q in priority_queues_on_fake_clocks(limiter, &PriorityOptions::new()) {
+        check(&q.name, &q.clock, q.queue);
     }
 }
 
@@ -259,17 +255,10 @@ fn a_blocked_get_is_woken_by_an_add_by_the_clock_and_by_done() {
     });
 }
 
-struct CountWakes(AtomicUsize);
-impl Wake for CountWakes {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn an_async_get_is_woken_and_a_dropped_one_passes_its_wake_up_on() {
     each_queue(|name, _, q| {
-        let wakes = Arc::new(CountWakes(AtomicUsize::new(0)));
+        let wakes = Arc::new(CountingWaker::default());
         let waker = Waker::from(wakes.clone());
         let mut cx = Context::from_waker(&waker);
         let mut first = Box::pin(q.get_async());
@@ -277,14 +266,10 @@ fn an_async_get_is_woken_and_a_dropped_one_passes_its_wake_up_on() {
         assert!(first.as_mut().poll(&mut cx).is_pending());
         assert!(second.as_mut().poll(&mut cx).is_pending());
         q.add(k("a"));
-        assert_eq!(
-            wakes.0.load(Ordering::SeqCst),
-            1,
-            "{name}: one add wakes one waiter"
-        );
+        assert_eq!(wakes.wakes(), 1, "{name}: one add wakes one waiter");
         // `first` was woken; dropping it passes the wake-up to `second`.
         drop(first);
-        assert_eq!(wakes.0.load(Ordering::SeqCst), 2, "{name}");
+        assert_eq!(wakes.wakes(), 2, "{name}");
         assert_eq!(
             second.as_mut().poll(&mut cx),
             Poll::Ready(Ok(k("a"))),
@@ -367,39 +352,46 @@ impl kcache::workqueue::HistogramMetric for Metric {
     }
 }
 
+impl Recorder {
+    /// A metric that logs its updates here under `name`.
+    fn metric(&self, name: &'static str) -> Arc<Metric> {
+        Arc::new(Metric(self.0.clone(), name))
+    }
+}
+
 impl kcache::workqueue::MetricsProvider for Recorder {
     fn new_depth_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::GaugeMetric> {
-        Arc::new(Metric(self.0.clone(), "depth"))
+        self.metric("depth")
     }
     fn new_depth_with_priority_metric(
         &self,
         _: &str,
     ) -> Arc<dyn kcache::workqueue::DepthWithPriorityMetric> {
-        Arc::new(Metric(self.0.clone(), "depth"))
+        self.metric("depth")
     }
     fn new_adds_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::CounterMetric> {
-        Arc::new(Metric(self.0.clone(), "adds_total"))
+        self.metric("adds_total")
     }
     fn new_latency_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::HistogramMetric> {
-        Arc::new(Metric(self.0.clone(), "queue_duration_seconds"))
+        self.metric("queue_duration_seconds")
     }
     fn new_work_duration_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::HistogramMetric> {
-        Arc::new(Metric(self.0.clone(), "work_duration_seconds"))
+        self.metric("work_duration_seconds")
     }
     fn new_unfinished_work_seconds_metric(
         &self,
         _: &str,
     ) -> Arc<dyn kcache::workqueue::SettableGaugeMetric> {
-        Arc::new(Metric(self.0.clone(), "unfinished_work_seconds"))
+        self.metric("unfinished_work_seconds")
     }
     fn new_longest_running_processor_seconds_metric(
         &self,
         _: &str,
     ) -> Arc<dyn kcache::workqueue::SettableGaugeMetric> {
-        Arc::new(Metric(self.0.clone(), "longest_running_processor_seconds"))
+        self.metric("longest_running_processor_seconds")
     }
     fn new_retries_metric(&self, _: &str) -> Arc<dyn kcache::workqueue::CounterMetric> {
-        Arc::new(Metric(self.0.clone(), "retries_total"))
+        self.metric("retries_total")
     }
 }
 

@@ -13,6 +13,8 @@
 //! entry was handed out overdue, and "priorities must not increase" reads an overdue entry as
 //! above every priority.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -235,20 +237,7 @@ fn is_get(line: &Line) -> bool {
 
 /// The maximal runs of consecutive `get` lines.
 fn get_runs(lines: &[Line]) -> Vec<std::ops::Range<usize>> {
-    let mut runs = Vec::new();
-    let mut start = 0;
-    while start < lines.len() {
-        if !is_get(&lines[start]) {
-            start += 1;
-            continue;
-        }
-        let end = (start..lines.len())
-            .find(|&i| !is_get(&lines[i]))
-            .unwrap_or(lines.len());
-        runs.push(start..end);
-        start = end;
-    }
-    runs
+    common::get_runs(lines, is_get)
 }
 
 /// Panics if a run hands out a lower effective priority before a higher one (an overdue entry

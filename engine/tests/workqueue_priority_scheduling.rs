@@ -2,14 +2,15 @@
 //! "Fairness"), checked on every priority queue on a fake clock: what they promise a
 //! controller, stated as bounds.
 
-use std::sync::Arc;
+mod common;
+
 use std::time::Duration;
 
+use common::priority_queues_on_fake_clocks;
 use kcache::workqueue::priority::{
-    default_priority_rate_limiter, AddOpts, PriorityOptions, PriorityWorkQueue,
-    ReferencePriorityQueue, ShardedPriorityQueue, LOW_PRIORITY,
+    default_priority_rate_limiter, AddOpts, PriorityOptions, PriorityWorkQueue, LOW_PRIORITY,
 };
-use kcache::workqueue::{FakeClock, QueueConfig, TryGet};
+use kcache::workqueue::{FakeClock, TryGet};
 use kcache::Key;
 
 const MS: Duration = Duration::from_millis(1);
@@ -20,24 +21,8 @@ fn each_queue(
     options: PriorityOptions,
     check: impl Fn(&str, usize, &FakeClock, &dyn PriorityWorkQueue),
 ) {
-    let clock = Arc::new(FakeClock::new());
-    let config = QueueConfig::new().clock(clock.clone());
-    let q = ReferencePriorityQueue::with_options(
-        &config,
-        default_priority_rate_limiter(),
-        options.clone(),
-    );
-    check("reference", 1, &clock, &q);
-    for shards in [1, 16] {
-        let clock = Arc::new(FakeClock::new());
-        let config = QueueConfig::new().clock(clock.clone());
-        let q = ShardedPriorityQueue::with_options(
-            shards,
-            &config,
-            default_priority_rate_limiter(),
-            options.clone(),
-        );
-        check(&format!("sharded/{shards}"), shards, &clock, &q);
+    for q in priority_queues_on_fake_clocks(default_priority_rate_limiter, &options) {
+        check(&q.name, q.shards, &q.clock, &*q.queue);
     }
 }
 

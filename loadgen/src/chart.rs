@@ -64,6 +64,19 @@ fn group_label(loads: &[&str], slots: i32, x: i32) -> String {
     }
 }
 
+/// Draws the series' legend at `position`, on a light box with a border.
+pub(crate) fn draw_legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+}
+
 fn err(path: &Path, e: impl std::fmt::Display) -> ChartError {
     ChartError {
         path: path.to_path_buf(),
@@ -132,13 +145,7 @@ pub fn throughput_svg(results: &[RunResult], path: &Path) -> Result<(), ChartErr
             }))
             .map_err(|e| err(path, e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperRight).map_err(|e| err(path, e))?;
     root.present().map_err(|e| err(path, e))
 }
 
@@ -237,13 +244,7 @@ pub fn latency_svg(results: &[RunResult], path: &Path) -> Result<(), ChartError>
                 });
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| err(path, e))?;
     root.present().map_err(|e| err(path, e))
 }
 
@@ -385,13 +386,7 @@ pub fn capacity_svg(curves: &[Curve], path: &Path) -> Result<(), ChartError> {
                 .map_err(|e| err(path, e))?;
         }
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| err(path, e))?;
+    draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| err(path, e))?;
     root.present().map_err(|e| err(path, e))
 }
 

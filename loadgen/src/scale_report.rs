@@ -4,6 +4,7 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
+use crate::chart::draw_legend;
 use crate::report::{write_file, write_json};
 use crate::scale_sweep::{Point, ScaleError, ScaleReport};
 use crate::units::si;
@@ -220,13 +221,7 @@ pub fn chart_svg(report: &ScaleReport, path: &Path) -> Result<(), crate::chart::
                 .draw_series(line.iter().map(|&xy| Circle::new(xy, 4, color.filled())))
                 .map_err(|e| fail(e.to_string()))?;
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| fail(e.to_string()))?;
+        draw_legend(&mut chart, SeriesLabelPosition::UpperLeft).map_err(|e| fail(e.to_string()))?;
     }
     root.present().map_err(|e| fail(e.to_string()))
 }

@@ -19,7 +19,7 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     // At most 5 probes per engine of at most 2,000 ops at 5,000/s or faster: a few seconds.
     // The p99 limit is a loose 500 ms, so that the search finds a capacity on however busy a
     // machine (a debug build, tests alongside): the test is of the search, not of the speed.
-    let output = common::run_loadgen(
+    let (stdout, report) = common::run_with_report(
         &[
             "capacity",
             "--workload",
@@ -49,21 +49,14 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
             "--chart",
             &chart_arg,
         ],
-        b"",
+        &json,
     );
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("kcache absorbs") && stdout.contains("(reference: "),
         "{stdout}"
     );
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("the JSON report exists"))
-            .expect("the report is JSON");
     let curves = report["capacity"].as_array().expect("a capacity array");
-    let engines: Vec<&str> = curves.iter().filter_map(|c| c["engine"].as_str()).collect();
-    assert_eq!(engines, ["reference", "sharded"]);
+    assert_eq!(common::engines(curves), ["reference", "sharded"]);
     for c in curves {
         let probes = c["probes"].as_array().expect("every probe is reported");
         assert!((1..=5).contains(&probes.len()), "{c}");

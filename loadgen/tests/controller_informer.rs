@@ -20,7 +20,7 @@ use workloads::{generate, Workload, WorkloadSpec};
 fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
     let dir = std::env::temp_dir().join(format!("loadgen-w6-informer-{}", std::process::id()));
     let json = dir.join("w6.json");
-    let output = common::run_loadgen(
+    let (stdout, report) = common::run_with_report(
         &[
             "run",
             "--workload",
@@ -34,18 +34,11 @@ fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
             "--json",
             json.to_str().expect("utf-8 temp path"),
         ],
-        b"",
+        &json,
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(stdout.contains("CPU µs/ev"), "{stdout}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
-            .expect("JSON");
     let rows = report["results"].as_array().expect("results");
-    let engines: Vec<&str> = rows.iter().filter_map(|r| r["engine"].as_str()).collect();
-    assert_eq!(engines, ["reference", "sharded", FLOOR_NAME]);
+    assert_eq!(common::engines(rows), ["reference", "sharded", FLOOR_NAME]);
     for row in rows {
         assert_eq!(row["workload"], LABEL);
         assert_eq!(row["verdict"], "ok", "{row}");

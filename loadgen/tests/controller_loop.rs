@@ -23,7 +23,7 @@ const EVENTS: usize = 3_000;
 fn w6_through_the_binary_passes_with_both_pipelines() {
     let dir = std::env::temp_dir().join(format!("loadgen-w6-{}", std::process::id()));
     let json = dir.join("w6.json");
-    let output = common::run_loadgen(
+    let (_, report) = common::run_with_report(
         &[
             "run",
             "--workload",
@@ -41,16 +41,10 @@ fn w6_through_the_binary_passes_with_both_pipelines() {
             "--json",
             json.to_str().expect("utf-8 temp path"),
         ],
-        b"",
+        &json,
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).expect("report written"))
-            .expect("JSON");
     let rows = report["results"].as_array().expect("results");
-    let engines: Vec<&str> = rows.iter().filter_map(|r| r["engine"].as_str()).collect();
-    assert_eq!(engines, ["reference", "sharded"]);
+    assert_eq!(common::engines(rows), ["reference", "sharded"]);
     for row in rows {
         assert_eq!(row["workload"], "w6");
         assert_eq!(row["verdict"], "ok", "{row}");

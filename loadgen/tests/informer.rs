@@ -12,11 +12,19 @@ use loadgen::progress::NoProgress;
 use loadgen::through_informer::execute;
 use workloads::{generate, Workload, WorkloadSpec};
 
+fn two_consumers_on_four_shards() -> EngineConfig {
+    EngineConfig {
+        consumers: 2,
+        shards: 4,
+        ..EngineConfig::default()
+    }
+}
+
 #[test]
 fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {
     let path = std::env::temp_dir().join(format!("loadgen-informer-{}.json", std::process::id()));
     let json = path.to_string_lossy().to_string();
-    let output = common::run_loadgen(
+    let (stdout, report) = common::run_with_report(
         &[
             "run",
             "--workload",
@@ -32,19 +40,11 @@ fn w3_through_the_informer_is_ok_for_every_handler_on_both_engines() {
             "--json",
             &json,
         ],
-        b"",
+        &path,
     );
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).expect("the report")).expect("JSON");
     std::fs::remove_file(&path).ok();
     let results = report["results"].as_array().expect("results");
-    let engines: Vec<&str> = results
-        .iter()
-        .filter_map(|r| r["engine"].as_str())
-        .collect();
+    let engines = common::engines(results);
     // The harness floor (a client draining the same server into nothing) follows the
     // engines: it has no handlers, only its own verdict.
     assert_eq!(engines, ["reference", "sharded", "harness-floor"]);
@@ -102,11 +102,7 @@ fn w4_has_no_informer_path_and_says_so() {
 fn a_handler_that_misses_a_notification_fails_its_verdict() {
     // A real run: every handler's record passes.
     let gen = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(3_000));
-    let cfg = EngineConfig {
-        consumers: 2,
-        shards: 4,
-        ..EngineConfig::default()
-    };
+    let cfg = two_consumers_on_four_shards();
     let icfg = InformerConfig {
         handlers: 2,
         ..InformerConfig::default()
@@ -168,11 +164,7 @@ fn a_handler_that_misses_a_notification_fails_its_verdict() {
 #[test]
 fn a_slow_handler_that_coalesces_ends_exact() {
     let gen = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(20_000));
-    let cfg = EngineConfig {
-        consumers: 2,
-        shards: 4,
-        ..EngineConfig::default()
-    };
+    let cfg = two_consumers_on_four_shards();
     let icfg = InformerConfig {
         handlers: 2,
         slow_handler: std::time::Duration::from_micros(200),

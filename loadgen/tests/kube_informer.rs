@@ -21,7 +21,7 @@ use kcache::informer::{
 use kube::api::Api;
 use kube::{Client, Config, ResourceExt};
 use loadgen::serve::store::Store;
-use serve_common::{churn_done, server_state, start, start_with};
+use serve_common::{churn_done, server_state, start, start_with, Counted};
 use workloads::PodProfile;
 
 fn client(url: &str) -> Client {
@@ -32,22 +32,18 @@ fn client(url: &str) -> Client {
 /// when `stall_first_watch` is set, its first watch waits until the server's window has moved
 /// past the version it asks for, as a client held up by a slow network would find it.
 struct Observed {
-    inner: KubeListerWatcher<Pod>,
+    inner: Counted<KubeListerWatcher<Pod>>,
     store: Arc<Store>,
     stall_first_watch: AtomicBool,
-    lists: AtomicUsize,
-    watches: AtomicUsize,
     expired: Arc<AtomicUsize>,
 }
 
 impl Observed {
     fn new(server: &loadgen::serve::Server, stall_first_watch: bool) -> Self {
         Observed {
-            inner: KubeListerWatcher::new(Api::all(client(&server.url()))),
+            inner: Counted::new(KubeListerWatcher::new(Api::all(client(&server.url())))),
             store: Arc::clone(server.store()),
             stall_first_watch: AtomicBool::new(stall_first_watch),
-            lists: AtomicUsize::new(0),
-            watches: AtomicUsize::new(0),
             expired: Arc::new(AtomicUsize::new(0)),
         }
     }
@@ -55,9 +51,6 @@ impl Observed {
 
 impl ListerWatcher<Pod> for Observed {
     fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
-        if options.continue_token.is_none() {
-            self.lists.fetch_add(1, Ordering::Relaxed);
-        }
         self.inner.list(options)
     }
 
@@ -65,7 +58,6 @@ impl ListerWatcher<Pod> for Observed {
         &self,
         options: WatchOptions,
     ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
-        self.watches.fetch_add(1, Ordering::Relaxed);
         let stall = self.stall_first_watch.swap(false, Ordering::Relaxed);
         let store = Arc::clone(&self.store);
         let expired = Arc::clone(&self.expired);
@@ -143,9 +135,9 @@ async fn the_informer_over_kube_rs_ends_equal_to_the_server_after_a_410_and_a_re
         "the stalled watch got a 410"
     );
     assert!(
-        observed.lists.load(Ordering::Relaxed) >= 2,
+        observed.inner.lists() >= 2,
         "the reflector relisted after the 410 ({} lists)",
-        observed.lists.load(Ordering::Relaxed)
+        observed.inner.lists()
     );
     assert_eq!(informer.failure(), None);
     informer.shutdown().await;
@@ -247,17 +239,17 @@ async fn both_clients_survive_a_server_restart_mid_watch() {
         // more watch than before (the first, or one after the last restart) and kube-rs'
         // watcher has received an event since.
         let (watches, kube_rs_seen) = (
-            counted.watches.load(Ordering::Relaxed),
+            counted.inner.watches(),
             kube_rs_events.load(Ordering::Relaxed),
         );
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while counted.watches.load(Ordering::Relaxed) <= watches
+        while counted.inner.watches() <= watches
             || kube_rs_events.load(Ordering::Relaxed) <= kube_rs_seen
         {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "both clients should be watching within 20 s (kcache watches {}, kube-rs events {})",
-                counted.watches.load(Ordering::Relaxed),
+                counted.inner.watches(),
                 kube_rs_events.load(Ordering::Relaxed)
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -292,16 +284,16 @@ async fn both_clients_survive_a_server_restart_mid_watch() {
             Instant::now() < deadline,
             "not converged after the restarts: kcache {kcache_matches} ({} watches, {} lists, \
              failure {:?}), kube-rs {kube_rs_matches}",
-            counted.watches.load(Ordering::Relaxed),
-            counted.lists.load(Ordering::Relaxed),
+            counted.inner.watches(),
+            counted.inner.lists(),
             informer.failure(),
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        counted.watches.load(Ordering::Relaxed) >= 3,
+        counted.inner.watches() >= 3,
         "kcache watched again after each restart ({} watches)",
-        counted.watches.load(Ordering::Relaxed)
+        counted.inner.watches()
     );
     assert_eq!(informer.failure(), None);
     assert!(kube_rs_events.load(Ordering::Relaxed) > 1_000);

@@ -15,8 +15,7 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http1::SendRequest;
 use hyper_util::service::TowerToHyperService;
 use loadgen::serve::encode::PodFields;
 use loadgen::serve::faults::{FaultPlan, Faults};
@@ -30,14 +29,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use workloads::{Workload, WorkloadSpec};
 
 async fn connect(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
+    serve_common::connect(addr).await
 }
 
 async fn send(

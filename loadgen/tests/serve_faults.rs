@@ -10,23 +10,18 @@
 mod serve_common;
 
 use std::collections::BTreeMap;
-use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kcache::informer::{
-    kube_key_fn, Error, KubeListerWatcher, ListOptions, ListerWatcher, Page, SharedInformer,
-    Versioned, WatchOptions, WatchStream,
-};
+use kcache::informer::{kube_key_fn, Error, KubeListerWatcher, SharedInformer, Versioned};
 use kube::api::Api;
 use kube::{Client, Config, ResourceExt};
 use loadgen::handler_ledger::{Ledger, LedgerHandler};
 use loadgen::serve::faults::{FaultPlan, FaultReport, Stall};
 use loadgen::serve::{ServeConfig, Server};
-use serve_common::server_state;
+use serve_common::{server_state, Counted};
 use workloads::{PodProfile, Workload, WorkloadSpec};
 
 /// A kube client; `retries` keeps kube's own retry layer (it retries 429, 503 and 504 up to
@@ -36,30 +31,6 @@ fn client(url: &str, retries: bool) -> Client {
     let mut config = Config::new(url.parse().expect("a valid url"));
     config.default_retry = retries;
     Client::try_from(config).expect("a client")
-}
-
-/// The adapter, counting full lists (first pages) and watches.
-struct Counted {
-    inner: KubeListerWatcher<Pod>,
-    lists: AtomicUsize,
-    watches: AtomicUsize,
-}
-
-impl ListerWatcher<Pod> for Counted {
-    fn list(&self, options: ListOptions) -> impl Future<Output = Result<Page<Pod>, Error>> + Send {
-        if options.continue_token.is_none() {
-            self.lists.fetch_add(1, Ordering::Relaxed);
-        }
-        self.inner.list(options)
-    }
-
-    fn watch(
-        &self,
-        options: WatchOptions,
-    ) -> impl Future<Output = Result<WatchStream<Pod>, Error>> + Send {
-        self.watches.fetch_add(1, Ordering::Relaxed);
-        self.inner.watch(options)
-    }
 }
 
 fn state_of(pods: &[Arc<Pod>]) -> BTreeMap<String, u64> {
@@ -135,11 +106,11 @@ async fn run(scenario: Scenario) -> Outcome {
     }
     let mut server = Server::start(config).await.expect("the server starts");
 
-    let counted = Arc::new(Counted {
-        inner: KubeListerWatcher::new(Api::all(client(&server.url(), false))),
-        lists: AtomicUsize::new(0),
-        watches: AtomicUsize::new(0),
-    });
+    // The adapter, counting full lists and watches.
+    let counted = Arc::new(Counted::new(KubeListerWatcher::new(Api::all(client(
+        &server.url(),
+        false,
+    )))));
     let errors = Arc::new(Mutex::new(Vec::<Error>::new()));
     let informer = SharedInformer::builder(Arc::clone(&counted), kube_key_fn::<Pod>())
         .page_size(scenario.page_size)
@@ -200,7 +171,7 @@ async fn run(scenario: Scenario) -> Outcome {
             assert!(Instant::now() < deadline, "the churn stalled");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let lists = counted.lists.load(Ordering::Relaxed);
+        let lists = counted.lists();
         server
             .restart_without_state(Duration::from_millis(300), 99, true)
             .await
@@ -210,7 +181,7 @@ async fn run(scenario: Scenario) -> Outcome {
         // server would then resume the watch in a history that is not the one it came from;
         // the real API server would too).
         let deadline = Instant::now() + Duration::from_secs(60);
-        while counted.lists.load(Ordering::Relaxed) == lists || !informer.has_synced() {
+        while counted.lists() == lists || !informer.has_synced() {
             assert!(Instant::now() < deadline, "no relist after the restart");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -235,8 +206,8 @@ async fn run(scenario: Scenario) -> Outcome {
             Instant::now() < deadline,
             "no convergence: store {store_ok}, handlers {handlers_ok}, kube-rs {anchor_ok}; \
              {} lists, {} watches, faults {}, errors {:?}, failure {:?}",
-            counted.lists.load(Ordering::Relaxed),
-            counted.watches.load(Ordering::Relaxed),
+            counted.lists(),
+            counted.watches(),
             server.faults(),
             errors.lock().unwrap().iter().take(5).collect::<Vec<_>>(),
             informer.failure()
@@ -261,10 +232,7 @@ async fn run(scenario: Scenario) -> Outcome {
         let _ = anchor.await;
     }
     informer.shutdown().await;
-    let (lists, watches) = (
-        counted.lists.load(Ordering::Relaxed),
-        counted.watches.load(Ordering::Relaxed),
-    );
+    let (lists, watches) = (counted.lists(), counted.watches());
     // The kube clients (and their connection pools' tasks) go with them.
     drop(informer);
     drop(counted);

@@ -10,21 +10,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http1::SendRequest;
 use serde_json::Value;
 use serve_common::{churn_done, server_state, start};
 
-/// One keep-alive HTTP/1.1 connection.
 async fn connect(addr: SocketAddr) -> SendRequest<Empty<Bytes>> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
+    serve_common::connect(addr).await
 }
 
 fn get(path: &str) -> hyper::Request<Empty<Bytes>> {

@@ -11,8 +11,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http1::SendRequest;
 use k8s_pb::api::core::v1::{Pod, PodList};
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -23,14 +22,7 @@ use serve_common::{churn_done, start};
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 
 async fn connect(addr: SocketAddr) -> SendRequest<Empty<Bytes>> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
+    serve_common::connect(addr).await
 }
 
 /// GETs `path` with `accept`: status, content type, body.

@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::{self, SendRequest};
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::http1::SendRequest;
 use loadgen::serve::{ServeConfig, Server};
 use serde_json::{json, Value};
 use workloads::{PodProfile, Workload, WorkloadSpec};
@@ -27,14 +26,7 @@ async fn start(writes: bool) -> Server {
 }
 
 async fn connect(addr: SocketAddr) -> SendRequest<Full<Bytes>> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .expect("connects");
-    let (sender, connection) = http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("handshake");
-    tokio::spawn(connection);
-    sender
+    serve_common::connect(addr).await
 }
 
 /// An answer: status, headers, body as JSON.

@@ -68,6 +68,28 @@ fn key_of(ns: Option<&str>, name: Option<&str>) -> String {
     format!("{}/{}", ns.unwrap_or(""), name.unwrap_or(""))
 }
 
+/// The key of a protobuf pod.
+fn proto_key(pod: &Pod) -> String {
+    let m = pod.metadata.as_ref().unwrap();
+    key_of(m.namespace.as_deref(), m.name.as_deref())
+}
+
+/// The key of a JSON object by its metadata.
+fn json_key(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    key_of(m.namespace.as_deref(), m.name.as_deref())
+}
+
+/// A cache's objects as key → resource version, to compare with [`server_state`].
+fn cache_state<T: Versioned>(
+    objects: &[Arc<T>],
+    key: impl Fn(&T) -> String,
+) -> BTreeMap<String, u64> {
+    objects
+        .iter()
+        .map(|o| (key(o), o.resource_version().parse().unwrap()))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn protobuf_lists_watches_and_json_agree_on_every_served_field() {
     let server = start(300, 3_000, 50_000.0, 100_000).await;
@@ -78,19 +100,11 @@ async fn protobuf_lists_watches_and_json_agree_on_every_served_field() {
     let (json_items, json_rv) = list_all(&json(&url), 70).await;
     assert_eq!(pb_rv, json_rv, "both lists are of the same final state");
     assert_eq!(pb_rv, server.store().resource_version().to_string());
-    let pb: BTreeMap<String, Arc<Proto<Pod>>> = pb_items
-        .into_iter()
-        .map(|p| {
-            let m = p.metadata.as_ref().unwrap();
-            (key_of(m.namespace.as_deref(), m.name.as_deref()), p)
-        })
-        .collect();
+    let pb: BTreeMap<String, Arc<Proto<Pod>>> =
+        pb_items.into_iter().map(|p| (proto_key(&p), p)).collect();
     let json: BTreeMap<String, Arc<openapi::Pod>> = json_items
         .into_iter()
-        .map(|p| {
-            let m = &p.metadata;
-            (key_of(m.namespace.as_deref(), m.name.as_deref()), p)
-        })
+        .map(|p| (json_key(&p.metadata), p))
         .collect();
     let served = server_state(&server);
     assert_eq!(pb.len(), served.len());
@@ -116,8 +130,7 @@ async fn protobuf_lists_watches_and_json_agree_on_every_served_field() {
     while watched.len() < pb.len() {
         match stream.next().await.expect("more events").expect("an event") {
             WatchEvent::Added(p) => {
-                let m = p.metadata.as_ref().unwrap();
-                watched.insert(key_of(m.namespace.as_deref(), m.name.as_deref()), p);
+                watched.insert(proto_key(&p), p);
             }
             other => panic!("expected only ADDED, got {other:?}"),
         }
@@ -182,29 +195,8 @@ async fn informers_over_protobuf_and_json_end_with_identical_caches() {
     let expected = server_state(&server);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let pb_state: BTreeMap<String, u64> = pb
-            .store()
-            .list()
-            .iter()
-            .map(|p| {
-                let m = p.metadata.as_ref().unwrap();
-                (
-                    key_of(m.namespace.as_deref(), m.name.as_deref()),
-                    p.resource_version().parse().unwrap(),
-                )
-            })
-            .collect();
-        let js_state: BTreeMap<String, u64> = js
-            .store()
-            .list()
-            .iter()
-            .map(|p| {
-                (
-                    key_of(p.metadata.namespace.as_deref(), p.metadata.name.as_deref()),
-                    p.resource_version().parse().unwrap(),
-                )
-            })
-            .collect();
+        let pb_state = cache_state(&pb.store().list(), |p| proto_key(p));
+        let js_state = cache_state(&js.store().list(), |p| json_key(&p.metadata));
         if pb_state == expected && js_state == expected {
             break;
         }
@@ -219,8 +211,7 @@ async fn informers_over_protobuf_and_json_end_with_identical_caches() {
     }
     // Field by field, not only the versions.
     for pod in pb.store().list() {
-        let m = pod.metadata.as_ref().unwrap();
-        let key = kcache::Key::new(&key_of(m.namespace.as_deref(), m.name.as_deref()));
+        let key = kcache::Key::new(&proto_key(&pod));
         let json_pod = js.store().get_by_key(&key).expect("in both caches");
         assert_same_pod(&pod, &json_pod);
     }
@@ -348,10 +339,7 @@ async fn a_streaming_list_is_the_paged_list_and_an_informer_syncs_from_it() {
             assert_eq!(page.items.len(), paged.len());
             let sorted = |items: &[Arc<Proto<Pod>>]| {
                 let mut pods: Vec<Pod> = items.iter().map(|p| p.0.clone()).collect();
-                pods.sort_by_key(|p| {
-                    let m = p.metadata.as_ref().unwrap();
-                    key_of(m.namespace.as_deref(), m.name.as_deref())
-                });
+                pods.sort_by_key(proto_key);
                 pods
             };
             assert_eq!(
@@ -376,18 +364,7 @@ async fn a_streaming_list_is_the_paged_list_and_an_informer_syncs_from_it() {
     let expected = server_state(&server);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let state: BTreeMap<String, u64> = informer
-            .store()
-            .list()
-            .iter()
-            .map(|p| {
-                let m = p.metadata.as_ref().unwrap();
-                (
-                    key_of(m.namespace.as_deref(), m.name.as_deref()),
-                    p.resource_version().parse().unwrap(),
-                )
-            })
-            .collect();
+        let state = cache_state(&informer.store().list(), |p| proto_key(p));
         if state == expected {
             break;
         }
@@ -430,17 +407,7 @@ async fn metadata_only_lists_watches_and_informers_carry_exactly_the_metadata() 
     let expected = server_state(&server);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let state: BTreeMap<String, u64> = informer
-            .store()
-            .list()
-            .iter()
-            .map(|p| {
-                (
-                    key_of(p.metadata.namespace.as_deref(), p.metadata.name.as_deref()),
-                    p.resource_version().parse().unwrap(),
-                )
-            })
-            .collect();
+        let state = cache_state(&informer.store().list(), |p| json_key(&p.metadata));
         if state == expected {
             break;
         }
@@ -451,10 +418,7 @@ async fn metadata_only_lists_watches_and_informers_carry_exactly_the_metadata() 
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for pod in &full {
-        let key = kcache::Key::new(&key_of(
-            pod.metadata.namespace.as_deref(),
-            pod.metadata.name.as_deref(),
-        ));
+        let key = kcache::Key::new(&json_key(&pod.metadata));
         let cached = informer.store().get_by_key(&key).expect("cached");
         assert_eq!(cached.metadata, pod.metadata);
     }

@@ -1,17 +1,14 @@
 //! The hand-worked priority workqueue traces (`tests/traces/workqueue_priority/`,
-//! docs/traces.md) through the `loadgen ops` binary.
-//!
-//! Suites by name prefix (see that directory's README): `ref_` traces against the reference
-//! port only; unprefixed ones also against the sharded priority queue with one shard, line for
-//! line; `multi_` ones also against 2 and 16 shards, where each run of consecutive `get`
-//! outputs is compared as a multiset and its priorities must not increase.
-
-use std::fs;
-use std::path::PathBuf;
+//! docs/traces.md) through the `loadgen ops` binary, by the suite rules of
+//! `queue_traces/mod.rs`; besides, each run of consecutive `get` outputs must not increase in
+//! priority.
 
 use serde_json::Value;
 
+use queue_traces::{configs, get_runs};
+
 mod common;
+mod queue_traces;
 
 const TRACES_DIR: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -20,97 +17,6 @@ const TRACES_DIR: &str = concat!(
 
 /// The suite must not shrink unnoticed.
 const MIN_TRACES: usize = 18;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Suite {
-    ReferenceOnly,
-    Exact,
-    MultiShard,
-}
-
-fn suite_of(name: &str) -> Suite {
-    if name.starts_with("ref_") {
-        Suite::ReferenceOnly
-    } else if name.starts_with("multi_") {
-        Suite::MultiShard
-    } else {
-        Suite::Exact
-    }
-}
-
-struct Config {
-    label: &'static str,
-    args: &'static [&'static str],
-    suites: &'static [Suite],
-    multiset_gets: bool,
-}
-
-const CONFIGS: &[Config] = &[
-    Config {
-        label: "workqueue-priority-reference",
-        args: &["ops", "--engine", "workqueue-priority-reference"],
-        suites: &[Suite::ReferenceOnly, Suite::Exact, Suite::MultiShard],
-        multiset_gets: false,
-    },
-    Config {
-        label: "workqueue-priority, 1 shard",
-        args: &["ops", "--engine", "workqueue-priority", "--shards", "1"],
-        suites: &[Suite::Exact, Suite::MultiShard],
-        multiset_gets: false,
-    },
-    Config {
-        label: "workqueue-priority, 2 shards",
-        args: &["ops", "--engine", "workqueue-priority", "--shards", "2"],
-        suites: &[Suite::MultiShard],
-        multiset_gets: true,
-    },
-    Config {
-        label: "workqueue-priority, 16 shards",
-        args: &["ops", "--engine", "workqueue-priority", "--shards", "16"],
-        suites: &[Suite::MultiShard],
-        multiset_gets: true,
-    },
-];
-
-fn traces() -> Vec<(String, PathBuf)> {
-    let mut traces: Vec<_> = fs::read_dir(TRACES_DIR)
-        .expect("the priority workqueue traces directory exists")
-        .map(|entry| entry.unwrap().path())
-        .filter(|path| path.extension().is_some_and(|e| e == "jsonl"))
-        .map(|path| {
-            let name = path.file_stem().unwrap().to_string_lossy().into_owned();
-            (name, path)
-        })
-        .collect();
-    traces.sort();
-    traces
-}
-
-fn parse_lines(text: &str, what: &str) -> Vec<Value> {
-    text.lines()
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{what}: bad JSON {l:?}: {e}")))
-        .collect()
-}
-
-/// The maximal runs of consecutive `get` outputs, as index ranges.
-fn get_runs(lines: &[Value]) -> Vec<std::ops::Range<usize>> {
-    let is_get = |v: &Value| v.get("get").is_some();
-    let mut runs = Vec::new();
-    let mut start = 0;
-    while start < lines.len() {
-        if !is_get(&lines[start]) {
-            start += 1;
-            continue;
-        }
-        let end = (start..lines.len())
-            .find(|&i| !is_get(&lines[i]))
-            .unwrap_or(lines.len());
-        runs.push(start..end);
-        start = end;
-    }
-    runs
-}
 
 /// The priority a `get` line was handed out at: an overdue entry (aging) goes before every
 /// priority.
@@ -137,65 +43,14 @@ fn priority_rises(lines: &[Value]) -> Option<String> {
     None
 }
 
-fn sort_get_runs(lines: &mut [Value]) {
-    for run in get_runs(lines) {
-        lines[run].sort_by_key(|v| v.to_string());
-    }
-}
-
 #[test]
 fn every_priority_trace_matches_its_expected_output_on_every_queue_it_is_for() {
-    let traces = traces();
-    assert!(
-        traces.len() >= MIN_TRACES,
-        "only {} priority traces in {TRACES_DIR}",
-        traces.len()
+    queue_traces::every_trace_matches_its_expected_output(
+        TRACES_DIR,
+        MIN_TRACES,
+        &configs("workqueue-priority"),
+        priority_rises,
     );
-    let mut failures = Vec::new();
-    let mut replays = 0;
-    for (name, path) in &traces {
-        let suite = suite_of(name);
-        let input = fs::read(path).unwrap();
-        let expected_text = fs::read_to_string(path.with_extension("out"))
-            .unwrap_or_else(|e| panic!("{name}.out: {e}"));
-        for config in CONFIGS.iter().filter(|c| c.suites.contains(&suite)) {
-            let output = common::run_loadgen(config.args, &input);
-            replays += 1;
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            if !output.status.success() || !stderr.is_empty() {
-                failures.push(format!(
-                    "{name} on {}: exit {:?}, stderr {stderr}",
-                    config.label, output.status
-                ));
-                continue;
-            }
-            let mut expected = parse_lines(&expected_text, name);
-            let mut actual = parse_lines(&String::from_utf8_lossy(&output.stdout), name);
-            if let Some(rise) = priority_rises(&actual) {
-                failures.push(format!("{name} on {}: {rise}", config.label));
-            }
-            if config.multiset_gets {
-                sort_get_runs(&mut expected);
-                sort_get_runs(&mut actual);
-            }
-            if actual != expected {
-                let show = |v: &[Value]| {
-                    v.iter()
-                        .map(Value::to_string)
-                        .collect::<Vec<_>>()
-                        .join("\n  ")
-                };
-                failures.push(format!(
-                    "{name} on {}:\n expected\n  {}\n got\n  {}",
-                    config.label,
-                    show(&expected),
-                    show(&actual)
-                ));
-            }
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
-    assert!(replays >= traces.len() * 2, "{replays} replays");
 }
 
 #[test]
@@ -261,18 +116,11 @@ fn malformed_priority_lines_are_reported_with_their_line_number() {
         ),
         ("{\"op\":\"pop\"}\n", 1, "unknown op"),
     ];
-    for engine in [
-        &["ops", "--engine", "workqueue-priority-reference"][..],
-        &["ops", "--engine", "workqueue-priority", "--shards", "4"][..],
-    ] {
-        for (trace, line, message) in cases {
-            let output = common::run_loadgen(engine, trace.as_bytes());
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            assert_eq!(output.status.code(), Some(2), "{trace:?}: {stderr}");
-            assert!(
-                stderr.starts_with(&format!("line {line}: ")) && stderr.contains(message),
-                "{trace:?}: stderr {stderr:?} should name line {line} and say {message:?}"
-            );
-        }
-    }
+    queue_traces::malformed_lines_are_reported(
+        &[
+            &["ops", "--engine", "workqueue-priority-reference"],
+            &["ops", "--engine", "workqueue-priority", "--shards", "4"],
+        ],
+        cases,
+    );
 }

@@ -99,6 +99,18 @@ mod reference;
 mod sharded;
 mod waiters;
 
+/// A waker that counts its wake-ups, for the unit tests of the waiting lists (`ready`,
+/// `waiters`).
+#[cfg(all(test, not(kcache_loom)))]
+struct CountingWaker(std::sync::atomic::AtomicUsize);
+
+#[cfg(all(test, not(kcache_loom)))]
+impl std::task::Wake for CountingWaker {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 pub use clock::{Clock, ClockError, FakeClock, RealClock, Subscription, Time};
 pub use delaying::DelayingQueue;
 pub use limiter::{

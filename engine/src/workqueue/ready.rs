@@ -384,21 +384,15 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::sync::Arc;
-    use std::task::Wake;
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::workqueue::CountingWaker;
 
     /// Three waiting tasks, a burst of three tokens: one wake-up, then one more each time the
     /// woken searcher takes a token and sees more left — never a wake-up for nothing.
     #[test]
     fn a_burst_wakes_one_searcher_at_a_time() {
         let ready = ReadyShards::new();
-        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(wakes.clone());
         let mut cx = Context::from_waker(&waker);
         let mut slots: Vec<WaitSlot> = (0..3).map(|_| WaitSlot::default()).collect();
@@ -433,7 +427,7 @@ mod tests {
     #[test]
     fn a_polling_searcher_spares_the_sleepers() {
         let ready = ReadyShards::new();
-        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(wakes.clone());
         let mut cx = Context::from_waker(&waker);
         let mut sleeper = WaitSlot::default();
@@ -454,7 +448,7 @@ mod tests {
     #[test]
     fn the_role_is_given_up_on_waiting_and_handed_on_on_cancel() {
         let ready = ReadyShards::new();
-        let wakes = Arc::new(Count(AtomicUsize::new(0)));
+        let wakes = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(wakes.clone());
         let mut cx = Context::from_waker(&waker);
         let (mut a, mut b) = (WaitSlot::default(), WaitSlot::default());

@@ -122,16 +122,11 @@ mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
+    use crate::workqueue::CountingWaker;
 
     #[test]
     fn waiters_are_woken_oldest_first_and_removal_reports_whether_woken() {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let count = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(count.clone());
         let mut list = WaiterList::default();
         let (mut a, mut b) = (WaitSlot::default(), WaitSlot::default());

@@ -5,10 +5,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use kcache::informer::{
-    Error, ListOptions, ListerWatcher, Page, SetResourceVersion, Versioned, WatchOptions,
-    WatchStream,
-};
+use kcache::informer::{Error, ListOptions, ListerWatcher, Page, WatchOptions, WatchStream};
 use kcache::{Key, KeyError, KeyFn};
 use kcache_sim::MemoryListerWatcher;
 
@@ -20,17 +17,26 @@ pub struct Pod {
     pub rv: String,
 }
 
-impl Versioned for Pod {
-    fn resource_version(&self) -> &str {
-        &self.rv
-    }
+/// Implements `Versioned` and `SetResourceVersion` for a test object that keeps its resource
+/// version in a `rv: String` field.
+#[macro_export]
+macro_rules! versioned_by_rv_field {
+    ($object:ty) => {
+        impl kcache::informer::Versioned for $object {
+            fn resource_version(&self) -> &str {
+                &self.rv
+            }
+        }
+
+        impl kcache::informer::SetResourceVersion for $object {
+            fn set_resource_version(&mut self, rv: &str) {
+                self.rv = rv.to_string();
+            }
+        }
+    };
 }
 
-impl SetResourceVersion for Pod {
-    fn set_resource_version(&mut self, rv: &str) {
-        self.rv = rv.to_string();
-    }
-}
+versioned_by_rv_field!(Pod);
 
 impl Pod {
     /// The resource version as a number (the in-memory server's are numbers).
@@ -61,6 +67,15 @@ pub fn key_fn() -> KeyFn<Pod> {
 
 pub fn server(window: usize) -> MemoryListerWatcher<Pod> {
     MemoryListerWatcher::with_window(key_fn(), window)
+}
+
+/// A server with `window` events of history, holding `pods`.
+pub fn server_of(window: usize, pods: impl IntoIterator<Item = Pod>) -> MemoryListerWatcher<Pod> {
+    let srv = server(window);
+    for p in pods {
+        srv.upsert(p).expect("test pods have keys");
+    }
+    srv
 }
 
 pub fn ms(n: u64) -> Duration {
@@ -181,4 +196,42 @@ impl Gate {
         *self.open.lock().unwrap() = true;
         self.cond.notify_all();
     }
+}
+
+/// Polls `cond` until it holds, pausing between polls; fails the test once `expired` (a
+/// liveness guard, not a timing).
+async fn poll_until<F: std::future::Future>(
+    what: &str,
+    expired: impl Fn() -> bool,
+    mut pause: impl FnMut() -> F,
+    mut cond: impl FnMut() -> bool,
+) {
+    while !cond() {
+        assert!(!expired(), "timed out waiting for {what}");
+        pause().await;
+    }
+}
+
+/// Polls `cond` every millisecond until it holds; fails after `limit` of real time.
+pub async fn eventually(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let expired = || std::time::Instant::now() >= deadline;
+    poll_until(what, expired, || tokio::time::sleep(ms(1)), cond).await;
+}
+
+/// Polls `cond` every 2 ms of tokio's clock until it holds; fails after `limit` on that clock,
+/// so under a paused clock the sleeps advance it and the limit costs no real time.
+pub async fn eventually_on_tokio_clock(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + limit;
+    let expired = || tokio::time::Instant::now() >= deadline;
+    poll_until(what, expired, || tokio::time::sleep(ms(2)), cond).await;
+}
+
+/// Polls `cond` until it holds without letting tokio's paused clock move: the task yields
+/// instead of sleeping, so the runtime is never idle and never auto-advances the clock while
+/// the informer's threads work in real time. Fails after `limit` of real time.
+pub async fn frozen_until(what: &str, limit: Duration, cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    let expired = || std::time::Instant::now() >= deadline;
+    poll_until(what, expired, tokio::task::yield_now, cond).await;
 }

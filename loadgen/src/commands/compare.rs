@@ -288,92 +288,69 @@ struct Figure {
     show: fn(f64) -> String,
 }
 
+/// A row of [`FIGURES`].
+const fn figure(
+    name: &'static str,
+    value: fn(&RunResult) -> Option<f64>,
+    show: fn(f64) -> String,
+) -> Figure {
+    Figure { name, value, show }
+}
+
+fn no_decimals(v: f64) -> String {
+    format!("{v:.0}")
+}
+
+fn one_decimal(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+fn two_decimals(v: f64) -> String {
+    format!("{v:.2}")
+}
+
+fn three_decimals(v: f64) -> String {
+    format!("{v:.3}")
+}
+
 const FIGURES: [Figure; 17] = [
-    Figure {
-        name: "keys",
-        value: |r| Some(r.keys as f64),
-        show: |v| format!("{v:.0}"),
-    },
-    Figure {
-        name: "threads",
-        value: |r| Some(r.threads as f64),
-        show: |v| format!("{v:.0}"),
-    },
-    Figure {
-        name: "events",
-        value: |r| Some(r.events as f64),
-        show: |v| format!("{v:.0}"),
-    },
-    Figure {
-        name: "wall s",
-        value: |r| Some(r.wall_s),
-        show: |v| format!("{v:.3}"),
-    },
-    Figure {
-        name: "events/s",
-        value: |r| Some(r.events_per_s),
-        show: si,
-    },
-    Figure {
-        name: "pops",
-        value: |r| (r.pops > 0 && r.deltas_per_pop.is_some()).then_some(r.pops as f64),
-        show: |v| format!("{v:.0}"),
-    },
-    Figure {
-        name: "deltas/pop",
-        value: |r| r.deltas_per_pop,
-        show: |v| format!("{v:.2}"),
-    },
-    Figure {
-        name: "latency p50 µs",
-        value: |r| r.latency_us.p50,
-        show: |v| format!("{v:.1}"),
-    },
-    Figure {
-        name: "latency p99 µs",
-        value: |r| r.latency_us.p99,
-        show: |v| format!("{v:.1}"),
-    },
-    Figure {
-        name: "latency p99.9 µs",
-        value: |r| r.latency_us.p999,
-        show: |v| format!("{v:.1}"),
-    },
-    Figure {
-        name: "peak +RSS MiB",
-        value: |r| r.peak_rss_bytes.map(|b| b as f64),
-        show: |v| mib(v as u64),
-    },
-    Figure {
-        name: "CPU µs/event",
-        value: |r| r.cpu_us_per_event,
-        show: |v| format!("{v:.2}"),
-    },
-    Figure {
-        name: "reads/s",
-        value: |r| r.reads_per_s,
-        show: si,
-    },
-    Figure {
-        name: "reconciles/s",
-        value: |r| r.controller.map(|c| c.reconciles_per_s),
-        show: si,
-    },
-    Figure {
-        name: "reconciles/event",
-        value: |r| r.controller.map(|c| c.reconciles_per_event),
-        show: |v| format!("{v:.3}"),
-    },
-    Figure {
-        name: "retries",
-        value: |r| r.controller.map(|c| c.retries as f64),
-        show: |v| format!("{v:.0}"),
-    },
-    Figure {
-        name: "producer lag ms",
-        value: |r| r.producer_lag_ms,
-        show: |v| format!("{v:.2}"),
-    },
+    figure("keys", |r| Some(r.keys as f64), no_decimals),
+    figure("threads", |r| Some(r.threads as f64), no_decimals),
+    figure("events", |r| Some(r.events as f64), no_decimals),
+    figure("wall s", |r| Some(r.wall_s), three_decimals),
+    figure("events/s", |r| Some(r.events_per_s), si),
+    figure(
+        "pops",
+        |r| (r.pops > 0 && r.deltas_per_pop.is_some()).then_some(r.pops as f64),
+        no_decimals,
+    ),
+    figure("deltas/pop", |r| r.deltas_per_pop, two_decimals),
+    figure("latency p50 µs", |r| r.latency_us.p50, one_decimal),
+    figure("latency p99 µs", |r| r.latency_us.p99, one_decimal),
+    figure("latency p99.9 µs", |r| r.latency_us.p999, one_decimal),
+    figure(
+        "peak +RSS MiB",
+        |r| r.peak_rss_bytes.map(|b| b as f64),
+        |v| mib(v as u64),
+    ),
+    figure("CPU µs/event", |r| r.cpu_us_per_event, two_decimals),
+    figure("reads/s", |r| r.reads_per_s, si),
+    figure(
+        "reconciles/s",
+        |r| r.controller.map(|c| c.reconciles_per_s),
+        si,
+    ),
+    figure(
+        "reconciles/event",
+        |r| r.controller.map(|c| c.reconciles_per_event),
+        three_decimals,
+    ),
+    figure(
+        "retries",
+        |r| r.controller.map(|c| c.retries as f64),
+        no_decimals,
+    ),
+    figure("producer lag ms", |r| r.producer_lag_ms, two_decimals),
 ];
 
 /// The side-by-side rows: workload, figure, reference, sharded, sharded/reference.
@@ -514,6 +491,15 @@ fn table_markdown(md: &mut String, rows: &[Vec<String>]) {
     }
 }
 
+/// The capacity curves of `workload`, one per engine.
+fn curves_of(capacity: &[Curve], workload: &str) -> Vec<Curve> {
+    capacity
+        .iter()
+        .filter(|c| c.workload == workload)
+        .cloned()
+        .collect()
+}
+
 /// The workloads of `curves`, in the order they first appear.
 fn capacity_workloads(curves: &[Curve]) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
@@ -568,12 +554,7 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     let mut charts = vec![throughput, latency];
     for w in capacity_workloads(&report.capacity) {
         let path = out.join(format!("capacity-{w}.svg"));
-        let of_w: Vec<Curve> = report
-            .capacity
-            .iter()
-            .filter(|c| c.workload == w)
-            .cloned()
-            .collect();
+        let of_w = curves_of(&report.capacity, w);
         capacity_svg(&of_w, &path).map_err(|e| e.to_string())?;
         charts.push(path);
     }
@@ -643,12 +624,7 @@ pub fn main(args: CompareArgs) -> ExitCode {
     } else {
         shown.push_str(&aligned(&summary_rows(&report.capacity)));
         for w in capacity_workloads(&report.capacity) {
-            let of_w: Vec<Curve> = report
-                .capacity
-                .iter()
-                .filter(|c| c.workload == w)
-                .cloned()
-                .collect();
+            let of_w = curves_of(&report.capacity, w);
             if let Some(claim) = claim(&of_w) {
                 shown.push_str(&format!("{claim}\n"));
             }

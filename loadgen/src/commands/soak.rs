@@ -254,16 +254,6 @@ fn state_of(pods: &[Arc<Pod>]) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn server_state(server: &Server) -> BTreeMap<String, u64> {
-    server
-        .store()
-        .snapshot(None)
-        .pods
-        .iter()
-        .map(|p| (format!("{}/{}", p.namespace, p.name), p.resource_version))
-        .collect()
-}
-
 /// What the workers last reconciled, by key: the version they found, `None` for absent.
 type Reconciled = Arc<Mutex<HashMap<String, Option<u64>>>>;
 
@@ -482,7 +472,7 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
     server.set_faults(FaultPlan::default());
     server.stop_churn();
     let converged = settle(&server, &informer, &queue, &reconciled, args.settle).await;
-    let expected = server_state(&server);
+    let expected = server.pod_versions();
     let cache = state_of(&informer.store().list());
     let unreconciled_keys = unreconciled(&reconciled, &expected);
     let ledger_verdict = if segment > 0 {
@@ -649,7 +639,7 @@ where
 {
     let deadline = Instant::now() + limit;
     loop {
-        let expected = server_state(server);
+        let expected = server.pod_versions();
         if state_of(&informer.store().list()) == expected
             && queue.len() == 0
             && queue.processing_len() == 0

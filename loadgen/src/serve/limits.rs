@@ -154,11 +154,13 @@ pub async fn serve(
         }
         connections.spawn(connection(
             tcp,
-            router.clone(),
-            limits.clone(),
-            Arc::clone(&store),
-            Arc::clone(&faults),
-            shutdown.clone(),
+            Served {
+                router: router.clone(),
+                limits: limits.clone(),
+                store: Arc::clone(&store),
+                faults: Arc::clone(&faults),
+                shutdown: shutdown.clone(),
+            },
         ));
     }
     drop(listener);
@@ -172,15 +174,18 @@ pub async fn serve(
     Ok(())
 }
 
-/// One connection, until it ends, the server stops, or its watch falls too far behind.
-async fn connection(
-    tcp: tokio::net::TcpStream,
+/// What each connection is served with: the routes, the limits, the state, the faults and
+/// the server's stop signal.
+struct Served {
     router: Router,
     limits: Limits,
     store: Arc<Store>,
     faults: Arc<Faults>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+    shutdown: watch::Receiver<bool>,
+}
+
+/// One connection, until it ends, the server stops, or its watch falls too far behind.
+async fn connection(tcp: tokio::net::TcpStream, mut served: Served) {
     // Until its first byte, a connection is only a parked task: hyper's read buffer (8 KiB)
     // and connection state wait until there is something to read, so thousands of idle
     // connections cost little. The header-read timeout covers this wait too.
@@ -193,26 +198,23 @@ async fn connection(
                 return;
             }
         }
-        _ = tokio::time::sleep(limits.header_read_timeout) => return,
-        _ = stopped(&mut shutdown) => return,
+        _ = tokio::time::sleep(served.limits.header_read_timeout) => return,
+        _ = stopped(&mut served.shutdown) => return,
     }
     // Boxed: the task's own future stays small while it waits above (an HTTP connection's
     // state machine is kilobytes).
-    Box::pin(http_connection(
-        tcp, router, limits, store, faults, shutdown,
-    ))
-    .await;
+    Box::pin(http_connection(tcp, served)).await;
 }
 
 /// The HTTP side of [`connection`], once the client has sent something.
-async fn http_connection(
-    tcp: tokio::net::TcpStream,
-    router: Router,
-    limits: Limits,
-    store: Arc<Store>,
-    faults: Arc<Faults>,
-    mut shutdown: watch::Receiver<bool>,
-) {
+async fn http_connection(tcp: tokio::net::TcpStream, served: Served) {
+    let Served {
+        router,
+        limits,
+        store,
+        faults,
+        mut shutdown,
+    } = served;
     let progress = Arc::new(WatchProgress::default());
     let service = {
         let progress = Arc::clone(&progress);

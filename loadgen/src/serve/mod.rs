@@ -383,6 +383,17 @@ impl Server {
         &self.store
     }
 
+    /// The pods it serves now: `namespace/name` → resource version (what a client's cache
+    /// must end with).
+    pub fn pod_versions(&self) -> std::collections::BTreeMap<String, u64> {
+        self.store
+            .snapshot(None)
+            .pods
+            .iter()
+            .map(|p| (format!("{}/{}", p.namespace, p.name), p.resource_version))
+            .collect()
+    }
+
     /// A kubeconfig that points kubectl or kube-rs at it.
     pub fn kubeconfig(&self) -> String {
         kubeconfig(&self.url())

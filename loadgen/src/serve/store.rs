@@ -499,27 +499,34 @@ fn kind_of(kind: EventType) -> Kind {
     }
 }
 
+/// A change of a minimal pod `pod-<i>` in namespace `ns-<i % 2>`, for the unit tests of the
+/// store and the watches.
+#[cfg(test)]
+pub(crate) fn test_change(kind: EventType, i: u32, version: u64, rv: u64) -> Change {
+    Change::new(
+        kind,
+        PodFields {
+            namespace: format!("ns-{}", i % 2).into(),
+            name: format!("pod-{i}").into(),
+            node: None,
+            id: i,
+            incarnation: 0,
+            version,
+            resource_version: rv,
+            created: 0,
+            profile: workloads::PodProfile::Minimal,
+            revision: Default::default(),
+        },
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kcache_sim::apiserver::Item;
 
     fn change(kind: EventType, i: u32, rv: u64) -> Change {
-        Change::new(
-            kind,
-            PodFields {
-                namespace: format!("ns-{}", i % 2).into(),
-                name: format!("pod-{i}").into(),
-                node: None,
-                id: i,
-                incarnation: 0,
-                version: rv,
-                resource_version: rv,
-                created: 0,
-                profile: workloads::PodProfile::Minimal,
-                revision: Default::default(),
-            },
-        )
+        test_change(kind, i, rv, rv)
     }
 
     #[test]

@@ -214,27 +214,12 @@ async fn sleep_until(at: Option<Instant>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::serve::encode::PodFields;
     use crate::serve::objects::EventType;
     use crate::serve::store::{Change, Store};
     use serde_json::Value;
 
     fn change(i: u32, rv: u64) -> Change {
-        Change::new(
-            EventType::Added,
-            PodFields {
-                namespace: format!("ns-{}", i % 2).into(),
-                name: format!("pod-{i}").into(),
-                node: None,
-                id: i,
-                incarnation: 0,
-                version: 1,
-                resource_version: rv,
-                created: 0,
-                profile: workloads::PodProfile::Minimal,
-                revision: Default::default(),
-            },
-        )
+        crate::serve::store::test_change(EventType::Added, i, 1, rv)
     }
 
     fn options(namespace: Option<&str>, bookmarks: bool) -> WatchOptions {

@@ -1,5 +1,7 @@
 //! Helpers shared by the integration tests that drive the `loadgen` binary.
 
+#![allow(dead_code)] // each test file uses a different subset
+
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
@@ -20,4 +22,24 @@ pub fn run_loadgen(args: &[&str], stdin: &[u8]) -> Output {
     // The child may stop reading early (a malformed line); a broken pipe is then expected.
     let _ = writer.join();
     output
+}
+
+/// Runs the `loadgen` binary with `args` (which tell it to write a JSON report to `report`),
+/// asserts that it exits 0, and returns its stdout and the report.
+pub fn run_with_report(args: &[&str], report: &std::path::Path) -> (String, serde_json::Value) {
+    let output = run_loadgen(args, b"");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(report)
+        .unwrap_or_else(|e| panic!("the JSON report {}: {e}", report.display()));
+    (
+        stdout,
+        serde_json::from_str(&text).expect("the report is JSON"),
+    )
+}
+
+/// The `engine` of every row, in order.
+pub fn engines(rows: &[serde_json::Value]) -> Vec<&str> {
+    rows.iter().filter_map(|r| r["engine"].as_str()).collect()
 }

@@ -53,29 +53,26 @@ pub trait RateLimiter<T: ?Sized>: Send + Sync + fmt::Debug {
     fn num_requeues(&self, item: &T) -> u64;
 }
 
-impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Box<L> {
-    fn when(&self, item: &T, now: Time) -> Duration {
-        (**self).when(item, now)
-    }
-    fn forget(&self, item: &T) {
-        (**self).forget(item)
-    }
-    fn num_requeues(&self, item: &T) -> u64 {
-        (**self).num_requeues(item)
-    }
+/// Forwards every method, so a boxed or shared limiter (`Box<dyn RateLimiter<Key>>`,
+/// `Arc<L>`) is a limiter too.
+macro_rules! forward_rate_limiter {
+    ($pointer:ident) => {
+        impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for $pointer<L> {
+            fn when(&self, item: &T, now: Time) -> Duration {
+                (**self).when(item, now)
+            }
+            fn forget(&self, item: &T) {
+                (**self).forget(item)
+            }
+            fn num_requeues(&self, item: &T) -> u64 {
+                (**self).num_requeues(item)
+            }
+        }
+    };
 }
 
-impl<T: ?Sized, L: RateLimiter<T> + ?Sized> RateLimiter<T> for Arc<L> {
-    fn when(&self, item: &T, now: Time) -> Duration {
-        (**self).when(item, now)
-    }
-    fn forget(&self, item: &T) {
-        (**self).forget(item)
-    }
-    fn num_requeues(&self, item: &T) -> u64 {
-        (**self).num_requeues(item)
-    }
-}
+forward_rate_limiter!(Box);
+forward_rate_limiter!(Arc);
 /// Asks every limiter and waits the longest (client-go's `MaxOfRateLimiter`).
 ///
 /// ```

@@ -399,34 +399,13 @@ impl<Q: WorkQueue + 'static> Replayer<Q> {
     /// Applies one op; returns its output line, if any, or a refusal.
     fn apply(&self, op: WqOp) -> Result<Option<String>, String> {
         let q = &self.queue;
+        let op = match apply_common_op(q, &self.clock, op) {
+            Ok(line) => return Ok(line),
+            Err(op) => op,
+        };
         Ok(match op {
             // Only accepted as the first line, which built the queue.
             WqOp::Config(_) => None,
-            WqOp::Add(item) => {
-                q.add(item);
-                None
-            }
-            WqOp::AddAfter(item, ns) => {
-                q.add_after(item, delay(ns));
-                None
-            }
-            WqOp::AddRateLimited(item) => {
-                q.add_rate_limited(item);
-                None
-            }
-            WqOp::Forget(item) => {
-                q.forget(&item);
-                None
-            }
-            WqOp::NumRequeues(item) => {
-                Some(format!("{{\"num_requeues\":{}}}", q.num_requeues(&item)))
-            }
-            WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", delay_ns(q.when(&item)))),
-            WqOp::Step(ns) => {
-                // Validated non-negative by the parser; the clock saturates at its maximum.
-                self.clock.step(delay(ns));
-                None
-            }
             WqOp::Get => Some(match q.try_get() {
                 TryGet::Item(item) => format!("{{\"get\":{}}}", json_string(item.as_str())),
                 TryGet::Empty => "{\"get\":null,\"empty\":true}".to_string(),
@@ -436,14 +415,86 @@ impl<Q: WorkQueue + 'static> Replayer<Q> {
                 q.done(&item).map_err(|e| format!("done refused: {e}"))?;
                 None
             }
-            WqOp::Len => Some(format!("{{\"len\":{}}}", q.len())),
-            WqOp::ShutDown => {
-                q.shut_down();
-                None
-            }
-            WqOp::ShuttingDown => Some(format!("{{\"shutting_down\":{}}}", q.shutting_down())),
+            common => unreachable!("{common:?} is applied by apply_common_op"),
         })
     }
+}
+
+/// The calls of a rate-limiting queue that a priority queue spells the same, so that both
+/// replays apply the ops they share with one function, [`apply_common_op`].
+pub(super) trait RateLimitedQueue: WorkQueue {
+    fn add_after(&self, item: Key, delay: Duration);
+    fn add_rate_limited(&self, item: Key);
+    fn forget(&self, item: &Key);
+    fn num_requeues(&self, item: &Key) -> u64;
+    fn when(&self, item: &Key) -> Duration;
+}
+
+/// Implements [`RateLimitedQueue`] for `$queue` by its own methods of the same names.
+macro_rules! rate_limited_queue {
+    ($queue:ty $(, $generic:ident: $bound:path)?) => {
+        impl$(<$generic: $bound>)? RateLimitedQueue for $queue {
+            fn add_after(&self, item: Key, delay: Duration) {
+                <$queue>::add_after(self, item, delay)
+            }
+            fn add_rate_limited(&self, item: Key) {
+                <$queue>::add_rate_limited(self, item)
+            }
+            fn forget(&self, item: &Key) {
+                <$queue>::forget(self, item)
+            }
+            fn num_requeues(&self, item: &Key) -> u64 {
+                <$queue>::num_requeues(self, item)
+            }
+            fn when(&self, item: &Key) -> Duration {
+                <$queue>::when(self, item)
+            }
+        }
+    };
+}
+
+rate_limited_queue!(RateLimitingQueue<Q>, Q: WorkQueue);
+rate_limited_queue!(dyn kcache::workqueue::priority::PriorityWorkQueue);
+
+/// Applies `op` if both replays answer it alike (every op but `config`, `get` and `done`):
+/// its output line, if any; any other op is handed back.
+pub(super) fn apply_common_op<Q: RateLimitedQueue + ?Sized>(
+    q: &Q,
+    clock: &FakeClock,
+    op: WqOp,
+) -> Result<Option<String>, WqOp> {
+    Ok(match op {
+        WqOp::Add(item) => {
+            q.add(item);
+            None
+        }
+        WqOp::AddAfter(item, ns) => {
+            q.add_after(item, delay(ns));
+            None
+        }
+        WqOp::AddRateLimited(item) => {
+            q.add_rate_limited(item);
+            None
+        }
+        WqOp::Forget(item) => {
+            q.forget(&item);
+            None
+        }
+        WqOp::NumRequeues(item) => Some(format!("{{\"num_requeues\":{}}}", q.num_requeues(&item))),
+        WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", delay_ns(q.when(&item)))),
+        WqOp::Step(ns) => {
+            // Validated non-negative by the parser; the clock saturates at its maximum.
+            clock.step(delay(ns));
+            None
+        }
+        WqOp::Len => Some(format!("{{\"len\":{}}}", q.len())),
+        WqOp::ShutDown => {
+            q.shut_down();
+            None
+        }
+        WqOp::ShuttingDown => Some(format!("{{\"shutting_down\":{}}}", q.shutting_down())),
+        other => return Err(other),
+    })
 }
 
 pub(super) fn json_string(s: &str) -> String {

@@ -41,7 +41,7 @@ use kcache::Key;
 use serde_json::{Map, Value};
 
 use super::workqueue::{
-    delay, delay_ns, item, json_string, limiter, ms, parse_wq_op, run_trace, LimiterSpec,
+    apply_common_op, delay, item, json_string, limiter, ms, parse_wq_op, run_trace, LimiterSpec,
     WorkqueueSummary, WqOp,
 };
 use super::OpsError;
@@ -276,32 +276,12 @@ impl Replayer {
             PriorityOp::Config(_) => return Ok(None),
             PriorityOp::Base(op) => op,
         };
+        let op = match apply_common_op(q, &self.clock, op) {
+            Ok(line) => return Ok(line),
+            Err(op) => op,
+        };
         Ok(match op {
             WqOp::Config(_) => None,
-            WqOp::Add(item) => {
-                q.add(item);
-                None
-            }
-            WqOp::AddAfter(item, ns) => {
-                q.add_after(item, delay(ns));
-                None
-            }
-            WqOp::AddRateLimited(item) => {
-                q.add_rate_limited(item);
-                None
-            }
-            WqOp::Forget(item) => {
-                q.forget(&item);
-                None
-            }
-            WqOp::NumRequeues(item) => {
-                Some(format!("{{\"num_requeues\":{}}}", q.num_requeues(&item)))
-            }
-            WqOp::When(item) => Some(format!("{{\"when_ns\":{}}}", delay_ns(q.when(&item)))),
-            WqOp::Step(ns) => {
-                self.clock.step(delay(ns));
-                None
-            }
             WqOp::Get => Some(match (q.overdue_handouts(), q.try_get_with_priority()) {
                 (before, TryGetWithPriority::Item(item, priority)) => {
                     // One replay thread: the count moved only if this get was overdue.
@@ -323,12 +303,7 @@ impl Replayer {
                 let _ = q.done(&item);
                 None
             }
-            WqOp::Len => Some(format!("{{\"len\":{}}}", q.len())),
-            WqOp::ShutDown => {
-                q.shut_down();
-                None
-            }
-            WqOp::ShuttingDown => Some(format!("{{\"shutting_down\":{}}}", q.shutting_down())),
+            common => unreachable!("{common:?} is applied by apply_common_op"),
         })
     }
 }
