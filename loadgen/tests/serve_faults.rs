@@ -58,6 +58,8 @@ struct Scenario {
     /// Inject only until the first fault is counted (for faults that would otherwise hit
     /// every attempt: a certain 500 on every list page).
     until_first: bool,
+    /// This long into the churn, stall every watch for that long (no bytes, no close).
+    stall_during_churn: Option<(Duration, Duration)>,
 }
 
 impl Scenario {
@@ -72,6 +74,7 @@ impl Scenario {
             lose_state_after: None,
             slow_watcher_events: None,
             until_first: false,
+            stall_during_churn: None,
         }
     }
 }
@@ -164,6 +167,10 @@ async fn run(scenario: Scenario) -> Outcome {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     server.release_churn();
+    if let Some((into, stall)) = scenario.stall_during_churn {
+        tokio::time::sleep(into).await;
+        server.stall_watches(stall);
+    }
     if let Some(after) = scenario.lose_state_after {
         let deadline = Instant::now() + Duration::from_secs(60);
         let from = server.store().resource_version();
@@ -390,11 +397,15 @@ async fn a_restart_that_loses_the_state_is_a_too_large_version_and_a_relist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_watcher_closed_by_the_server_watches_again() {
-    // A bound of a few events, checked every 50 ms: busy watches are closed now and then.
+    // A bound of a few events, checked every 50 ms. Every watch stalls for half a second 0.2 s
+    // into the 2 s churn, so the watch open then falls thousands of events behind and is closed while
+    // most of the churn is still to come: the informer must watch again to hear it (without
+    // the stall, a close could come only at the end, once everything was heard).
     let mut scenario = Scenario::new("");
     scenario.rate = 5_000.0;
     scenario.events = 10_000;
     scenario.slow_watcher_events = Some(5);
+    scenario.stall_during_churn = Some((Duration::from_millis(200), Duration::from_millis(500)));
     let out = run(scenario).await;
     assert!(out.faults.slow_watchers_closed >= 1, "{}", out.faults);
     assert!(out.watches >= 2, "{} watches", out.watches);
