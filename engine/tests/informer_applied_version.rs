@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{key_fn, ms, pod, server, server_of, Gate, Pod};
+use informer_common::{eventually, key_fn, ms, pod, server, server_of, Gate, Pod};
 use kcache::informer::{Backoff, SharedInformer, VersionWait};
 use kcache::{DeltaObject, EventHandler, Key};
 use kcache_sim::MemoryListerWatcher;
@@ -55,6 +55,14 @@ struct Held {
     armed: Arc<Mutex<Option<usize>>>,
     gate: Arc<Gate>,
     stopped: mpsc::Receiver<()>,
+}
+
+impl Drop for Held {
+    /// Lets a held consumer go when a test ends, also by a failed assertion: the informer's
+    /// shutdown waits for the consumer's batch, which waits at the gate.
+    fn drop(&mut self) {
+        self.gate.open();
+    }
 }
 
 type Informer = SharedInformer<
@@ -124,8 +132,14 @@ async fn a_lists_version_is_applied_only_once_every_listed_object_is_in_the_stor
     informer.start().unwrap();
     until_held(&mut held).await;
 
-    // The consumer stands between the list's second and third keys.
-    assert_eq!(informer.last_sync_resource_version(), list_version);
+    // The consumer stands between the list's second and third keys. The reflector records the
+    // list's version once `replace` has returned, which the consumer does not wait for.
+    eventually(
+        "the reflector to record the list's version",
+        Duration::from_secs(10),
+        || informer.last_sync_resource_version() == list_version,
+    )
+    .await;
     assert_eq!(
         informer.store().len(),
         2,
