@@ -740,13 +740,11 @@ fn consume<T, Q, I>(
         processor,
         applied,
         distributor: None,
-        handed_over: false,
     };
     while queue.pop_batch_into(batch, &mut consumer).is_ok() {
-        // Now that the queue completed the batch's keys, the applied version may move.
-        if std::mem::take(&mut consumer.handed_over) {
-            applied.checkpoint();
-        }
+        // Every batch popped had a key, so its `finish` handed it over; now that the queue has
+        // completed its keys, the applied version may move.
+        applied.checkpoint();
     }
 }
 
@@ -762,8 +760,6 @@ struct ConsumerBatch<'a, T, I> {
     /// From the batch's first key to its end: the listener list held shared and the
     /// notifications collected (an idle consumer holds nothing).
     distributor: Option<Distributor<'a, T>>,
-    /// The last batch was handed over (the applied version's checkpoint is due).
-    handed_over: bool,
 }
 
 impl<T, I> BatchConsumer<T> for ConsumerBatch<'_, T, I>
@@ -786,7 +782,6 @@ where
         // Dropping the distributor hands the batch over.
         if self.distributor.take().is_some() {
             self.applied.end_batch();
-            self.handed_over = true;
         }
     }
 }
