@@ -728,12 +728,11 @@ mod tests {
         assert_eq!(json["capacity"].as_array().map(Vec::len), Some(6));
         assert!(md.contains("### Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
         // Equal work leads; the saturated table comes after, labelled as such.
-        let (equal, saturated) = (md.find("## Equal work"), md.find("## Saturated"));
-        assert!(
-            equal.is_some() && saturated.is_some() && equal < saturated,
-            "{md}"
-        );
-        assert!(md.find("| w1@200k/s |") < saturated && md.find("| w1 steady churn |") > saturated);
+        // Each heading and row must be there: `None < Some(..)` would pass unnoticed.
+        let at = |text: &str| md.find(text).unwrap_or_else(|| panic!("{text:?} in {md}"));
+        let saturated = at("## Saturated");
+        assert!(at("## Equal work") < saturated, "{md}");
+        assert!(at("| w1@200k/s |") < saturated && at("| w1 steady churn |") > saturated);
         assert!(md.contains("absorbs"), "{md}");
         let curve = read("capacity-w1.svg");
         assert!(curve.contains("p99 limit 10 ms") && curve.contains("sharded p99"));
