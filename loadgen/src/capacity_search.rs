@@ -16,6 +16,8 @@
 use serde::Serialize;
 
 use crate::engines::{EngineConfig, EngineKind, Mode};
+use crate::harness_floor::{child_args as floor_child_args, Subject};
+use crate::informer_handlers::InformerConfig;
 use crate::progress::NoProgress;
 use crate::result::{LatencyUs, RunResult};
 use crate::runs::{child_args, RunError};
@@ -430,27 +432,44 @@ impl Curve {
     }
 }
 
-/// One paced run of `spec` on `engine` at `cfg.rate`: in a child process of its own (its
-/// stderr captured, so the parent's progress bar stays whole), or here with `in_process`.
+/// One paced run of `spec` on `engine` at `cfg.rate`, bare or (with `informer`) through the
+/// informer with those handlers: in a child process of its own (its stderr captured, so the
+/// parent's progress bar stays whole), or here with `in_process`.
 pub fn probe_run(
     spec: &WorkloadSpec,
     engine: EngineKind,
     cfg: &EngineConfig,
+    informer: Option<&InformerConfig>,
     in_process: bool,
 ) -> Result<RunResult, RunError> {
     if in_process {
         let gen = generate(spec);
-        let mode = Mode::of(spec.workload);
-        return Ok(crate::runs::measure(
-            engine,
-            spec.workload.name(),
-            &gen,
-            mode,
-            cfg,
-            &NoProgress,
-        )?);
+        return match informer {
+            Some(icfg) => crate::through_informer::measure(
+                engine,
+                &gen,
+                spec.workload,
+                cfg,
+                icfg,
+                &NoProgress,
+            ),
+            None => Ok(crate::runs::measure(
+                engine,
+                spec.workload.name(),
+                &gen,
+                Mode::of(spec.workload),
+                cfg,
+                &NoProgress,
+            )?),
+        };
     }
-    let mut results = crate::isolate::run_child_quietly(&child_args(spec, engine, cfg))?;
+    let args = match informer {
+        Some(icfg) => floor_child_args(Subject::Engine(engine), |engine| {
+            crate::through_informer::child_args(spec, engine, cfg, icfg)
+        }),
+        None => child_args(spec, engine, cfg),
+    };
+    let mut results = crate::isolate::run_child_quietly(&args)?;
     match results.len() {
         1 => Ok(results.remove(0)),
         n => Err(RunError::Invalid(format!(
@@ -477,9 +496,19 @@ pub struct Job {
     pub p99_limit_ms: f64,
     /// Run probes here instead of in child processes.
     pub in_process: bool,
+    /// Through the informer with these handlers; `None`: the engine bare.
+    pub informer: Option<InformerConfig>,
 }
 
 impl Job {
+    /// The workload as the results name it: `w1`, or `w1/informer` through the informer.
+    pub fn workload_label(&self) -> String {
+        match self.informer {
+            Some(_) => format!("{}/informer", self.spec.workload),
+            None => self.spec.workload.name().to_string(),
+        }
+    }
+
     /// The scheduled length of the longest probe the search may make: one at the plan's
     /// lowest rate, with its initial adds.
     pub fn longest_probe_secs(&self) -> f64 {
@@ -490,7 +519,7 @@ impl Job {
 
 /// Searches `job`'s capacity for `engine`, with a progress bar over its probes.
 pub fn measure_engine(job: &Job, engine: EngineKind, ui: Ui) -> Result<Curve, RunError> {
-    let workload = job.spec.workload;
+    let workload = job.workload_label();
     let label = format!("{workload} {engine} capacity");
     let phase = ui.phase(label.clone(), job.plan.max_probes as u64);
     let mut done = 0u64;
@@ -500,7 +529,7 @@ pub fn measure_engine(job: &Job, engine: EngineKind, ui: Ui) -> Result<Curve, Ru
             rate: Some(rate),
             ..job.cfg
         };
-        let result = probe_run(&spec, engine, &cfg, job.in_process)?;
+        let result = probe_run(&spec, engine, &cfg, job.informer.as_ref(), job.in_process)?;
         let failed = failed_rules(&result, job.p99_limit_ms);
         done += 1;
         let p99 = result
@@ -527,7 +556,7 @@ pub fn measure_engine(job: &Job, engine: EngineKind, ui: Ui) -> Result<Curve, Ru
             },
         ))
     })?;
-    let curve = Curve::new(engine, workload.name(), job.p99_limit_ms, found);
+    let curve = Curve::new(engine, &workload, job.p99_limit_ms, found);
     phase.finish(&format!(
         "{} events/s in {} probes",
         curve.capacity_text(),

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use kcache::informer::HandlerOptions;
+use kcache::informer::{AsyncEventHandler, HandlerOptions};
 use kcache::{DeltaObject, EventHandler};
 
 use crate::informer_verdict::{same_state, HandlerRecord, KeyView, Plan};
@@ -24,11 +24,37 @@ pub const DEFAULT_HANDLERS: usize = 3;
 /// What the slow handler spins per notification unless told otherwise, in microseconds.
 pub const DEFAULT_SLOW_HANDLER_US: u64 = 1;
 
+/// How the run registers its handlers: the informer's three kinds of registration, so that
+/// the cost of each path from the queue to a handler can be measured on the same events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Delivery {
+    /// A thread per handler, fed by a bounded buffer (client-go's `processorListener`).
+    #[default]
+    Thread,
+    /// On the consumer threads, right after each batch is applied (kube-rs' way).
+    Inline,
+    /// A tokio task per handler on the informer's runtime, fed by a bounded buffer.
+    Async,
+}
+
+impl Delivery {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Thread => "thread",
+            Self::Inline => "inline",
+            Self::Async => "async",
+        }
+    }
+}
+
 /// The informer path's own knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InformerConfig {
     /// Handler registrations; the last one is slow.
     pub handlers: usize,
+    /// How every handler is registered.
+    pub delivery: Delivery,
     /// What the slow handler spins (or waits) per notification.
     pub slow_handler: Duration,
     /// The slow handler sleeps its time instead of spinning (it waits on I/O).
@@ -43,6 +69,7 @@ impl Default for InformerConfig {
     fn default() -> Self {
         Self {
             handlers: DEFAULT_HANDLERS,
+            delivery: Delivery::Thread,
             slow_handler: Duration::from_micros(DEFAULT_SLOW_HANDLER_US),
             slow_handler_waits: false,
             slow_handler_coalesces: false,
@@ -52,9 +79,17 @@ impl Default for InformerConfig {
 }
 
 impl InformerConfig {
+    /// How a handler other than the slow one is registered.
+    pub(crate) fn handler_options(&self) -> HandlerOptions {
+        match self.delivery {
+            Delivery::Inline => HandlerOptions::new().inline(),
+            Delivery::Thread | Delivery::Async => HandlerOptions::new(),
+        }
+    }
+
     /// How the slow (last) handler is registered.
     pub(crate) fn slow_handler_options(&self) -> HandlerOptions {
-        let mut options = HandlerOptions::new().name("slow");
+        let mut options = self.handler_options().name("slow");
         if let Some(bound) = self.slow_handler_buffer {
             options = options.buffer(bound);
         }
@@ -62,6 +97,48 @@ impl InformerConfig {
             options = options.coalesce();
         }
         options
+    }
+}
+
+/// The command line of [`InformerConfig`], shared by `run` and `capacity`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct InformerArgs {
+    /// `--through informer`: handler registrations; the last one is the slow one.
+    #[arg(long, default_value_t = DEFAULT_HANDLERS, value_parser = parse_handlers)]
+    pub handlers: usize,
+    /// `--through informer`: how every handler is registered: `thread` (a thread and a bounded
+    /// buffer each, client-go's way), `inline` (on the consumer threads after each batch,
+    /// kube-rs' way) or `async` (a tokio task and a bounded buffer each).
+    #[arg(long, value_enum, default_value = "thread")]
+    pub delivery: Delivery,
+    /// `--through informer`: CPU microseconds the slow handler spins per notification.
+    #[arg(long, default_value_t = DEFAULT_SLOW_HANDLER_US)]
+    pub slow_handler_us: u64,
+    /// `--through informer`: the slow handler sleeps its time (a handler waiting on I/O)
+    /// instead of spinning on a CPU.
+    #[arg(long)]
+    pub slow_handler_waits: bool,
+    /// `--through informer`: the slow handler coalesces per key (`HandlerOptions::coalesce`):
+    /// what waits for it is merged into one change per key, so it does not hold the informer.
+    #[arg(long)]
+    pub slow_handler_coalesces: bool,
+    /// `--through informer`: the slow handler's buffer bound, in notifications (default: the
+    /// informer's, 65,536).
+    #[arg(long)]
+    pub slow_handler_buffer: Option<usize>,
+}
+
+impl InformerArgs {
+    /// The knobs these arguments ask for.
+    pub fn config(&self) -> InformerConfig {
+        InformerConfig {
+            handlers: self.handlers,
+            delivery: self.delivery,
+            slow_handler: Duration::from_micros(self.slow_handler_us),
+            slow_handler_waits: self.slow_handler_waits,
+            slow_handler_coalesces: self.slow_handler_coalesces,
+            slow_handler_buffer: self.slow_handler_buffer,
+        }
     }
 }
 
@@ -192,10 +269,77 @@ impl Recorder {
             thread::sleep(self.cost);
             return;
         }
-        let t = Instant::now();
-        while t.elapsed() < self.cost {
-            std::hint::spin_loop();
+        spin(self.cost);
+    }
+}
+
+/// Spins a CPU for `cost`.
+fn spin(cost: Duration) {
+    let t = Instant::now();
+    while t.elapsed() < cost {
+        std::hint::spin_loop();
+    }
+}
+
+/// A [`Recorder`] registered as an async handler ([`Delivery::Async`]): it records as the
+/// recorder does, then spends the slow handler's cost the async way, awaiting a timer when
+/// the handler waits (tokio's timer has millisecond granularity: a 1 µs wait is a 1 ms one)
+/// and spinning otherwise.
+pub(crate) struct AsyncRecorder {
+    recorder: Recorder,
+    cost: Duration,
+    waits: bool,
+}
+
+impl AsyncRecorder {
+    /// Takes the cost out of `recorder`, so that it is spent here and not by a blocking call.
+    pub(crate) fn new(mut recorder: Recorder) -> Self {
+        let cost = std::mem::take(&mut recorder.cost);
+        Self {
+            waits: recorder.waits,
+            recorder,
+            cost,
         }
+    }
+
+    fn spend(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (cost, waits) = (self.cost, self.waits);
+        async move {
+            if cost.is_zero() {
+            } else if waits {
+                tokio::time::sleep(cost).await;
+            } else {
+                spin(cost);
+            }
+        }
+    }
+}
+
+impl AsyncEventHandler<ServedPod> for AsyncRecorder {
+    fn on_add(
+        &mut self,
+        obj: Arc<ServedPod>,
+        is_in_initial_list: bool,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        self.recorder.on_add(&obj, is_in_initial_list);
+        self.spend()
+    }
+
+    fn on_update(
+        &mut self,
+        old: Arc<ServedPod>,
+        new: Arc<ServedPod>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        self.recorder.on_update(&old, &new);
+        self.spend()
+    }
+
+    fn on_delete(
+        &mut self,
+        obj: DeltaObject<ServedPod>,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        self.recorder.on_delete(&obj);
+        self.spend()
     }
 }
 
@@ -257,7 +401,7 @@ pub(crate) fn recorders(
                 )
             } else {
                 let recorder = Recorder::new(Arc::clone(plan), Duration::ZERO, latency_from);
-                (recorder, HandlerOptions::new())
+                (recorder, icfg.handler_options())
             }
         })
         .collect()

@@ -238,6 +238,10 @@ pub struct Produced {
     pub skipped_resyncs: u64,
     /// How long it waited for a client more than [`MAX_CLIENT_LAG`] events behind.
     pub held: Duration,
+    /// Paced: how far behind its schedule it fell at worst (zero when unpaced).
+    pub lag: Duration,
+    /// The ops it paced: those after `from`.
+    pub paced_ops: usize,
 }
 
 /// The producer: every op after the initial population into the server, paced if asked,
@@ -250,6 +254,11 @@ pub struct Produced {
 /// pacing decides the batch size: at a low rate every op goes out on its own, on time.
 /// Before each batch it checks the client's version and waits while the client is too far
 /// behind (see [`MAX_CLIENT_LAG`]): the run measures what the client sustains without relists.
+///
+/// `start` is the clock of the write stamps (the handlers measure latency against it); the
+/// schedule starts when the producer does, so the time the informer took to list and sync is
+/// not owed as a burst of overdue writes: offered to both engines alike, the churn is the
+/// same rate from its first op.
 pub fn produce(
     server: &MemoryListerWatcher<ServedPod>,
     gen: &Generated,
@@ -259,16 +268,23 @@ pub fn produce(
     client: ClientVersion<'_>,
     progress: &dyn Progress,
 ) -> Result<Produced, String> {
-    let mut produced = Produced::default();
+    let mut produced = Produced {
+        paced_ops: gen.ops.len().saturating_sub(from),
+        ..Produced::default()
+    };
     let keys = gen.universe.keys.len();
     let mut batch = Vec::with_capacity(WRITE_BATCH);
+    let schedule = Instant::now();
     for (n, op) in gen.ops.iter().enumerate().skip(from) {
         let done = n - from;
-        if let Some(rate) = rate {
-            if done % PACE_EVERY == 0 && due_time(done, rate) > start.elapsed() {
+        if let Some(rate) = rate.filter(|_| done % PACE_EVERY == 0) {
+            let (due, now) = (due_time(done, rate), schedule.elapsed());
+            if due > now {
                 // Op `done` is not due yet: what is due goes out before the wait.
                 flush(server, &mut batch)?;
-                pace(start, done, rate);
+                pace(schedule, done, rate);
+            } else {
+                produced.lag = produced.lag.max(now - due);
             }
         }
         match op {

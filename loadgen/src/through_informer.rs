@@ -44,16 +44,17 @@ use crate::engines::{EngineConfig, EngineKind};
 use crate::harness_floor::{
     child_args as floor_child_args, row as floor_row, subjects, FloorChoice, Subject,
 };
-use crate::informer_handlers::{recorders, InformerConfig, Progressing};
+use crate::informer_handlers::{recorders, AsyncRecorder, Delivery, InformerConfig, Progressing};
 use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
 use crate::latency::new_histogram;
+use crate::pacing::kept_schedule;
 use crate::progress::Progress;
 use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
 use crate::rss::RssProbe;
 use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
 use crate::server_feed::{
     millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
-    ServedPod,
+    Produced, ServedPod,
 };
 use crate::sync::lock;
 use crate::ui::Ui;
@@ -112,11 +113,9 @@ pub struct InformerFinished {
     /// Scripted 410s no watch had received when the run ended (a relist that starts before
     /// the reflector reopened its watch leaves its 410 for a later watch).
     pub expired_watches_pending: u64,
-    /// W3's resyncs, left out (see the module docs).
-    pub skipped_resyncs: u64,
-    /// How long the producer waited for the reflector (see
-    /// [`MAX_CLIENT_LAG`](crate::server_feed::MAX_CLIENT_LAG)).
-    pub producer_held: Duration,
+    /// What the producer did beyond its writes: W3's resyncs left out (see the module docs),
+    /// how long it waited for the reflector, how far behind its schedule it fell.
+    pub produced: Produced,
 }
 
 /// The reflector's waits between failed attempts: short, so that a scripted outage costs the
@@ -207,9 +206,15 @@ where
     let mut registrations = Vec::with_capacity(icfg.handlers);
     for (recorder, options) in recorders(plan, icfg, start) {
         let shared = recorder.shared();
-        let registration = informer
-            .add_event_handler_with(recorder, options)
-            .map_err(|e| RunError::Informer(format!("cannot register a handler: {e}")))?;
+        let registration = match icfg.delivery {
+            Delivery::Thread | Delivery::Inline => {
+                informer.add_event_handler_with(recorder, options)
+            }
+            Delivery::Async => {
+                informer.add_async_event_handler_with(AsyncRecorder::new(recorder), options)
+            }
+        }
+        .map_err(|e| RunError::Informer(format!("cannot register a handler: {e}")))?;
         handlers.push(shared);
         registrations.push(registration);
     }
@@ -310,8 +315,7 @@ where
         watches: server.watch_calls(),
         reflector_errors: 0,
         expired_watches_pending: server.expired_watches_pending() as u64,
-        skipped_resyncs: produced.skipped_resyncs,
-        producer_held: produced.held,
+        produced,
     })
 }
 
@@ -466,8 +470,11 @@ pub fn measure(
         peak_rss_source,
         cpu_s,
         cpu_us_per_event,
-        // The informer path paces the server's writes but does not judge the schedule: capacity
-        // searches run on the bare queue path, so the paced-run figures stay empty.
+        offered_rate: cfg.rate,
+        producer_lag_ms: cfg.rate.map(|_| done.produced.lag.as_secs_f64() * 1e3),
+        kept_up: cfg
+            .rate
+            .map(|rate| kept_schedule(done.produced.lag, done.produced.paced_ops, rate)),
         threads: cfg.consumers + icfg.handlers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications),
@@ -479,8 +486,8 @@ pub fn measure(
             watches: done.watches,
             reflector_errors: done.reflector_errors,
             expired_watches_pending: done.expired_watches_pending,
-            skipped_resyncs: done.skipped_resyncs,
-            producer_held_ms: millis(done.producer_held),
+            skipped_resyncs: done.produced.skipped_resyncs,
+            producer_held_ms: millis(done.produced.held),
         }),
         ..Default::default()
     })
@@ -501,6 +508,8 @@ pub fn child_args(
         icfg.handlers.to_string(),
         "--slow-handler-us".to_string(),
         icfg.slow_handler.as_micros().to_string(),
+        "--delivery".to_string(),
+        icfg.delivery.name().to_string(),
     ]);
     if icfg.slow_handler_waits {
         args.push("--slow-handler-waits".to_string());

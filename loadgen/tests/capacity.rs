@@ -88,6 +88,73 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+// `--through informer`: the same search, each probe written into the in-memory API server and
+// heard by the informer's handlers (here two, registered inline); a probe's latency is from
+// the write to the first handler, its schedule judged as the bare path's.
+#[test]
+fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
+    let dir = scratch("informer");
+    let json = dir.join("c.json");
+    let json_arg = json.to_string_lossy();
+    let (stdout, report) = common::run_with_report(
+        &[
+            "capacity",
+            "--workload",
+            "w1",
+            "--through",
+            "informer",
+            "--handlers",
+            "2",
+            "--delivery",
+            "inline",
+            "--keys",
+            "300",
+            "--events",
+            "1500",
+            "--probe-secs",
+            "0.2",
+            "--start-rate",
+            "4000",
+            "--min-rate",
+            "1000",
+            "--max-rate",
+            "64000",
+            "--precision",
+            "50",
+            "--tries",
+            "1",
+            "--max-probes",
+            "4",
+            "--p99-ms",
+            "500",
+            "--json",
+            &json_arg,
+        ],
+        &json,
+    );
+    assert!(stdout.contains("w1/informer"), "{stdout}");
+    let curves = report["capacity"].as_array().expect("a capacity array");
+    assert_eq!(common::engines(curves), ["reference", "sharded"]);
+    for c in curves {
+        assert_eq!(c["workload"], "w1/informer", "{c}");
+        let probes = c["probes"].as_array().expect("every probe is reported");
+        assert!((1..=4).contains(&probes.len()), "{c}");
+        for p in probes {
+            let result = &p["result"];
+            assert_eq!(result["workload"], "w1/informer", "{p}");
+            assert_eq!(result["offered_rate"], p["rate"], "{p}");
+            assert!(result["producer_lag_ms"].as_f64().is_some(), "{p}");
+            assert_eq!(result["verdict"], "ok", "{p}");
+            assert_eq!(result["handlers"].as_array().map(Vec::len), Some(2), "{p}");
+        }
+        let capacity = c["capacity_events_per_s"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a capacity within a 500 ms p99 limit: {c}"));
+        assert!((1_000..=64_000).contains(&capacity), "{c}");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[test]
 fn workloads_and_limits_it_cannot_measure_are_refused_before_any_probe() {
     for (args, why) in [

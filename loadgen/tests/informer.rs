@@ -6,7 +6,7 @@
 mod common;
 
 use loadgen::engines::{EngineConfig, EngineKind};
-use loadgen::informer_handlers::InformerConfig;
+use loadgen::informer_handlers::{Delivery, InformerConfig};
 use loadgen::informer_verdict::{judge, HandlerRecord, KeyView};
 use loadgen::progress::NoProgress;
 use loadgen::through_informer::execute;
@@ -171,6 +171,7 @@ fn a_slow_handler_that_coalesces_ends_exact() {
         slow_handler_waits: true,
         slow_handler_coalesces: true,
         slow_handler_buffer: Some(4096),
+        ..InformerConfig::default()
     };
     for engine in [EngineKind::Reference, EngineKind::Sharded] {
         let done = execute(engine, &gen, &cfg, &icfg, &NoProgress).expect("runs");
@@ -187,6 +188,88 @@ fn a_slow_handler_that_coalesces_ends_exact() {
             slow.notifications + slow_buffer.merged,
             fast.notifications,
             "{engine:?}: every notification delivered or merged"
+        );
+    }
+}
+
+// Every kind of registration (a thread per handler, inline on the consumers, a tokio task)
+// hears every notification in order, on both engines: the verdict of each handler is ok, the
+// slow one included, and each heard as many notifications as the first.
+#[test]
+fn every_kind_of_registration_hears_everything_on_both_engines() {
+    let gen = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(20_000));
+    let cfg = two_consumers_on_four_shards();
+    for delivery in [Delivery::Thread, Delivery::Inline, Delivery::Async] {
+        let icfg = InformerConfig {
+            handlers: 2,
+            delivery,
+            ..InformerConfig::default()
+        };
+        for engine in [EngineKind::Reference, EngineKind::Sharded] {
+            let done = execute(engine, &gen, &cfg, &icfg, &NoProgress).expect("runs");
+            let at = format!("{delivery:?} on {engine:?}");
+            assert!(done.failures.is_empty(), "{at}: {:?}", done.failures);
+            assert_eq!(done.handlers.len(), 2, "{at}");
+            for (record, _) in &done.handlers {
+                let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
+                assert!(verdict.is_ok(), "{at}: {verdict}");
+            }
+            assert_eq!(
+                done.handlers[0].0.notifications, done.handlers[1].0.notifications,
+                "{at}"
+            );
+            assert!(done.handlers[0].0.notifications >= 20_000, "{at}");
+        }
+    }
+}
+
+// A paced run through the informer judges its schedule as the bare path does: the offered
+// rate, the producer's worst lag and whether it kept up are in the row, so a capacity search
+// can run through the informer. 200 events/s is far below what any engine sustains.
+#[test]
+fn a_paced_run_through_the_informer_reports_its_schedule() {
+    let path = std::env::temp_dir().join(format!(
+        "loadgen-informer-paced-{}.json",
+        std::process::id()
+    ));
+    let json = path.to_string_lossy().to_string();
+    let (_, report) = common::run_with_report(
+        &[
+            "run",
+            "--workload",
+            "w1",
+            "--through",
+            "informer",
+            "--engine",
+            "all",
+            "--harness-floor",
+            "none",
+            "--keys",
+            "200",
+            "--events",
+            "400",
+            "--rate",
+            "200",
+            "--delivery",
+            "inline",
+            "--json",
+            &json,
+        ],
+        &path,
+    );
+    std::fs::remove_file(&path).ok();
+    let results = report["results"].as_array().expect("results");
+    assert_eq!(common::engines(results), ["reference", "sharded"]);
+    for r in results {
+        let engine = r["engine"].as_str().unwrap_or("?");
+        assert_eq!(r["verdict"], "ok", "{engine}: {}", r["failures"]);
+        assert_eq!(r["offered_rate"], 200, "{engine}");
+        assert_eq!(r["kept_up"], true, "{engine}: lag {}", r["producer_lag_ms"]);
+        // 400 churn events at 200/s take two seconds once the informer has synced.
+        assert!(
+            r["wall_s"].as_f64().unwrap_or(0.0) >= 1.9,
+            "{engine}: {}",
+            r["wall_s"]
         );
     }
 }

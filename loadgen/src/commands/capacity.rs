@@ -13,9 +13,11 @@ use crate::capacity_search::{
     LONG_PROBE_SECS, MIN_PROBE_EVENTS,
 };
 use crate::engines::{EngineChoice, EngineConfig};
+use crate::informer_handlers::InformerArgs;
 use crate::machine::{command_line, Machine};
 use crate::report::{finish, refuse, write_json};
 use crate::result::RunResult;
+use crate::through_informer::Through;
 use crate::ui::Ui;
 use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
 
@@ -87,6 +89,14 @@ pub struct CapacityArgs {
     /// understated for all but the first probe).
     #[arg(long)]
     pub in_process: bool,
+    /// How the events reach the engine: `queue` (the engine bare) or `informer` (written into
+    /// an in-memory API server and heard by `--handlers` handlers through the reflector and a
+    /// shared informer; latency is from the write to the first handler).
+    #[arg(long, value_enum, default_value = "queue")]
+    pub through: Through,
+    /// The informer path's handlers (`--through informer`).
+    #[command(flatten)]
+    pub informer: InformerArgs,
 }
 
 /// Refuses a p99 limit that is not a positive number of milliseconds.
@@ -151,6 +161,7 @@ impl CapacityArgs {
             },
             p99_limit_ms: self.p99_ms,
             in_process: self.in_process,
+            informer: (self.through == Through::Informer).then(|| self.informer.config()),
         })
     }
 }

@@ -1,10 +1,11 @@
 //! `loadgen compare`: both engines on equal work first, W1's, W2's and W5's capacity at the
-//! same p99 limit (see [`capacity_search`](crate::capacity_search); `--no-capacity` skips it)
-//! and W1 at one offered rate; then W1–W6 flat out (W6 as a whole controller on the shared
+//! same p99 limit, bare and (W1) through the informer (see
+//! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it) and W1 at one
+//! offered rate; then W1–W6 flat out (W6 as a whole controller on the shared
 //! informer, its default form: `w6/informer`), labelled saturated, with the ratio
 //! sharded/reference of every figure. Writes `latest.json`, `latest.md`, `throughput.svg`,
-//! `latency.svg` and `capacity-w1.svg`, `capacity-w2.svg`, `capacity-w5.svg` into the output
-//! directory.
+//! `latency.svg` and `capacity-w1.svg`, `capacity-w2.svg`, `capacity-w5.svg`,
+//! `capacity-w1-informer.svg` into the output directory.
 //!
 //! The default sizes of the side-by-side runs finish in about a minute and a half on the
 //! project's 2-core machine (release build; the committed `results/latest.json` measured 75 s
@@ -29,6 +30,7 @@ use crate::controller_informer;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{parse_consumers, EngineConfig, EngineKind};
 use crate::harness_floor::FloorChoice;
+use crate::informer_handlers::InformerConfig;
 use crate::machine::{command_line, Machine};
 use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
 use crate::result::RunResult;
@@ -175,9 +177,13 @@ pub fn capacity_plan(args: &CompareArgs) -> Vec<Job> {
         };
         (100_000, size, plan)
     };
-    [Workload::W1, Workload::W2, Workload::W5]
-        .into_iter()
-        .map(|w| {
+    let bare = [Workload::W1, Workload::W2, Workload::W5].map(|w| (w, None));
+    // And W1 through the informer, as a controller's cache meets its events: written into the
+    // in-memory API server, heard by the default three handlers.
+    let through_informer = (Workload::W1, Some(InformerConfig::default()));
+    bare.into_iter()
+        .chain([through_informer])
+        .map(|(w, informer)| {
             let own = EngineConfig::for_workload(w);
             Job {
                 spec: WorkloadSpec::new(w).keys(keys).seed(args.seed),
@@ -190,6 +196,7 @@ pub fn capacity_plan(args: &CompareArgs) -> Vec<Job> {
                 size,
                 p99_limit_ms: DEFAULT_P99_LIMIT_MS,
                 in_process: args.in_process,
+                informer,
             }
         })
         .collect()
@@ -537,8 +544,13 @@ fn capacity_markdown(md: &mut String, curves: &[Curve]) {
         if let Some(claim) = claim(&of_w) {
             let _ = writeln!(md, "\n{claim}.");
         }
-        let _ = writeln!(md, "\n![{w} capacity](capacity-{w}.svg)");
+        let _ = writeln!(md, "\n![{w} capacity]({})", capacity_chart_name(w));
     }
+}
+
+/// The file of `workload`'s capacity chart: `capacity-w1.svg`, `capacity-w1-informer.svg`.
+fn capacity_chart_name(workload: &str) -> String {
+    format!("capacity-{}.svg", workload.replace('/', "-"))
 }
 
 /// Writes the four files into `out`; returns their paths.
@@ -553,7 +565,7 @@ pub fn write_outputs(out: &Path, report: &CompareReport) -> Result<Vec<PathBuf>,
     latency_svg(&report.results, &latency).map_err(|e| e.to_string())?;
     let mut charts = vec![throughput, latency];
     for w in capacity_workloads(&report.capacity) {
-        let path = out.join(format!("capacity-{w}.svg"));
+        let path = out.join(capacity_chart_name(w));
         let of_w = curves_of(&report.capacity, w);
         capacity_svg(&of_w, &path).map_err(|e| e.to_string())?;
         charts.push(path);
@@ -700,7 +712,9 @@ mod tests {
                 ("w2", "reference"),
                 ("w2", "sharded"),
                 ("w5", "reference"),
-                ("w5", "sharded")
+                ("w5", "sharded"),
+                ("w1/informer", "reference"),
+                ("w1/informer", "sharded")
             ]
         );
         assert!(capacity.iter().all(|c| !c.probes.is_empty()
@@ -725,8 +739,10 @@ mod tests {
         assert!(md.contains("| w6/informer controller loop | reconciles/s |"));
         assert!(md.contains("| w6/informer controller loop | CPU µs/event |"));
         assert!(md.contains("| w1@200k/s | latency p99 µs |"));
-        assert_eq!(json["capacity"].as_array().map(Vec::len), Some(6));
+        assert_eq!(json["capacity"].as_array().map(Vec::len), Some(8));
         assert!(md.contains("### Capacity") && md.contains("![w5 capacity](capacity-w5.svg)"));
+        assert!(md.contains("![w1/informer capacity](capacity-w1-informer.svg)"));
+        assert!(read("capacity-w1-informer.svg").contains("sharded p99"));
         // Equal work leads; the saturated table comes after, labelled as such.
         // Each heading and row must be there: `None < Some(..)` would pass unnoticed.
         let at = |text: &str| md.find(text).unwrap_or_else(|| panic!("{text:?} in {md}"));

@@ -8,7 +8,7 @@ use crate::args::parse_workload;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
-use crate::informer_handlers::InformerConfig;
+use crate::informer_handlers::{InformerArgs, InformerConfig};
 use crate::report::{
     finish, handler_table, refuse, scheduling_table, table, write_file, write_json, Report,
 };
@@ -116,24 +116,9 @@ pub struct RunArgs {
     /// the server and the harness themselves); `none` leaves it out; `only` runs it alone.
     #[arg(long, value_enum, default_value = "row")]
     pub harness_floor: FloorChoice,
-    /// `--through informer`: handler registrations; the last one is the slow one.
-    #[arg(long, default_value_t = crate::informer_handlers::DEFAULT_HANDLERS, value_parser = crate::informer_handlers::parse_handlers)]
-    pub handlers: usize,
-    /// `--through informer`: CPU microseconds the slow handler spins per notification.
-    #[arg(long, default_value_t = crate::informer_handlers::DEFAULT_SLOW_HANDLER_US)]
-    pub slow_handler_us: u64,
-    /// `--through informer`: the slow handler sleeps its time (a handler waiting on I/O)
-    /// instead of spinning on a CPU.
-    #[arg(long)]
-    pub slow_handler_waits: bool,
-    /// `--through informer`: the slow handler coalesces per key (`HandlerOptions::coalesce`):
-    /// what waits for it is merged into one change per key, so it does not hold the informer.
-    #[arg(long)]
-    pub slow_handler_coalesces: bool,
-    /// `--through informer`: the slow handler's buffer bound, in notifications (default: the
-    /// informer's, 65,536).
-    #[arg(long)]
-    pub slow_handler_buffer: Option<usize>,
+    /// The informer path's handlers (`--through informer`).
+    #[command(flatten)]
+    pub informer: InformerArgs,
     /// Run every engine in this process, one after another, instead of one child process per
     /// engine. Faster to debug and profile, but the peak memory of every run after the first
     /// is understated: the allocator hands the next run what the previous one freed.
@@ -204,13 +189,7 @@ impl RunArgs {
 
     /// The informer path's knobs these arguments ask for (`--through informer`).
     pub fn informer(&self) -> InformerConfig {
-        InformerConfig {
-            handlers: self.handlers,
-            slow_handler: Duration::from_micros(self.slow_handler_us),
-            slow_handler_waits: self.slow_handler_waits,
-            slow_handler_coalesces: self.slow_handler_coalesces,
-            slow_handler_buffer: self.slow_handler_buffer,
-        }
+        self.informer.config()
     }
 
     /// The engine knobs these arguments ask for: the workload's own
