@@ -104,6 +104,11 @@ pub struct Discarded {
     pub settle_seconds: f64,
     /// (newest resource version read, unix nanoseconds), one per chunk.
     pub seen: Vec<(u64, u64)>,
+    /// Whether the watch ended before the reader stopped reading: the server closed it (as
+    /// too slow, or shutting down) or the connection failed.
+    pub ended: bool,
+    /// How the connection failed, if it did.
+    pub error: Option<String>,
 }
 
 async fn connect(addr: &str) -> Result<SendRequest<Empty<Bytes>>, String> {
@@ -240,10 +245,12 @@ impl Reader {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let settle_seconds = churn_end.elapsed().as_secs_f64();
+        let ended = self.task.is_finished();
         self.task.abort();
-        if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(1), self.task).await {
-            return Err(e);
-        }
+        let error = match tokio::time::timeout(Duration::from_secs(1), self.task).await {
+            Ok(Ok(Err(e))) => Some(e),
+            _ => None,
+        };
         let events = self.counted.load(Ordering::Relaxed);
         let seen = std::mem::take(&mut *lock(&self.seen));
         Ok(Discarded {
@@ -251,6 +258,8 @@ impl Reader {
             expected,
             settle_seconds,
             seen,
+            ended,
+            error,
         })
     }
 }
