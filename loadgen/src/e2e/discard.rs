@@ -190,6 +190,13 @@ impl Reader {
     /// Opens a watch of every pod from the server's current version (`url` is `http://ADDR`);
     /// returns once the server answered, with the body being read and discarded.
     pub async fn start(url: &str, wire: Wire) -> Result<Reader, String> {
+        Self::start_stalling(url, wire, false).await
+    }
+
+    /// [`Reader::start`], but with `stall` the reader stops reading after its first chunk and
+    /// holds the connection open: a watcher too slow for the server, which the server should
+    /// close (`e2e --watchers` shows its count of closed watchers).
+    pub async fn start_stalling(url: &str, wire: Wire, stall: bool) -> Result<Reader, String> {
         let addr = addr_of(url)?;
         let start = json_number(&addr, "/api/v1/pods?limit=1", "/metadata/resourceVersion").await?;
         let accept = match wire {
@@ -219,6 +226,10 @@ impl Reader {
                     lock(&task_seen).push((start + counter.events, unix_nanos()));
                     // Relaxed: a count read for progress; the seen list is behind its lock.
                     task_counted.store(counter.events, Ordering::Relaxed);
+                    if stall {
+                        // Holds `body` (the connection) without reading until aborted.
+                        std::future::pending::<()>().await;
+                    }
                 }
             }
             Ok(())

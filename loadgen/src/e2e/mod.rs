@@ -185,6 +185,16 @@ pub struct E2eArgs {
         conflicts_with = "events"
     )]
     pub churn_seconds: Option<f64>,
+    /// With `--watchers`: this many discarding watchers stop reading after their first
+    /// chunk, for the server to close as too slow (a test of the close and its count).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        hide = true,
+        requires = "watchers"
+    )]
+    pub stalled_watchers: usize,
 }
 
 impl E2eArgs {
@@ -194,6 +204,9 @@ impl E2eArgs {
         let mut config = ServeConfig::new(spec, rate);
         config.pod_profile = self.pod_profile;
         config.window = self.window;
+        // As `serve` does: a watcher a window behind is closed, the point past which it could
+        // only get a 410 anyway.
+        config.limits = crate::serve::limits::Limits::for_window(self.window);
         config.bookmark_interval = Duration::from_secs(1);
         config.publish_interval = self.publish_interval;
         config

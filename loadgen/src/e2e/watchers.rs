@@ -77,6 +77,9 @@ pub struct E2eWatchersArgs {
     /// Where the parent writes the server's final state (watchers with a cache).
     #[arg(long)]
     pub expected: PathBuf,
+    /// How many of the discarding watchers stop reading after their first chunk.
+    #[arg(long, default_value_t = 0)]
+    pub stall: usize,
 }
 
 /// What one watcher did.
@@ -208,6 +211,16 @@ pub fn main(
             return ExitCode::from(2);
         }
     };
+    if args.stalled_watchers > 0
+        && (args.watcher_client.discards().is_none() || args.stalled_watchers > shares[0])
+    {
+        eprintln!(
+            "loadgen e2e: --stalled-watchers needs a discarding --watcher-client and at most \
+             the first process's {} watchers",
+            shares[0]
+        );
+        return ExitCode::from(2);
+    }
     let events = match (args.events, args.churn_seconds) {
         (Some(_), Some(_)) => {
             eprintln!("loadgen e2e: give --events or --churn-seconds, not both");
@@ -305,7 +318,8 @@ async fn run(
 
     let opening = ui.phase(format!("opening {total} watchers"), 0);
     let mut children = Vec::with_capacity(shares.len());
-    for &share in shares {
+    for (i, &share) in shares.iter().enumerate() {
+        let stall = if i == 0 { args.stalled_watchers } else { 0 };
         let spawned = std::process::Command::new(exe)
             .arg("e2e-watchers")
             .args(["--url", &server.url(), "--client", client.name()])
@@ -316,6 +330,7 @@ async fn run(
             .arg(&timeline_path)
             .arg("--expected")
             .arg(&expected_path)
+            .args(["--stall", &stall.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -605,7 +620,7 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
     match args.client.discards() {
         Some(wire) => {
             let readers: Vec<Reader> = futures_util::stream::iter(0..args.watchers)
-                .map(|_| Reader::start(&args.url, wire))
+                .map(|i| Reader::start_stalling(&args.url, wire, i < args.stall))
                 .buffer_unordered(OPENING)
                 .try_collect()
                 .await?;
