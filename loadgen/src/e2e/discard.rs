@@ -248,6 +248,17 @@ impl Reader {
     pub async fn finish(self, settle: Duration) -> Result<Discarded, String> {
         let churn_end = Instant::now();
         let last = json_number(&self.addr, "/loadgen/status", "/resourceVersion").await?;
+        self.finish_at(last, churn_end, settle).await
+    }
+
+    /// [`Reader::finish`] with the server's final version `last` already known (many readers
+    /// of one server ask it once), waiting up to `settle` from `churn_end`.
+    pub async fn finish_at(
+        self,
+        last: u64,
+        churn_end: Instant,
+        settle: Duration,
+    ) -> Result<Discarded, String> {
         let expected = last.saturating_sub(self.start);
         while self.counted.load(Ordering::Relaxed) < expected && churn_end.elapsed() < settle {
             if self.task.is_finished() {

@@ -165,7 +165,7 @@ pub struct E2eArgs {
     pub chart: Option<PathBuf>,
     /// Instead of the client rows: N watchers of one server, spread over child processes;
     /// reports events delivered per second, each watcher's lag p99, the server's CPU per
-    /// delivered event and the watchers it closed as too slow (docs/real-clusters.md, "Many
+    /// delivered event and the watchers it closed as too slow (docs/wire.md, "Many
     /// watchers").
     #[arg(long, value_name = "N", conflicts_with_all = ["client", "find_capacity", "kubeconfig", "chart"])]
     pub watchers: Option<usize>,

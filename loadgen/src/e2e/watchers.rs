@@ -627,11 +627,16 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
             let cpu_at_sync = process_cpu_seconds();
             say_synced()?;
             wait_for_churned().await?;
+            let churn_end = Instant::now();
             let timeline = read_timeline(args)?;
+            let last = served_resource_version(&args.url).await?;
             // Together: each one's settling counts from the end of the churn.
-            let done: Vec<Discarded> =
-                futures_util::future::try_join_all(readers.into_iter().map(|r| r.finish(settle)))
-                    .await?;
+            let done: Vec<Discarded> = futures_util::future::try_join_all(
+                readers
+                    .into_iter()
+                    .map(|r| r.finish_at(last, churn_end, settle)),
+            )
+            .await?;
             let watchers = done
                 .into_iter()
                 .map(|d| {
