@@ -97,6 +97,8 @@ pub struct WatcherOutcome {
     pub ended_early: Option<String>,
     /// It received every event (a watcher with a cache: its cache ends equal to the server's).
     pub ok: bool,
+    /// Seconds from the end of the churn until it had every event (or until giving up).
+    pub settle_seconds: f64,
 }
 
 /// What a child reports on its stdout.
@@ -125,7 +127,11 @@ pub struct FanOutReport {
     pub churn_seconds: f64,
     /// Events received by all watchers together.
     pub delivered: u64,
-    /// `delivered` per second of churn.
+    /// Seconds from the churn's start until the last watcher had every event: the churn, and
+    /// the time the slowest watcher took to catch up after it.
+    pub delivery_seconds: f64,
+    /// `delivered` per second of `delivery_seconds`: above the offered rate × watchers only
+    /// while the watchers keep up.
     pub delivered_per_second: f64,
     /// Watchers that received every event.
     pub watchers_ok: usize,
@@ -471,6 +477,11 @@ fn aggregate(
         .count();
     let mut p99s: Vec<u64> = per_watcher.iter().map(|w| w.lag_p99_us).collect();
     p99s.sort_unstable();
+    let delivery_seconds = churn_seconds
+        + per_watcher
+            .iter()
+            .map(|w| w.settle_seconds)
+            .fold(0.0, f64::max);
     let per_event = |cpu: Option<f64>| {
         crate::cpu::cpu_figures(cpu.map(|s| Duration::from_secs_f64(s.max(0.0))), delivered).1
     };
@@ -481,7 +492,8 @@ fn aggregate(
         events,
         churn_seconds,
         delivered,
-        delivered_per_second: delivered as f64 / churn_seconds.max(1e-9),
+        delivery_seconds,
+        delivered_per_second: delivered as f64 / delivery_seconds.max(1e-9),
         watchers_ok,
         dropped: per_watcher.len() - watchers_ok,
         closed_as_too_slow,
@@ -554,13 +566,13 @@ fn print_report(r: &FanOutReport, args: &E2eArgs) {
     );
     println!(
         "({} events at {:.0}/s offered over {:.2} s, {} pods; delivered: events received by all \
-         watchers; p99 median/worst: each watcher's lag p99 from when the event was due on the \
+         watchers, per second until the last watcher had every event ({:.2} s); p99 median/worst: each watcher's lag p99 from when the event was due on the \
          server to when it read it, the median watcher's and the worst; dropped: watchers missing \
          events or whose watch ended early; closed: watchers the server closed as too slow; srv \
          cpu: the server's process (churn and sends) from the churn's start until every watcher \
          reported; wch: the watcher processes, CPU per delivered event and the largest's peak \
          resident MB; verdict: every watcher received every event and none was closed)",
-        r.events, args.rate, r.churn_seconds, args.pod_profile
+        r.events, args.rate, r.churn_seconds, args.pod_profile, r.delivery_seconds
     );
 }
 
@@ -653,6 +665,7 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                                 .unwrap_or_else(|| "the server ended the watch".to_owned())
                         }),
                         ok: d.events == d.expected,
+                        settle_seconds: d.settle_seconds,
                     }
                 })
                 .collect();
@@ -727,6 +740,7 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                     // closed watchers tells.
                     ended_early: None,
                     ok: same,
+                    settle_seconds: churn_end.elapsed().as_secs_f64(),
                 });
             }
             Ok(outcome_of(watchers, cpu_at_sync))
@@ -774,6 +788,7 @@ mod tests {
             lag_max_us: p99 * 2,
             ended_early: ended.map(str::to_owned),
             ok: events == 100,
+            settle_seconds: 0.5,
         };
         let child = |watchers| ChildOutcome {
             watchers,
@@ -796,7 +811,10 @@ mod tests {
             (report.delivered, report.watchers_ok, report.dropped),
             (300, 3, 0)
         );
-        assert_eq!(report.delivered_per_second, 150.0);
+        assert_eq!(
+            report.delivered_per_second, 120.0,
+            "over the churn and the settling"
+        );
         assert_eq!(report.lag_p99_us, (20, 30));
         assert_eq!(report.lag_max_us, 60);
         assert!((report.server_cpu_us_per_event.unwrap() - 1000.0 / 300.0).abs() < 1e-9);
