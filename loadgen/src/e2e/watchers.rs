@@ -633,7 +633,8 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
         Some(wire) => {
             let readers: Vec<Reader> = futures_util::stream::iter(0..args.watchers)
                 .map(|i| Reader::start_stalling(&args.url, wire, i < args.stall))
-                .buffer_unordered(OPENING)
+                // In order: the stalled ones are the first, and the report lists them first.
+                .buffered(OPENING)
                 .try_collect()
                 .await?;
             let cpu_at_sync = process_cpu_seconds();
