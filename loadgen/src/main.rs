@@ -12,7 +12,8 @@
 //! - `loadgen e2e --workload wN --rate R --client ROW|all` (feature `wire`; rows `kcache`,
 //!   `kcache-protobuf`, `kcache-json`, `kcache-metadata`, `kube-rs`, `serve-alone`): real clients (kcache's
 //!   informer through kube-rs or its own client, kube-rs' own reflector) and a discarding
-//!   reader (the server alone) against `serve`.
+//!   reader (the server alone) against `serve`; `--watchers N`: one server's fan-out to N
+//!   watchers.
 
 #![deny(unsafe_code)]
 
@@ -74,6 +75,10 @@ enum Command {
     #[cfg(feature = "wire")]
     #[command(hide = true)]
     E2eClient(loadgen::e2e::client::E2eClientArgs),
+    /// A process of watchers of `e2e --watchers` (started by `e2e`).
+    #[cfg(feature = "wire")]
+    #[command(hide = true)]
+    E2eWatchers(loadgen::e2e::watchers::E2eWatchersArgs),
 }
 
 fn main() -> ExitCode {
@@ -99,5 +104,7 @@ fn main() -> ExitCode {
         Command::Churn(args) => loadgen::commands::churn::main(args),
         #[cfg(feature = "wire")]
         Command::E2eClient(args) => loadgen::e2e::client::main(args),
+        #[cfg(feature = "wire")]
+        Command::E2eWatchers(args) => loadgen::e2e::watchers::child_main(args),
     }
 }

@@ -193,10 +193,10 @@ fn parse_cpu_seconds(stat: &str) -> Option<f64> {
 
 /// What the handler saw: (resource version, unix nanoseconds).
 #[derive(Debug, Default)]
-struct Seen {
-    events: Mutex<Vec<(u64, u64)>>,
+pub(super) struct Seen {
+    pub(super) events: Mutex<Vec<(u64, u64)>>,
     /// The highest version heard, for [`wait_for_catch_up`] to read without the lock.
-    latest: AtomicU64,
+    pub(super) latest: AtomicU64,
 }
 
 impl Seen {
@@ -235,7 +235,7 @@ pub fn write_expected<'a>(
 }
 
 /// Reads what [`write_expected`] wrote.
-fn read_expected(path: &PathBuf) -> Result<BTreeMap<String, String>, String> {
+pub(super) fn read_expected(path: &PathBuf) -> Result<BTreeMap<String, String>, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("reading the server's final state {}: {e}", path.display()))?;
     text.lines()
@@ -318,11 +318,12 @@ impl<T: Send + Sync + 'static, L: ListerWatcher<T>> ListerWatcher<T> for Countin
 }
 
 /// Reads a client's cache as `namespace/name` → resource version.
-type ReadCache = Box<dyn Fn() -> BTreeMap<String, String> + Send>;
+pub(super) type ReadCache = Box<dyn Fn() -> BTreeMap<String, String> + Send>;
 /// Stops a client.
-type Stop = Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+pub(super) type Stop =
+    Box<dyn FnOnce() -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
 /// Completes once the client's handler has seen the initial list.
-type Synced = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+pub(super) type Synced = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn state_of<'a, K: kube::Resource + 'a>(
     pods: impl Iterator<Item = &'a K>,
@@ -407,7 +408,7 @@ where
 }
 
 /// Starts `client` against `api`; returns how to read its cache and how to stop it.
-fn start_client(
+pub(super) fn start_client(
     client: OneClient,
     api: Api<Pod>,
     kube_client: Client,
@@ -581,7 +582,7 @@ async fn run(args: &E2eClientArgs) -> Result<ClientOutcome, String> {
 /// `last` itself: its cache is then compared with the server's as it is). Polling an atomic
 /// every millisecond costs the measured client next to nothing. Tokio's clock, so a test can
 /// pause it.
-async fn wait_for_catch_up(
+pub(super) async fn wait_for_catch_up(
     seen: &Seen,
     last: u64,
     received: &AtomicU64,
@@ -604,7 +605,7 @@ async fn wait_for_catch_up(
 const CATCH_UP_STALL: Duration = Duration::from_secs(2);
 
 /// Tells the parent, which holds the churn until this line, that the client is ready.
-fn say_synced() -> Result<(), String> {
+pub(super) fn say_synced() -> Result<(), String> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "synced")
         .and_then(|()| out.flush())
@@ -612,7 +613,7 @@ fn say_synced() -> Result<(), String> {
 }
 
 /// Waits for the parent's word that the churn is over (end of input: the parent is gone).
-async fn wait_for_churned() -> Result<Option<u64>, String> {
+pub(super) async fn wait_for_churned() -> Result<Option<u64>, String> {
     let word = tokio::task::spawn_blocking(|| {
         let mut line = String::new();
         std::io::stdin().lock().read_line(&mut line).map(|_| line)
@@ -642,6 +643,9 @@ async fn run_discarding(args: &E2eClientArgs, wire: Wire) -> Result<ClientOutcom
     let done = reader
         .finish(Duration::from_secs_f64(args.settle_seconds))
         .await?;
+    if let Some(e) = done.error {
+        return Err(e);
+    }
     let seen = Seen::default();
     *lock(&seen.events) = done.seen;
     seen.write(&args.seen)

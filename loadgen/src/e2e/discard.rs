@@ -104,6 +104,11 @@ pub struct Discarded {
     pub settle_seconds: f64,
     /// (newest resource version read, unix nanoseconds), one per chunk.
     pub seen: Vec<(u64, u64)>,
+    /// Whether the watch ended before the reader stopped reading: the server closed it (as
+    /// too slow, or shutting down) or the connection failed.
+    pub ended: bool,
+    /// How the connection failed, if it did.
+    pub error: Option<String>,
 }
 
 async fn connect(addr: &str) -> Result<SendRequest<Empty<Bytes>>, String> {
@@ -185,6 +190,13 @@ impl Reader {
     /// Opens a watch of every pod from the server's current version (`url` is `http://ADDR`);
     /// returns once the server answered, with the body being read and discarded.
     pub async fn start(url: &str, wire: Wire) -> Result<Reader, String> {
+        Self::start_stalling(url, wire, false).await
+    }
+
+    /// [`Reader::start`], but with `stall` the reader stops reading after its first chunk and
+    /// holds the connection open: a watcher too slow for the server, which the server should
+    /// close (`e2e --watchers` shows its count of closed watchers).
+    pub async fn start_stalling(url: &str, wire: Wire, stall: bool) -> Result<Reader, String> {
         let addr = addr_of(url)?;
         let start = json_number(&addr, "/api/v1/pods?limit=1", "/metadata/resourceVersion").await?;
         let accept = match wire {
@@ -214,6 +226,10 @@ impl Reader {
                     lock(&task_seen).push((start + counter.events, unix_nanos()));
                     // Relaxed: a count read for progress; the seen list is behind its lock.
                     task_counted.store(counter.events, Ordering::Relaxed);
+                    if stall {
+                        // Holds `body` (the connection) without reading until aborted.
+                        std::future::pending::<()>().await;
+                    }
                 }
             }
             Ok(())
@@ -232,6 +248,17 @@ impl Reader {
     pub async fn finish(self, settle: Duration) -> Result<Discarded, String> {
         let churn_end = Instant::now();
         let last = json_number(&self.addr, "/loadgen/status", "/resourceVersion").await?;
+        self.finish_at(last, churn_end, settle).await
+    }
+
+    /// [`Reader::finish`] with the server's final version `last` already known (many readers
+    /// of one server ask it once), waiting up to `settle` from `churn_end`.
+    pub async fn finish_at(
+        self,
+        last: u64,
+        churn_end: Instant,
+        settle: Duration,
+    ) -> Result<Discarded, String> {
         let expected = last.saturating_sub(self.start);
         while self.counted.load(Ordering::Relaxed) < expected && churn_end.elapsed() < settle {
             if self.task.is_finished() {
@@ -240,10 +267,12 @@ impl Reader {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let settle_seconds = churn_end.elapsed().as_secs_f64();
+        let ended = self.task.is_finished();
         self.task.abort();
-        if let Ok(Ok(Err(e))) = tokio::time::timeout(Duration::from_secs(1), self.task).await {
-            return Err(e);
-        }
+        let error = match tokio::time::timeout(Duration::from_secs(1), self.task).await {
+            Ok(Ok(Err(e))) => Some(e),
+            _ => None,
+        };
         let events = self.counted.load(Ordering::Relaxed);
         let seen = std::mem::take(&mut *lock(&self.seen));
         Ok(Discarded {
@@ -251,6 +280,8 @@ impl Reader {
             expected,
             settle_seconds,
             seen,
+            ended,
+            error,
         })
     }
 }

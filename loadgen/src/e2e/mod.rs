@@ -16,11 +16,15 @@
 //!
 //! With `--kubeconfig FILE` the rows run against a server that is already up instead (a
 //! `serve --writes`, a real cluster), and `loadgen churn` writes the workload ([`kubeconfig`]).
+//!
+//! With `--watchers N` one server fans its churn out to N watchers spread over child
+//! processes instead, and the report is the fan-out's ([`watchers`]).
 
 pub mod capacity;
 pub mod client;
 pub mod discard;
 pub mod kubeconfig;
+pub mod watchers;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -159,6 +163,38 @@ pub struct E2eArgs {
     /// (one run at `--rate`; not with `--find-capacity`).
     #[arg(long)]
     pub chart: Option<PathBuf>,
+    /// Instead of the client rows: N watchers of one server, spread over child processes;
+    /// reports events delivered per second, each watcher's lag p99, the server's CPU per
+    /// delivered event and the watchers it closed as too slow (docs/wire.md, "Many
+    /// watchers").
+    #[arg(long, value_name = "N", conflicts_with_all = ["client", "find_capacity", "kubeconfig", "chart"])]
+    pub watchers: Option<usize>,
+    /// With `--watchers`: what each watcher is: `serve-alone` (a reader that counts events and
+    /// discards them, the default), `serve-alone-protobuf`, or a client row such as
+    /// `kcache-protobuf` (an informer with a cache per watcher).
+    #[arg(long, value_enum, default_value = "serve-alone", requires = "watchers")]
+    pub watcher_client: OneClient,
+    /// With `--watchers`: child processes to spread them over [default: one per 250].
+    #[arg(long, value_name = "P", requires = "watchers")]
+    pub watcher_procs: Option<usize>,
+    /// With `--watchers`: seconds of churn, `--events` being rate × this [default: 20].
+    #[arg(
+        long,
+        value_name = "S",
+        requires = "watchers",
+        conflicts_with = "events"
+    )]
+    pub churn_seconds: Option<f64>,
+    /// With `--watchers`: this many discarding watchers stop reading after their first
+    /// chunk, for the server to close as too slow (a test of the close and its count).
+    #[arg(
+        long,
+        value_name = "K",
+        default_value_t = 0,
+        hide = true,
+        requires = "watchers"
+    )]
+    pub stalled_watchers: usize,
 }
 
 impl E2eArgs {
@@ -168,6 +204,9 @@ impl E2eArgs {
         let mut config = ServeConfig::new(spec, rate);
         config.pod_profile = self.pod_profile;
         config.window = self.window;
+        // As `serve` does: a watcher a window behind is closed, the point past which it could
+        // only get a 410 anyway.
+        config.limits = crate::serve::limits::Limits::for_window(self.window);
         config.bookmark_interval = Duration::from_secs(1);
         config.publish_interval = self.publish_interval;
         config
@@ -255,6 +294,9 @@ pub fn main(args: E2eArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(watchers) = args.watchers {
+        return watchers::main(&args, watchers, spec, &exe, &runtime);
+    }
     let clients: &[OneClient] = &args.client.0;
     if args.kubeconfig.is_some() {
         if args.find_capacity {
