@@ -246,9 +246,10 @@
 //! - **Writer-only operations take a proof of exclusive writing.** Publishing a new content is
 //!   a method of the writers' lock held exclusively, borrowed `&mut` (`Exclusive::publish`).
 //!   Replacing a slot's object (a load and a store, sound only while writers of one slot never
-//!   overlap) is an `unsafe fn` with one caller, `Writable::insert`, which holds the key's
-//!   items-shard entry in a state no other writer can reach meanwhile: the current one, under
-//!   the writers' lock held shared, or one a single thread is building.
+//!   overlap) takes `&mut Held`: the key's items-shard entry held in a state no other writer
+//!   can reach meanwhile (the current one, under the writers' lock held shared, or one a
+//!   single thread is building), which only a `Writable` of such a state makes. A write that
+//!   holds no such entry does not compile.
 //! - **A raw pointer is freed only by a function that owns it.** A slot's pointer leaves the
 //!   slot only as an owned `Unpublished` count, which only the slot's own swap-out and its
 //!   drop can make, and which `retire` consumes: each count is released once, by the epoch.

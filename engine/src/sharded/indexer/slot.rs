@@ -20,10 +20,9 @@
 //!   ([`replace`](Slot::replace)) or its drop (both in a module of their own, so nothing else
 //!   in this file can wrap a pointer in one), and `retire` consumes that: a count is released
 //!   once, by the epoch, and only after the slot stopped publishing it.
-//! - [`replace`](Slot::replace) is a load and a store, not a swap: it is an `unsafe fn`
-//!   whose callers promise that writers of one slot never overlap (its only caller is the
-//!   indexer's `Writable`, which holds the key's items-shard entry in a state no other
-//!   writer can reach at the same time).
+//! - [`replace`](Slot::replace) is a load and a store, not a swap: it takes `&mut Held`, the
+//!   key's items-shard entry held in a state no other writer can reach at the same time, which
+//!   only the indexer's `Writable` can make: misuse does not compile.
 //! - Every guard is a `Pinned`, which only `crossbeam_epoch::pin` makes: pinned to the
 //!   default collector, the one the release is deferred to.
 
@@ -32,6 +31,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::epoch::Pinned;
+use super::writable::Held;
 use crate::key::Key;
 use cell::ObjectCell;
 
@@ -108,19 +108,19 @@ impl<T: Send + Sync + 'static> Slot<T> {
         crate::sharded::prefetch::value(self.obj.load(Ordering::Relaxed));
     }
 
-    /// Publishes `obj` and returns the object it replaces.
+    /// Publishes `obj` in `held`'s slot and returns the object it replaces.
     ///
-    /// # Safety
+    /// A load and a store, not a swap: sound only while writers of one slot never overlap,
+    /// which `held` proves (the key's items entry held in a [`Writable`] state: no other
+    /// thread writes this slot while it lives) and `&mut` keeps true through `held` itself.
     ///
-    /// Calls of `replace` on one slot must not overlap: the slot's pointer is read and then
-    /// written, not swapped, so two overlapping calls would both take the same object out of
-    /// the slot and release its strong count twice (and leak one of the new ones).
-    ///
-    /// `guard` must be pinned (to the default collector, as every guard of the crate is).
-    pub(super) unsafe fn replace(&self, obj: Arc<T>, guard: &Pinned) -> Arc<T> {
-        // Safety: the caller guarantees that no other `replace` of this slot, hence no other
-        // `swap_out` of its cell, overlaps this one.
-        let old = unsafe { self.obj.swap_out(obj) };
+    /// [`Writable`]: super::writable::Writable
+    pub(super) fn replace(held: &mut Held<'_, T>, obj: Arc<T>, guard: &Pinned) -> Arc<T> {
+        let slot: &Self = held.slot();
+        // Safety: `held` is the only writer of this slot while it lives (see `Held`), and it
+        // is borrowed mutably for the call, so no other `swap_out` of the slot's cell overlaps
+        // this one.
+        let old = unsafe { slot.obj.swap_out(obj) };
         let previous = old.to_arc();
         old.retire(guard);
         previous
@@ -248,6 +248,7 @@ mod tests {
     use std::mem::size_of;
     use std::sync::atomic::AtomicUsize;
 
+    use super::super::writable::Fresh;
     use super::*;
 
     /// What the docs state a key's slot costs: the slot is 32 bytes (the object pointer and
@@ -275,16 +276,23 @@ mod tests {
     #[test]
     fn every_published_object_is_released_once() {
         static DROPS: AtomicUsize = AtomicUsize::new(0);
-        let slot = Slot::new(Key::new("ns/a"), Arc::new(Counted(&DROPS)));
+        let key = Key::new("ns/a");
+        let mut fresh = Fresh::new(Vec::new(), 1);
+        fresh
+            .writable()
+            .insert(key.clone(), Arc::new(Counted(&DROPS)), &Pinned::pin());
         let reader = Pinned::pin();
-        let borrowed: *const Counted = slot.load(&reader);
+        let Ok(mut held) = fresh.writable().entry(key) else {
+            panic!("the key was just stored");
+        };
+        let borrowed: *const Counted = held.slot().load(&reader);
         {
             let writer = Pinned::pin();
-            // Safety: this is the slot's only writer.
-            let previous = unsafe { slot.replace(Arc::new(Counted(&DROPS)), &writer) };
+            let previous = Slot::replace(&mut held, Arc::new(Counted(&DROPS)), &writer);
             assert!(std::ptr::eq(Arc::as_ptr(&previous), borrowed));
             drop(previous);
         }
+        drop(held);
         for _ in 0..1_000 {
             Pinned::pin().flush();
         }
@@ -294,7 +302,7 @@ mod tests {
             "`reader` may still read it"
         );
         drop(reader);
-        drop(slot);
+        drop(fresh.into_state());
         for _ in 0..10_000 {
             if DROPS.load(Ordering::SeqCst) == 2 {
                 break;
