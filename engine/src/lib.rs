@@ -260,7 +260,9 @@
 //!   guard, pointer or token from its caller.
 //!
 //! What checks it: the unit tests of `slot` and `published` (a replaced object outlives the
-//! guards that could read it, every object is released exactly once),
+//! guards that could read it, every object is released exactly once), the slot's loom model
+//! (`--cfg kcache_loom`, `--lib loom_model`: the slot's atomics against a stand-in collector
+//! with crossbeam-epoch's contract, which loom cannot run),
 //! `tests/indexer_stress.rs` (writers racing on keys while guarded readers borrow what they
 //! replace; no borrowed object is released while borrowed, every object exactly once in the
 //! end), and the indexer's contract and differential suites, which also run through the

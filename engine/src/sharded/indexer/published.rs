@@ -135,7 +135,7 @@ impl<S: Send + Sync + 'static> Exclusive<'_, S> {
         // the old value alive until every thread pinned now has unpinned. Whoever drops the
         // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
         let retired = Arc::clone(&old);
-        guard.guard().defer(move || release(retired));
+        guard.defer(move || release(retired));
         old
     }
 }
