@@ -42,6 +42,21 @@ impl Pinned {
         self.0.flush();
     }
 
+    /// Flushes until `releases` reaches `want`, for at most ten seconds (a release may run
+    /// on a thread of its own): for tests that count the releases the epoch runs.
+    #[cfg(test)]
+    pub(super) fn wait_for_releases(releases: &std::sync::atomic::AtomicUsize, want: usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        for _ in 0..10_000 {
+            if releases.load(SeqCst) == want {
+                break;
+            }
+            Self::pin().flush();
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert_eq!(releases.load(SeqCst), want);
+    }
+
     /// Runs `release` once every thread pinned now (this one included) has unpinned: the
     /// collector's promise, on which every borrow handed out under a `Pinned` relies.
     pub(super) fn defer(&self, release: impl FnOnce() + Send + 'static) {

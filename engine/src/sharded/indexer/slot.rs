@@ -303,14 +303,7 @@ mod tests {
         );
         drop(reader);
         drop(fresh.into_state());
-        for _ in 0..10_000 {
-            if DROPS.load(Ordering::SeqCst) == 2 {
-                break;
-            }
-            Pinned::pin().flush();
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
+        Pinned::wait_for_releases(&DROPS, 2);
     }
 }
 
