@@ -246,9 +246,10 @@
 //! - **Writer-only operations take a proof of exclusive writing.** Publishing a new content is
 //!   a method of the writers' lock held exclusively, borrowed `&mut` (`Exclusive::publish`).
 //!   Replacing a slot's object (a load and a store, sound only while writers of one slot never
-//!   overlap) is an `unsafe fn` with one caller, `Writable::insert`, which holds the key's
-//!   items-shard entry in a state no other writer can reach meanwhile: the current one, under
-//!   the writers' lock held shared, or one a single thread is building.
+//!   overlap) takes `&mut Held`: the key's items-shard entry held in a state no other writer
+//!   can reach meanwhile (the current one, under the writers' lock held shared, or one a
+//!   single thread is building), which only a `Writable` of such a state makes. A write that
+//!   holds no such entry does not compile.
 //! - **A raw pointer is freed only by a function that owns it.** A slot's pointer leaves the
 //!   slot only as an owned `Unpublished` count, which only the slot's own swap-out and its
 //!   drop can make, and which `retire` consumes: each count is released once, by the epoch.
@@ -259,7 +260,9 @@
 //!   guard, pointer or token from its caller.
 //!
 //! What checks it: the unit tests of `slot` and `published` (a replaced object outlives the
-//! guards that could read it, every object is released exactly once),
+//! guards that could read it, every object is released exactly once), the slot's loom model
+//! (`--cfg kcache_loom`, `--lib loom_model`: the slot's atomics against a stand-in collector
+//! with crossbeam-epoch's contract, which loom cannot run),
 //! `tests/indexer_stress.rs` (writers racing on keys while guarded readers borrow what they
 //! replace; no borrowed object is released while borrowed, every object exactly once in the
 //! end), and the indexer's contract and differential suites, which also run through the

@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::borrow::Borrow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier};
@@ -130,21 +131,30 @@ fn read_once<I: Indexer<Obj>>(idx: &I, rng: &mut Rng, with_zone: &AtomicBool) ->
     }
     let keys = idx.index_keys("node", &node).unwrap();
     assert_eq!(keys.len(), keys.iter().collect::<BTreeSet<_>>().len());
-    // Once the zone index has been added, it never disappears. The flag is read before the
-    // call: a reader that saw it set started after some call had found the index.
+    check_zone(rng, with_zone, |zone| idx.by_index("zone", zone));
+    found.len()
+}
+
+/// Reads a random zone's objects through `by_index`: each is in the zone, and once the zone
+/// index has been added, it never disappears. The flag is read before the call: a reader
+/// that saw it set started after some call had found the index.
+fn check_zone<O: Borrow<Obj>>(
+    rng: &mut Rng,
+    with_zone: &AtomicBool,
+    by_index: impl FnOnce(&str) -> Result<Vec<O>, IndexError>,
+) {
     let zone_was_seen = with_zone.load(Ordering::Acquire);
     let zone = format!("zone-{}", rng.u64(..2));
-    match idx.by_index("zone", &zone) {
+    match by_index(&zone) {
         Ok(objs) => {
             with_zone.store(true, Ordering::Release);
             for obj in objs {
-                assert_eq!(zone_of(&obj), zone);
+                assert_eq!(zone_of(obj.borrow()), zone);
             }
         }
         Err(IndexError::UnknownIndex(_)) => assert!(!zone_was_seen, "the zone index vanished"),
         Err(other) => panic!("unexpected error {other}"),
     }
-    found.len()
 }
 
 /// [`read_once`] through a guard held over the whole pass: the objects of every read stay
@@ -176,18 +186,7 @@ fn read_once_guarded(
     for obj in &in_ns {
         assert_eq!(obj.ns, ns);
     }
-    let zone_was_seen = with_zone.load(Ordering::Acquire);
-    let zone = format!("zone-{}", rng.u64(..2));
-    match guard.by_index("zone", &zone) {
-        Ok(objs) => {
-            with_zone.store(true, Ordering::Release);
-            for obj in objs {
-                assert_eq!(zone_of(obj), zone);
-            }
-        }
-        Err(IndexError::UnknownIndex(_)) => assert!(!zone_was_seen, "the zone index vanished"),
-        Err(other) => panic!("unexpected error {other}"),
-    }
+    check_zone(rng, with_zone, |zone| guard.by_index("zone", zone));
     // Give the writers time to replace what is borrowed, then read it all again: still intact.
     thread::yield_now();
     if let Some(obj) = got {

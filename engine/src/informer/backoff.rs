@@ -125,13 +125,18 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    #[test]
-    fn without_jitter_the_waits_double_up_to_the_cap() {
-        let mut timer = Backoff {
+    /// A timer of the default backoff without jitter: its waits are exact.
+    fn unjittered() -> BackoffTimer {
+        Backoff {
             jitter: 0.0,
             ..Backoff::default()
         }
-        .timer();
+        .timer()
+    }
+
+    #[test]
+    fn without_jitter_the_waits_double_up_to_the_cap() {
+        let mut timer = unjittered();
         let now = Instant::now();
         let waits: Vec<_> = (0..9).map(|_| timer.next_delay(now)).collect();
         assert_eq!(
@@ -160,11 +165,7 @@ mod tests {
 
     #[test]
     fn a_quiet_attempt_longer_than_reset_after_resets_the_waits() {
-        let mut timer = Backoff {
-            jitter: 0.0,
-            ..Backoff::default()
-        }
-        .timer();
+        let mut timer = unjittered();
         let start = Instant::now();
         assert_eq!(timer.next_delay(start), ms(800));
         assert_eq!(timer.next_delay(start + ms(900)), ms(1600));

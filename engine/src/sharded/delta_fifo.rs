@@ -531,6 +531,19 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         (0..self.shards.len()).map(|i| self.lock_shard(i)).collect()
     }
 
+    /// Whether the knownObjects store holds `key` as the consumer will leave it: after the
+    /// write of its in-flight batch, if it has one, else as it holds it now. Never, without
+    /// a store.
+    fn is_known(&self, state: &ShardState<T>, key: &Key) -> bool {
+        match &self.known {
+            None => false,
+            Some(known) => match state.in_flight.get(key) {
+                Some(flight) => flight.known_after.is_some(),
+                None => known.get_by_key(key).is_some(),
+            },
+        }
+    }
+
     /// Marks the queue populated; the caller holds a shard lock (or all of them), so this is
     /// ordered with `replace`'s check of the flag.
     fn mark_populated(&self) {
@@ -600,18 +613,9 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
         let mut state = self.lock_shard(shard);
         loop {
             let queued = state.has_pending(&key);
-            if !queued {
-                let known = match &self.known {
-                    None => false,
-                    Some(known) => match state.in_flight.get(&key) {
-                        Some(flight) => flight.known_after.is_some(),
-                        None => known.get_by_key(&key).is_some(),
-                    },
-                };
-                if !known {
-                    self.mark_populated();
-                    return Ok(());
-                }
+            if !queued && !self.is_known(&state, &key) {
+                self.mark_populated();
+                return Ok(());
             }
             // A refused transform is returned before any room is taken.
             if payload.is_err() || self.reserve(&state, &key, DeltaType::Deleted) {
@@ -850,6 +854,26 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                 self.fire_if_synced();
             }
         }
+    }
+
+    /// Serves one key of `shard` to `process`, which it takes: its result, or `None` if the
+    /// shard had no key to hand out (the caller acquires a shard again, `process` still
+    /// untaken).
+    fn serve_one<R, F>(&self, shard: usize, process: &mut Option<F>) -> Option<R>
+    where
+        F: FnOnce(Deltas<T>, bool) -> R,
+    {
+        let mut result = None;
+        self.serve(
+            shard,
+            1,
+            &mut Processing(|deltas, initial| {
+                if let Some(process) = process.take() {
+                    result = Some(process(deltas, initial));
+                }
+            }),
+        );
+        result
     }
 
     /// Pops from one scheduled shard and hands the keys to `consumer`, then ends the batch
@@ -1304,19 +1328,9 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         F: FnOnce(Deltas<T>, bool) -> R,
     {
         let mut process = Some(process);
-        let mut result = None;
         loop {
             let shard = self.scheduler.acquire().ok_or(Closed)?;
-            self.serve(
-                shard,
-                1,
-                &mut Processing(|deltas, initial| {
-                    if let Some(process) = process.take() {
-                        result = Some(process(deltas, initial));
-                    }
-                }),
-            );
-            if let Some(result) = result.take() {
+            if let Some(result) = self.serve_one(shard, &mut process) {
                 return Ok(result);
             }
         }
@@ -1327,23 +1341,13 @@ impl<T: Send + Sync + 'static> DeltaQueue<T> for DeltaFifo<T> {
         F: FnOnce(Deltas<T>, bool) -> R,
     {
         let mut process = Some(process);
-        let mut result = None;
         loop {
             let shard = match self.scheduler.try_acquire() {
                 Acquired::Shard(shard) => shard,
                 Acquired::Empty => return TryPop::Empty,
                 Acquired::Closed => return TryPop::Closed,
             };
-            self.serve(
-                shard,
-                1,
-                &mut Processing(|deltas, initial| {
-                    if let Some(process) = process.take() {
-                        result = Some(process(deltas, initial));
-                    }
-                }),
-            );
-            if let Some(result) = result.take() {
+            if let Some(result) = self.serve_one(shard, &mut process) {
                 return TryPop::Popped(result);
             }
         }

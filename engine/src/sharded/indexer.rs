@@ -37,11 +37,11 @@
 //!
 //! - publishing a new `State` is a method of [`published::Exclusive`], the writers' lock held
 //!   exclusively (and borrowed `&mut`);
-//! - replacing a slot's object ([`Slot::replace`], a load and a store) is an `unsafe fn`
-//!   whose one caller, [`Writable`]'s write of a key, holds the key's
-//!   items-shard entry in a state that no other writer can reach at the same time: the current
-//!   state under the writers' lock held shared ([`published::SharedWriteLock`]), or a state being
-//!   built by one thread ([`writable::Fresh`]).
+//! - replacing a slot's object ([`Slot::replace`], a load and a store) takes `&mut`
+//!   [`writable::Held`]: the key's items-shard entry held in a state that no other writer can
+//!   reach at the same time, which only [`Writable::entry`] makes: the current state under the
+//!   writers' lock held shared ([`published::SharedWriteLock`]), or a state being built by one
+//!   thread ([`writable::Fresh`]).
 //!
 //! A slot's pointer leaves it only as the slot's own strong count, which only the epoch
 //! releases ([`slot`]); every borrowed `&T` is tied to the epoch guard it was read under.
@@ -98,8 +98,8 @@ mod footprint;
 mod published;
 #[allow(unsafe_code)] // Epoch-reclaimed slots: see its `Safety:` comments.
 mod slot;
-#[allow(unsafe_code)] // The one caller of `Slot::replace`: see its `Safety:` comment.
 mod writable;
+mod write;
 
 use std::borrow::Borrow;
 use std::collections::{HashSet, VecDeque};
@@ -179,7 +179,7 @@ struct Index<T: Send + Sync + 'static> {
 
 /// Everything a reader needs, swapped as a whole by `replace` and `add_indexers`.
 struct State<T: Send + Sync + 'static> {
-    items: DashMap<Key, SlotRef<T>, BuildKeyHasher>,
+    items: DashMap<Key, ItemSlot<T>, BuildKeyHasher>,
     /// Where each items shard's table is, for the consumer's first prefetch step, which then
     /// takes no shard lock (two read-modify-writes fewer a key): recorded at every insert of
     /// a new key (the only writes that move a table) and wherever a state is built.
@@ -187,6 +187,11 @@ struct State<T: Send + Sync + 'static> {
     /// Unique names, in the order of every [`ValuesPerIndex`].
     indexes: Vec<Arc<Index<T>>>,
 }
+
+/// What the items map holds per key: its slot. Named here, with the map, so that the write
+/// proofs of [`writable`] (which [`slot`] takes) name the map's entries through the state they
+/// belong to.
+type ItemSlot<T> = SlotRef<T>;
 
 /// An entry of an items shard's table, as dashmap lays it out.
 type ItemsEntry<T> = (Key, dashmap::SharedValue<SlotRef<T>>);
@@ -401,7 +406,7 @@ impl<T: Send + Sync + 'static> State<T> {
     }
 
     /// Records where every items shard's table is (for a state built without
-    /// [`Writable::insert`]).
+    /// [`Writable`]'s insert).
     fn record_items_tables(&self) {
         for (shard, hint) in self.items.shards().iter().zip(&self.items_tables) {
             hint.publish(&shard.read());
@@ -735,7 +740,7 @@ fn rebuilt<T: Send + Sync + 'static>(
     let entries = entries.into_iter();
     let mut fresh = Fresh::new(indexes, entries.size_hint().0);
     for (key, obj) in entries {
-        fresh.insert(key, obj, guard);
+        fresh.writable().insert(key, obj, guard);
     }
     fresh.into_state()
 }

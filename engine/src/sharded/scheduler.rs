@@ -240,14 +240,20 @@ mod tests {
         assert_eq!(s.try_acquire(), Acquired::Empty);
     }
 
-    #[test]
-    fn close_wakes_a_sleeping_consumer_and_tokens_outlive_close() {
+    /// A scheduler and a consumer that has most likely gone to sleep in `acquire` on it.
+    fn sleeping_consumer() -> (Arc<Scheduler>, std::thread::JoinHandle<Option<usize>>) {
         let s = Arc::new(Scheduler::new());
         let sleeper = {
             let s = Arc::clone(&s);
             std::thread::spawn(move || s.acquire())
         };
         std::thread::sleep(Duration::from_millis(20));
+        (s, sleeper)
+    }
+
+    #[test]
+    fn close_wakes_a_sleeping_consumer_and_tokens_outlive_close() {
+        let (s, sleeper) = sleeping_consumer();
         s.close();
         assert_eq!(sleeper.join().unwrap(), None);
         s.schedule(7);
@@ -261,12 +267,7 @@ mod tests {
 
     #[test]
     fn schedule_wakes_a_sleeping_consumer() {
-        let s = Arc::new(Scheduler::new());
-        let sleeper = {
-            let s = Arc::clone(&s);
-            std::thread::spawn(move || s.acquire())
-        };
-        std::thread::sleep(Duration::from_millis(20));
+        let (s, sleeper) = sleeping_consumer();
         s.schedule(5);
         assert_eq!(sleeper.join().unwrap(), Some(5));
     }

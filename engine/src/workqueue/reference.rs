@@ -105,6 +105,17 @@ impl ReferenceQueue {
         }
     }
 
+    /// Marks the queue shutting down (draining or not) and wakes every waiter: the first
+    /// half of client-go's `ShutDown` and `ShutDownWithDrain`.
+    fn begin_shut_down(&self, drain: bool) {
+        let mut state = self.lock();
+        state.drain = drain;
+        state.shutting_down = true;
+        let wakers = self.broadcast(&mut state);
+        drop(state);
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
     /// client-go `cond.Broadcast()`.
     #[must_use]
     fn broadcast(&self, state: &mut State) -> Vec<Waker> {
@@ -248,21 +259,11 @@ impl WorkQueue for ReferenceQueue {
     }
 
     fn shut_down(&self) {
-        let mut state = self.lock();
-        state.drain = false;
-        state.shutting_down = true;
-        let wakers = self.broadcast(&mut state);
-        drop(state);
-        wakers.into_iter().for_each(Waker::wake);
+        self.begin_shut_down(false);
     }
 
     fn shut_down_with_drain(&self) {
-        let mut state = self.lock();
-        state.drain = true;
-        state.shutting_down = true;
-        let wakers = self.broadcast(&mut state);
-        drop(state);
-        wakers.into_iter().for_each(Waker::wake);
+        self.begin_shut_down(true);
         let mut state = self.lock();
         while !state.processing.is_empty() && state.drain {
             state = wait(&self.cond, state);

@@ -106,18 +106,12 @@ impl<T: Send + Sync + 'static> DeltaFifo<T> {
                     object,
                     ..
                 } = event;
-                if kind == DeltaType::Deleted && !state.has_pending(&key) {
-                    let known = match &self.known {
-                        None => false,
-                        Some(known) => match state.in_flight.get(&key) {
-                            Some(flight) => flight.known_after.is_some(),
-                            None => known.get_by_key(&key).is_some(),
-                        },
-                    };
-                    if !known {
-                        self.mark_populated();
-                        continue;
-                    }
+                if kind == DeltaType::Deleted
+                    && !state.has_pending(&key)
+                    && !self.is_known(&state, &key)
+                {
+                    self.mark_populated();
+                    continue;
                 }
                 let object = match object {
                     Ok(object) => object,

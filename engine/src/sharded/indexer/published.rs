@@ -135,7 +135,7 @@ impl<S: Send + Sync + 'static> Exclusive<'_, S> {
         // the old value alive until every thread pinned now has unpinned. Whoever drops the
         // last count frees it: the caller, an arc-swap guard or, last of all, the epoch.
         let retired = Arc::clone(&old);
-        guard.guard().defer(move || release(retired));
+        guard.defer(move || release(retired));
         old
     }
 }
@@ -205,14 +205,7 @@ mod tests {
         drop(reader);
         // Once nothing pinned remains from before, the epoch releases it, on a thread of its
         // own (its last count): wait for it, for at most ten seconds.
-        for _ in 0..10_000 {
-            if DROPS.load(Ordering::SeqCst) == 1 {
-                break;
-            }
-            Pinned::pin().flush();
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        assert_eq!(DROPS.load(Ordering::SeqCst), 1);
+        Pinned::wait_for_releases(&DROPS, 1);
         drop(published);
         assert_eq!(DROPS.load(Ordering::SeqCst), 2);
     }

@@ -20,19 +20,19 @@
 //!   ([`replace`](Slot::replace)) or its drop (both in a module of their own, so nothing else
 //!   in this file can wrap a pointer in one), and `retire` consumes that: a count is released
 //!   once, by the epoch, and only after the slot stopped publishing it.
-//! - [`replace`](Slot::replace) is a load and a store, not a swap: it is an `unsafe fn`
-//!   whose callers promise that writers of one slot never overlap (its only caller is the
-//!   indexer's `Writable`, which holds the key's items-shard entry in a state no other
-//!   writer can reach at the same time).
+//! - [`replace`](Slot::replace) is a load and a store, not a swap: it takes `&mut Held`, the
+//!   key's items-shard entry held in a state no other writer can reach at the same time, which
+//!   only the indexer's `Writable` can make: misuse does not compile.
 //! - Every guard is a `Pinned`, which only `crossbeam_epoch::pin` makes: pinned to the
 //!   default collector, the one the release is deferred to.
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::epoch::Pinned;
+use super::writable::Held;
 use crate::key::Key;
+use crate::sync::Ordering;
 use cell::ObjectCell;
 
 /// A shared slot: the items map and every index set that names the key hold one. Counted
@@ -108,19 +108,19 @@ impl<T: Send + Sync + 'static> Slot<T> {
         crate::sharded::prefetch::value(self.obj.load(Ordering::Relaxed));
     }
 
-    /// Publishes `obj` and returns the object it replaces.
+    /// Publishes `obj` in `held`'s slot and returns the object it replaces.
     ///
-    /// # Safety
+    /// A load and a store, not a swap: sound only while writers of one slot never overlap,
+    /// which `held` proves (the key's items entry held in a [`Writable`] state: no other
+    /// thread writes this slot while it lives) and `&mut` keeps true through `held` itself.
     ///
-    /// Calls of `replace` on one slot must not overlap: the slot's pointer is read and then
-    /// written, not swapped, so two overlapping calls would both take the same object out of
-    /// the slot and release its strong count twice (and leak one of the new ones).
-    ///
-    /// `guard` must be pinned (to the default collector, as every guard of the crate is).
-    pub(super) unsafe fn replace(&self, obj: Arc<T>, guard: &Pinned) -> Arc<T> {
-        // Safety: the caller guarantees that no other `replace` of this slot, hence no other
-        // `swap_out` of its cell, overlaps this one.
-        let old = unsafe { self.obj.swap_out(obj) };
+    /// [`Writable`]: super::writable::Writable
+    pub(super) fn replace(held: &mut Held<'_, T>, obj: Arc<T>, guard: &Pinned) -> Arc<T> {
+        let slot: &Self = held.slot();
+        // Safety: `held` is the only writer of this slot while it lives (see `Held`), and it
+        // is borrowed mutably for the call, so no other `swap_out` of the slot's cell overlaps
+        // this one.
+        let old = unsafe { slot.obj.swap_out(obj) };
         let previous = old.to_arc();
         old.retire(guard);
         previous
@@ -147,10 +147,10 @@ unsafe fn share<T>(obj: &T) -> Arc<T> {
 /// A slot's pointer and the strong counts slots give up, in a module of its own so that only
 /// the cell's swap-out and its drop can make an [`Unpublished`].
 mod cell {
-    use std::sync::atomic::{AtomicPtr, Ordering};
     use std::sync::Arc;
 
     use super::super::epoch::Pinned;
+    use crate::sync::{AtomicPtr, Ordering};
 
     /// A slot's pointer: always one from `Arc::into_raw` (never null) whose strong count the
     /// cell owns. Made from an `Arc` ([`new`](Self::new)); changed only by
@@ -199,8 +199,11 @@ mod cell {
         fn drop(&mut self) {
             // The cell owns the count of the pointer it holds (its invariant), and a drop runs
             // once, after which nothing reads the pointer: giving it up here is the count's
-            // one release.
-            Unpublished(self.0.get_mut().cast_const()).retire(&Pinned::pin());
+            // one release. Relaxed (a `get_mut`, which loom's atomics do not have): the slot is
+            // being dropped, so the drop of its last count (a release decrement and an acquire
+            // fence) ordered every store to the cell before this load.
+            let last = self.0.load(Ordering::Relaxed);
+            Unpublished(last.cast_const()).retire(&Pinned::pin());
         }
     }
 
@@ -228,26 +231,24 @@ mod cell {
         pub(super) fn retire(self, guard: &Pinned) {
             let Self(ptr) = self;
             // Safety: `ptr` owns one strong count (it came from `Arc::into_raw`, and a cell
-            // gave it up: see the constructors), released exactly once, by this deferred
-            // function, since `self` is consumed. The cell no longer publishes it, so a
-            // reader can hold it only under a guard pinned before now, which the epoch (the
-            // default collector's: `Pinned` can be of no other) waits for. `T` is
-            // `Send + Sync + 'static`, so dropping the `Arc` on another thread, at any later
-            // time, is sound.
-            unsafe {
-                guard
-                    .guard()
-                    .defer_unchecked(move || drop(Arc::from_raw(ptr)));
-            }
+            // gave it up: see the constructors), and `self` is consumed, so this `Arc` is the
+            // count's one owner and its drop the count's one release.
+            let count = unsafe { Arc::from_raw(ptr) };
+            // The cell no longer publishes the object, so a reader can hold it only under a
+            // guard pinned before now, which the collector (the default one: `Pinned` can be
+            // of no other) waits for before it drops the count. `T` is `Send + Sync +
+            // 'static`, so dropping it on another thread, at any later time, is sound.
+            guard.defer(move || drop(count));
         }
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(kcache_loom)))]
 mod tests {
     use std::mem::size_of;
     use std::sync::atomic::AtomicUsize;
 
+    use super::super::writable::Fresh;
     use super::*;
 
     /// What the docs state a key's slot costs: the slot is 32 bytes (the object pointer and
@@ -275,16 +276,23 @@ mod tests {
     #[test]
     fn every_published_object_is_released_once() {
         static DROPS: AtomicUsize = AtomicUsize::new(0);
-        let slot = Slot::new(Key::new("ns/a"), Arc::new(Counted(&DROPS)));
+        let key = Key::new("ns/a");
+        let mut fresh = Fresh::new(Vec::new(), 1);
+        fresh
+            .writable()
+            .insert(key.clone(), Arc::new(Counted(&DROPS)), &Pinned::pin());
         let reader = Pinned::pin();
-        let borrowed: *const Counted = slot.load(&reader);
+        let Ok(mut held) = fresh.writable().entry(key) else {
+            panic!("the key was just stored");
+        };
+        let borrowed: *const Counted = held.slot().load(&reader);
         {
             let writer = Pinned::pin();
-            // Safety: this is the slot's only writer.
-            let previous = unsafe { slot.replace(Arc::new(Counted(&DROPS)), &writer) };
+            let previous = Slot::replace(&mut held, Arc::new(Counted(&DROPS)), &writer);
             assert!(std::ptr::eq(Arc::as_ptr(&previous), borrowed));
             drop(previous);
         }
+        drop(held);
         for _ in 0..1_000 {
             Pinned::pin().flush();
         }
@@ -294,14 +302,119 @@ mod tests {
             "`reader` may still read it"
         );
         drop(reader);
-        drop(slot);
-        for _ in 0..10_000 {
-            if DROPS.load(Ordering::SeqCst) == 2 {
-                break;
-            }
-            Pinned::pin().flush();
-            std::thread::sleep(std::time::Duration::from_millis(1));
+        drop(fresh.into_state());
+        Pinned::wait_for_releases(&DROPS, 2);
+    }
+}
+
+/// A loom model of the slot's synchronisation: its pointer's publication (`replace`'s store,
+/// `load`) and the retiring of what it stops publishing, against the collector a loom build
+/// pins to (`epoch::model`, which keeps crossbeam-epoch's contract: loom cannot run
+/// crossbeam-epoch itself).
+///
+/// Run with:
+/// `RUSTFLAGS="--cfg kcache_loom" cargo test -p kcache --release --lib loom_model`
+#[cfg(all(test, kcache_loom))]
+mod loom_model {
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::AtomicUsize;
+
+    use super::super::writable::Fresh;
+    use super::*;
+
+    /// What a released object holds in its cell.
+    const RELEASED: u64 = u64::MAX;
+
+    /// An object whose contents are a loom cell: written by its writer before it is published
+    /// and by its release, read by readers, so loom reports a read that is not ordered after
+    /// the object's publication or not ordered before its release.
+    struct Obj {
+        value: UnsafeCell<u64>,
+        releases: loom::sync::Arc<AtomicUsize>,
+    }
+
+    // Safety: the cell is written only by the thread that made the object, before it is
+    // published, and by its drop, after the last reader (what the model checks); loom reports
+    // any other access as a race.
+    unsafe impl Sync for Obj {}
+
+    impl Obj {
+        fn new(value: u64, releases: &loom::sync::Arc<AtomicUsize>) -> Arc<Self> {
+            let obj = Self {
+                value: UnsafeCell::new(0),
+                releases: loom::sync::Arc::clone(releases),
+            };
+            // Safety: the object is this thread's alone until it is published.
+            obj.value.with_mut(|v| unsafe { *v = value });
+            Arc::new(obj)
         }
-        assert_eq!(DROPS.load(Ordering::SeqCst), 2);
+
+        fn read(&self) -> u64 {
+            // Safety: a data race here is what loom is asked to find.
+            self.value.with(|v| unsafe { *v })
+        }
+    }
+
+    impl Drop for Obj {
+        fn drop(&mut self) {
+            // Safety: the last owner of the object (a race with a reader is loom's to report).
+            self.value.with_mut(|v| unsafe { *v = RELEASED });
+            self.releases.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// One writer replaces a key's object and then drops the state that holds its slot (as a
+    /// remove or a replaced state does), while a reader pins, loads the object, lets the slot
+    /// go and only then reads the object: the reader sees the old object or the new one,
+    /// whole, never a released one, and each object is released exactly once.
+    ///
+    /// The slot's last count is dropped through a loom `Arc`: the slot's own count
+    /// (`triomphe`'s, a release decrement and an acquire fence, as std's) orders every store to
+    /// the slot before its drop, but it is not loom's, so loom would not see that order.
+    #[test]
+    fn a_pinned_reader_sees_a_whole_object_and_each_is_released_once() {
+        loom::model(|| {
+            let releases = loom::sync::Arc::new(AtomicUsize::new(0));
+            let key = Key::new("ns/a");
+            let mut fresh = Fresh::new(Vec::new(), 1);
+            let first = Obj::new(1, &releases);
+            fresh.writable().insert(key.clone(), first, &Pinned::pin());
+            let slot = fresh
+                .writable()
+                .entry(key.clone())
+                .map(|held| loom::sync::Arc::new(SlotRef::clone(held.slot())))
+                .unwrap_or_else(|_| panic!("the key was just stored"));
+
+            let reader = loom::thread::spawn({
+                let slot = loom::sync::Arc::clone(&slot);
+                move || {
+                    let guard = Pinned::pin();
+                    let obj = slot.load(&guard);
+                    // The slot may be dropped from here on; the object must stay until `guard`
+                    // goes.
+                    drop(slot);
+                    let value = obj.read();
+                    assert!(value == 1 || value == 2, "read {value}");
+                }
+            });
+
+            {
+                let guard = Pinned::pin();
+                // Made after the pin: the model's pins take a lock, which would order anything
+                // written before them for a reader that pins later; only the slot's own store
+                // and load order what is written after.
+                let second = Obj::new(2, &releases);
+                let Ok(mut held) = fresh.writable().entry(key) else {
+                    panic!("the key was just stored");
+                };
+                let previous = Slot::replace(&mut held, second, &guard);
+                assert_eq!(previous.read(), 1);
+            }
+            drop(fresh.into_state());
+            drop(slot);
+
+            reader.join().unwrap();
+            assert_eq!(releases.load(Ordering::SeqCst), 2);
+        });
     }
 }

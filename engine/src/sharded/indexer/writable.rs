@@ -1,7 +1,7 @@
-//! [`Writable`]: the proof that a thread may replace the objects in one state's slots, and the
-//! indexer's write of one key, which needs it.
+//! [`Writable`]: the proof that a thread may replace the objects in one state's slots, and
+//! [`Held`], the proof [`Slot::replace`](super::slot::Slot::replace) takes for one slot.
 //!
-//! [`Slot::replace`] is a load and a store, sound only while writers of one slot never
+//! Replacing a slot's object is a load and a store, sound only while writers of one slot never
 //! overlap. A write holds its key's items-shard entry (the shard's write lock) around the
 //! replace, so two writers of one slot cannot overlap *through the same items map*. What is
 //! left is the other maps that hold the same slot: slots are shared between states only by
@@ -11,30 +11,43 @@
 //! a slot but through that state's items entries:
 //!
 //! - [`Writable::current`]: the store's current state, under the writers' lock held shared
-//!   ([`SharedWriteLock`]), so every writer reaches this same state (the lock keeps `publish` out) and
-//!   none reaches a replaced one;
+//!   ([`SharedWriteLock`]), so every writer reaches this same state (the lock keeps `publish`
+//!   out) and none reaches a replaced one;
 //! - [`Fresh`]: a state being built by one thread (`replace` builds the next content aside),
 //!   whose slots are all its own and which no other thread can reach until it is given up.
 //!
-//! Nothing else can make one (the field is private to this module), and nothing else
-//! replaces a slot's object.
+//! A [`Held`] is one key's items entry held in such a state ([`Writable::entry`]): while it
+//! lives, no other thread can write that key's slot, and `&mut Held` is what replacing the
+//! slot's object takes. Nothing outside this module can make either (their fields are
+//! private to it).
 
 use std::sync::Arc;
 
-use dashmap::mapref::entry::Entry;
+use dashmap::mapref::entry::{Entry, OccupiedEntry, VacantEntry};
 
 use super::epoch::Pinned;
 use super::published::SharedWriteLock;
-use super::slot::{Slot, SlotRef};
-use super::{Index, State};
+use super::{Index, ItemSlot, State};
 use crate::key::Key;
 
 /// A state whose slots the holder may write, each under its key's items-shard entry (see the
 /// module docs for why no other writer of those slots can overlap).
-#[derive(Clone, Copy)]
 pub(super) struct Writable<'w, T: Send + Sync + 'static> {
     state: &'w State<T>,
 }
+
+// A copy names the same state (a derive would ask `T: Copy`).
+impl<T: Send + Sync + 'static> Clone for Writable<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T: Send + Sync + 'static> Copy for Writable<'_, T> {}
+
+/// A key's items-shard entry held in a [`Writable`] state: no other thread writes the key's
+/// slot while it lives (the module docs say why).
+pub(super) struct Held<'w, T: Send + Sync + 'static>(OccupiedEntry<'w, Key, ItemSlot<T>>);
 
 impl<'w, T: Send + Sync + 'static> Writable<'w, T> {
     /// The current state of the store `shared` locks, which stays current while `shared`
@@ -45,58 +58,35 @@ impl<'w, T: Send + Sync + 'static> Writable<'w, T> {
         }
     }
 
-    /// Stores `obj` under `key` and re-indexes it. Its index values (user code) are computed
-    /// first, with no shard lock held; the rest happens while holding `key`'s items-shard
-    /// entry, and the old object's values (user code, which may panic) are computed before
-    /// anything changes, so a panic leaves items and indices as they were.
-    pub(super) fn insert(self, key: Key, obj: Arc<T>, guard: &Pinned) -> Option<Arc<T>> {
-        let state = self.state;
-        let values = state.values_of(&obj);
-        match state.items.entry(key) {
-            Entry::Occupied(entry) => {
-                let (key, slot) = (entry.key(), entry.get());
-                let old = state.values_of(slot.load(guard));
-                let changes = || state.indexes.iter().zip(&old).zip(&values);
-                // Leave the sets of lost values before the new object is published, join
-                // those of gained values after: a key in a set always holds an object that
-                // has the set's value (the module docs say why by_index relies on it).
-                for ((index, old), new) in changes() {
-                    for value in old.iter().filter(|value| !new.contains(value)) {
-                        index.remove(key, value);
-                    }
-                }
-                // Safety: `entry` holds this key's items-shard entry (the shard's write lock)
-                // in `state`, through which alone writers of `state` replace this slot's
-                // object; and `self` proves that no other thread writes the slot through
-                // another state meanwhile (the module docs). So no other `replace` of this
-                // slot overlaps this one. `guard` comes from `crossbeam_epoch::pin`.
-                let previous = unsafe { slot.replace(obj, guard) };
-                for ((index, old), new) in changes() {
-                    for value in new.iter().filter(|value| !old.contains(value)) {
-                        index.add(value, slot);
-                    }
-                }
-                Some(previous)
-            }
-            Entry::Vacant(entry) => {
-                let slot = SlotRef::new(Slot::new(entry.key().clone(), obj));
-                for (index, new) in state.indexes.iter().zip(&values) {
-                    for value in new {
-                        index.add(value, &slot);
-                    }
-                }
-                let shard = state.items.determine_map(entry.key());
-                entry.insert(slot);
-                state.grow_items_shard(shard);
-                None
-            }
+    /// The state itself, to read and to index.
+    pub(super) fn state(self) -> &'w State<T> {
+        self.state
+    }
+
+    /// Holds `key`'s items-shard entry: a [`Held`] if the key is stored, else the vacant
+    /// entry to store it in.
+    pub(super) fn entry(self, key: Key) -> Result<Held<'w, T>, VacantEntry<'w, Key, ItemSlot<T>>> {
+        match self.state.items.entry(key) {
+            Entry::Occupied(entry) => Ok(Held(entry)),
+            Entry::Vacant(entry) => Err(entry),
         }
     }
 }
 
-/// A state being built by one thread: every slot in it was made by its own
-/// [`insert`](Self::insert), and no other thread can reach it until
-/// [`into_state`](Self::into_state) gives it up.
+impl<T: Send + Sync + 'static> Held<'_, T> {
+    /// The key held.
+    pub(super) fn key(&self) -> &Key {
+        self.0.key()
+    }
+
+    /// The key's slot.
+    pub(super) fn slot(&self) -> &ItemSlot<T> {
+        self.0.get()
+    }
+}
+
+/// A state being built by one thread: every slot in it was made by its own writes, and no
+/// other thread can reach it until [`into_state`](Self::into_state) gives it up.
 pub(super) struct Fresh<T: Send + Sync + 'static>(State<T>);
 
 impl<T: Send + Sync + 'static> Fresh<T> {
@@ -105,10 +95,10 @@ impl<T: Send + Sync + 'static> Fresh<T> {
         Self(State::empty(indexes, capacity))
     }
 
-    /// Stores `obj` under `key` (a later insert of a key replaces the earlier one).
-    pub(super) fn insert(&mut self, key: Key, obj: Arc<T>, guard: &Pinned) {
-        // `&mut self`: this thread is the state's only writer, and its slots are its own.
-        Writable { state: &self.0 }.insert(key, obj, guard);
+    /// The state, to write (`&mut self`: this thread is its only writer, and its slots are its
+    /// own).
+    pub(super) fn writable(&mut self) -> Writable<'_, T> {
+        Writable { state: &self.0 }
     }
 
     /// The state, ready to be shared.

@@ -166,6 +166,21 @@ impl ReferencePriorityQueue {
         Self { shared, timer }
     }
 
+    /// Marks the queue shutting down, draining or not, stops the timer and wakes every
+    /// waiter; a shut-down that does not drain also ends a draining one's wait (`drained`).
+    fn begin_shut_down(&self, draining: bool) {
+        let mut state = self.lock();
+        state.shutting_down = true;
+        state.draining = draining;
+        let wakers = state.waiters.take_all();
+        drop(state);
+        if !draining {
+            self.shared.drained.notify_all();
+        }
+        self.timer.stop();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.shared.lock()
     }
@@ -350,24 +365,11 @@ impl WorkQueue for ReferencePriorityQueue {
     }
 
     fn shut_down(&self) {
-        let mut state = self.lock();
-        state.shutting_down = true;
-        state.draining = false;
-        let wakers = state.waiters.take_all();
-        drop(state);
-        self.shared.drained.notify_all();
-        self.timer.stop();
-        wakers.into_iter().for_each(Waker::wake);
+        self.begin_shut_down(false);
     }
 
     fn shut_down_with_drain(&self) {
-        let mut state = self.lock();
-        state.shutting_down = true;
-        state.draining = true;
-        let wakers = state.waiters.take_all();
-        drop(state);
-        self.timer.stop();
-        wakers.into_iter().for_each(Waker::wake);
+        self.begin_shut_down(true);
         let mut state = self.lock();
         while state.draining && state.entries.processing_len() > 0 {
             state = wait(&self.shared.drained, state);
