@@ -20,8 +20,9 @@
 //! | 2 | [`capacity_search`], [`scale_sweep`] | the highest offered rate an engine keeps up with (the search and its probes); the sweep over key counts |
 //! | 2 | [`wq_round_trip`] | the workqueue round trip: a producer and N workers through any work queue, timed, with the workers' context switches |
 //! | 3 | [`report`], [`chart`], [`capacity_report`], [`scale_report`], [`soak_report`] | the run table, the JSON report, files written, exit codes; SVG charts; the capacity tables and claim; the sweep's table, page and chart; a soak's samples, RSS slope and chart |
+//! | 3 | `kube_churn` (feature wire) | a `loadgen churn` child against the API server a kubeconfig names: its command line, its record of writes (read whole or as it grows), the cleanup of its pods; what `e2e --kubeconfig` and `soak --kubeconfig` share |
 //! | 3 | `serve` (feature wire) | the synthetic Kubernetes API server for pods (docs/wire.md) that `loadgen serve` and `loadgen e2e` run (its command line still lives in `serve/mod.rs`) |
-//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire), [`commands::soak`] (feature wire), `commands::churn` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `churn` (a workload's writes into a real API server), `e2e` (real clients against `serve`), `soak` (the pipeline for hours, with faults) |
+//! | 4 | [`commands::run`], [`commands::compare`], [`commands::capacity`], [`commands::scale`], [`commands::replay`], [`commands::ops`], [`commands::workqueue`], `e2e` (feature wire), [`commands::soak`] (feature wire), `commands::churn` (feature wire) | one module per command: `loadgen run`, `compare`, `capacity`, `scale`, `replay` (a recorded watch stream), `ops` (an ops trace, docs/traces.md), `workqueue` (the workqueue round trip), `churn` (a workload's writes into a real API server), `e2e` (real clients against `serve`), `soak` (the pipeline for hours, with faults against `serve`, or against a server a kubeconfig names) |
 //!
 //! A command never imports another command: what two commands share lives a layer down
 //! (`compare` runs the same [`runs`], [`capacity_search`] and [`scale_sweep`] as `run`,
@@ -50,6 +51,8 @@ pub mod harness_floor;
 pub mod informer_handlers;
 pub mod informer_verdict;
 pub mod isolate;
+#[cfg(feature = "wire")]
+pub mod kube_churn;
 pub mod latency;
 pub mod machine;
 pub mod pacing;

@@ -13,6 +13,9 @@
 //! The verdict at the end: the informer's cache equals the server's state, the workers
 //! reconciled every key at its last version, each handler's ledger holds, RSS after the
 //! warm-up grew at most `--max-rss-growth`, and the thread and fd counts stayed flat.
+//!
+//! With `--kubeconfig FILE` the same pipeline runs against the API server the kubeconfig
+//! names, `loadgen churn` children write, and nothing is injected ([`kubeconfig`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -38,6 +41,8 @@ use crate::soak_report::{
 };
 use crate::sync::lock;
 use workloads::{Workload, WorkloadSpec};
+
+mod kubeconfig;
 
 /// Arguments of `loadgen soak`.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,15 +70,29 @@ pub struct SoakArgs {
     /// Seconds between samples.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     pub sample_every: Duration,
-    /// A random fault is switched on this often...
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
-    pub fault_every: Duration,
-    /// ...for this long.
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
-    pub fault_for: Duration,
+    /// A random fault is switched on this often... [default: 20s]
+    #[arg(long, value_parser = parse_duration)]
+    pub fault_every: Option<Duration>,
+    /// ...for this long [default: 5s].
+    #[arg(long, value_parser = parse_duration)]
+    pub fault_for: Option<Duration>,
     /// No faults (the restarts between segments still happen).
     #[arg(long)]
     pub no_faults: bool,
+    /// Run against the API server this kubeconfig names instead of `serve` in this process
+    /// (plain HTTP: `serve --writes`, or a cluster through `kubectl proxy`), with `loadgen
+    /// churn` children writing the workload into `--namespace`, and no faults
+    /// (docs/real-clusters.md, "`soak --kubeconfig`").
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+    /// With `--kubeconfig`: the namespace the churn writes to and the informer watches
+    /// [default: the kubeconfig context's].
+    #[arg(long, requires = "kubeconfig")]
+    pub namespace: Option<String>,
+    /// With `--kubeconfig`: let the churn share its namespace with pods it did not create
+    /// (they are never written; they are in the informer's cache and its verdict).
+    #[arg(long, requires = "kubeconfig")]
+    pub allow_foreign: bool,
     /// Samples before this are the warm-up, left out of the RSS slope [default: a sixth of
     /// the duration].
     #[arg(long, value_parser = parse_duration)]
@@ -193,6 +212,24 @@ impl EventHandler<Pod> for Enqueue {
 
 /// `loadgen soak`.
 pub fn main(args: SoakArgs) -> ExitCode {
+    if args.kubeconfig.is_some() {
+        // A real API server takes no faults from us: say so rather than run without them.
+        let given: Vec<&str> = [
+            ("--fault-every", args.fault_every.is_some()),
+            ("--fault-for", args.fault_for.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(flag, given)| given.then_some(flag))
+        .collect();
+        if !given.is_empty() {
+            eprintln!(
+                "loadgen soak: {} cannot be used with --kubeconfig: faults cannot be injected into a server loadgen does not run; `soak --kubeconfig` runs without faults (drop {})",
+                given.join(" and "),
+                if given.len() > 1 { "them" } else { "it" }
+            );
+            return ExitCode::from(2);
+        }
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -204,7 +241,11 @@ pub fn main(args: SoakArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(soak(args)) {
+    let result = match args.kubeconfig.clone() {
+        Some(path) => runtime.block_on(kubeconfig::soak(args, path)),
+        None => runtime.block_on(soak(args)),
+    };
+    match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
@@ -271,7 +312,238 @@ fn unreconciled(reconciled: &Reconciled, expected: &BTreeMap<String, u64>) -> us
     wrong_present + wrong_absent
 }
 
+/// The informer a soak runs.
+type Informer = SharedInformer<
+    Pod,
+    KubeListerWatcher<Pod>,
+    kcache::sharded::DeltaFifo<Pod>,
+    kcache::sharded::IndexedStore<Pod>,
+>;
+
+/// The controller under soak: the informer (not started), its two handlers (the workqueue's
+/// and the ledger), the workqueue and the workers reconciling from it.
+struct Pipeline {
+    informer: Informer,
+    queue: Arc<ShardedQueue>,
+    ledger: Arc<Mutex<Ledger>>,
+    reconciled: Reconciled,
+    reconciles: Arc<AtomicU64>,
+    /// The watch error handler's counts, by kind.
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Pipeline {
+    /// The pipeline over `api`, with `workers` worker threads (at least one).
+    fn build(api: Api<Pod>, workers: usize) -> Result<Self, String> {
+        let errors: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+        let informer = SharedInformer::builder(KubeListerWatcher::new(api), kube_key_fn::<Pod>())
+            .backoff(SOAK_BACKOFF)
+            .watch_error_handler({
+                let errors = Arc::clone(&errors);
+                Arc::new(move |e: &Error| {
+                    let kind = match e {
+                        Error::Api(s) => format!("{} {}", s.code, s.reason),
+                        Error::Transport(_) => "transport".into(),
+                        Error::Decode(_) => "decode".into(),
+                        Error::VeryShortWatch => "very short watch".into(),
+                        Error::Queue(_) => "queue".into(),
+                    };
+                    *lock(&errors).entry(kind).or_default() += 1;
+                })
+            })
+            .build();
+        let queue = Arc::new(ShardedQueue::with_default_shards());
+        informer
+            .add_event_handler(Enqueue(Arc::clone(&queue)))
+            .map_err(|e| e.to_string())?;
+        let ledger_handler = LedgerHandler::new(kube_key_fn::<Pod>());
+        let ledger: Arc<Mutex<Ledger>> = ledger_handler.ledger();
+        informer
+            .add_event_handler(ledger_handler)
+            .map_err(|e| e.to_string())?;
+
+        let reconciled: Reconciled = Arc::default();
+        let reconciles = Arc::new(AtomicU64::new(0));
+        let workers: Vec<_> = (0..workers.max(1))
+            .map(|n| {
+                let (queue, store, reconciled, reconciles) = (
+                    Arc::clone(&queue),
+                    informer.store(),
+                    Arc::clone(&reconciled),
+                    Arc::clone(&reconciles),
+                );
+                std::thread::Builder::new()
+                    .name(format!("soak-worker-{n}"))
+                    .spawn(move || {
+                        while let Ok(key) = queue.get() {
+                            let found = store
+                                .get_by_key(&key)
+                                .and_then(|p| p.resource_version().parse().ok());
+                            lock(&reconciled).insert(key.as_str().to_string(), found);
+                            // Relaxed: a count for the report.
+                            reconciles.fetch_add(1, Ordering::Relaxed);
+                            let _ = queue.done(&key);
+                        }
+                    })
+                    .map_err(|e| e.to_string())
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            informer,
+            queue,
+            ledger,
+            reconciled,
+            reconciles,
+            errors,
+            workers,
+        })
+    }
+
+    /// Starts the informer and waits until it has synced, at most `limit`.
+    async fn start(&self, limit: Duration) -> Result<(), String> {
+        self.informer.start().map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        while !self.informer.has_synced() {
+            if start.elapsed() > limit {
+                return Err("the informer never synced".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Ok(())
+    }
+
+    /// Whether the cache equals `expected`, the workqueue is idle and the workers reconciled
+    /// every key at its version.
+    fn matches(&self, expected: &BTreeMap<String, u64>) -> bool {
+        state_of(&self.informer.store().list()) == *expected
+            && self.queue.len() == 0
+            && self.queue.processing_len() == 0
+            && unreconciled(&self.reconciled, expected) == 0
+    }
+
+    /// Stops the informer, the workqueue and the workers.
+    async fn shutdown(self) {
+        self.informer.shutdown().await;
+        self.queue.shut_down();
+        for worker in self.workers {
+            let _ = worker.join();
+        }
+    }
+}
+
+/// Judges the process over the samples after the warm-up: RSS growth, threads and fds flat.
+/// Pushes what failed onto `failures`; returns the report's rows for them.
+fn judge_process(
+    samples: &[Sample],
+    warmup: Duration,
+    max_rss_growth: f64,
+    failures: &mut Vec<String>,
+) -> Vec<(String, String)> {
+    let steady = after_warmup(samples, warmup);
+    let growth = rss_growth(steady);
+    let thread_spread = spread(steady, |s| s.threads);
+    let fd_spread = spread(steady, |s| s.fds);
+    match growth {
+        Some(g) if g > max_rss_growth => failures.push(format!(
+            "RSS grew {:.1}% after the warm-up (at most {:.1}%)",
+            g * 100.0,
+            max_rss_growth * 100.0
+        )),
+        None => failures.push(format!(
+            "fewer than 3 samples after the warm-up ({:?}): run longer or sample more often",
+            warmup
+        )),
+        _ => {}
+    }
+    if thread_spread > THREAD_SPREAD {
+        failures.push(format!("the thread count moved by {thread_spread}"));
+    }
+    if fd_spread > FD_SPREAD {
+        failures.push(format!("the open fd count moved by {fd_spread}"));
+    }
+    let first = steady.first().map_or(0.0, |s| s.rss as f64 / 1048576.0);
+    let last = steady.last().map_or(0.0, |s| s.rss as f64 / 1048576.0);
+    vec![
+        (
+            format!("RSS after the warm-up ({warmup:?})"),
+            format!(
+                "{first:.1} → {last:.1} MiB, fitted growth {}",
+                growth.map_or("n/a".into(), |g| format!("{:+.2}%", g * 100.0))
+            ),
+        ),
+        (
+            "threads (spread after warm-up)".into(),
+            format!(
+                "{} ({thread_spread})",
+                steady.last().map_or(0, |s| s.threads)
+            ),
+        ),
+        (
+            "open fds (spread after warm-up)".into(),
+            format!("{} ({fd_spread})", steady.last().map_or(0, |s| s.fds)),
+        ),
+    ]
+}
+
+/// Writes `soak.md` (the verdict, `rows`, the command, the machine, `server`) and `soak.svg`
+/// into `out`, prints the verdict, and returns whether it is ok.
+fn write_report(
+    out: &std::path::Path,
+    samples: &[Sample],
+    warmup: Duration,
+    server: &str,
+    rows: &[(String, String)],
+    failures: &[String],
+) -> Result<bool, String> {
+    let ok = failures.is_empty();
+    let verdict = if ok {
+        "ok".to_string()
+    } else {
+        failures.join("; ")
+    };
+    let svg = out.join("soak.svg");
+    soak_svg(samples, warmup, &svg).map_err(|e| e.to_string())?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Soak\n");
+    let _ = writeln!(
+        md,
+        "`cargo run --release -p loadgen --features wire -- {}`\n",
+        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
+    );
+    let machine = crate::machine::Machine::detect();
+    let _ = writeln!(
+        md,
+        "Machine: {} ({} cores), {}, {}, commit {}, {} build, allocator {}.\n",
+        machine.cpu.as_deref().unwrap_or("unknown CPU"),
+        machine.cores,
+        machine.os,
+        machine.rustc.as_deref().unwrap_or("rustc ?"),
+        machine.commit.as_deref().unwrap_or("?"),
+        machine.profile,
+        machine.allocator
+    );
+    let _ = writeln!(md, "Server: {server}.\n");
+    let _ = writeln!(md, "![RSS and lag over time](soak.svg)\n");
+    let _ = writeln!(md, "| figure | value |\n|---|---|");
+    let _ = writeln!(md, "| verdict | {verdict} |");
+    for (figure, value) in rows {
+        let _ = writeln!(md, "| {figure} | {value} |");
+    }
+    let md_path = out.join("soak.md");
+    std::fs::write(&md_path, &md)
+        .map_err(|e| format!("cannot write {}: {e}", md_path.display()))?;
+    eprintln!(
+        "loadgen soak: {verdict}; wrote {} and {}",
+        md_path.display(),
+        svg.display()
+    );
+    Ok(ok)
+}
+
 async fn soak(args: SoakArgs) -> Result<bool, String> {
+    let fault_every = args.fault_every.unwrap_or(Duration::from_secs(20));
+    let fault_for = args.fault_for.unwrap_or(Duration::from_secs(5));
     let segment_events = args
         .segment_events
         .unwrap_or_else(|| ((args.rate * 60.0) as usize).clamp(1_000, 2_000_000));
@@ -291,71 +563,17 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
     let mut kube_config = kube::Config::new(server.url().parse().map_err(|e| format!("{e}"))?);
     kube_config.default_retry = false;
     let client = kube::Client::try_from(kube_config).map_err(|e| e.to_string())?;
-    let errors: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
-    let informer = SharedInformer::builder(
-        KubeListerWatcher::new(Api::<Pod>::all(client)),
-        kube_key_fn::<Pod>(),
-    )
-    .backoff(SOAK_BACKOFF)
-    .watch_error_handler({
-        let errors = Arc::clone(&errors);
-        Arc::new(move |e: &Error| {
-            let kind = match e {
-                Error::Api(s) => format!("{} {}", s.code, s.reason),
-                Error::Transport(_) => "transport".into(),
-                Error::Decode(_) => "decode".into(),
-                Error::VeryShortWatch => "very short watch".into(),
-                Error::Queue(_) => "queue".into(),
-            };
-            *lock(&errors).entry(kind).or_default() += 1;
-        })
-    })
-    .build();
-    let queue = Arc::new(ShardedQueue::with_default_shards());
-    informer
-        .add_event_handler(Enqueue(Arc::clone(&queue)))
-        .map_err(|e| e.to_string())?;
-    let ledger_handler = LedgerHandler::new(kube_key_fn::<Pod>());
-    let ledger: Arc<Mutex<Ledger>> = ledger_handler.ledger();
-    informer
-        .add_event_handler(ledger_handler)
-        .map_err(|e| e.to_string())?;
-
-    let reconciled: Reconciled = Arc::default();
-    let reconciles = Arc::new(AtomicU64::new(0));
-    let workers: Vec<_> = (0..args.workers.max(1))
-        .map(|n| {
-            let (queue, store, reconciled, reconciles) = (
-                Arc::clone(&queue),
-                informer.store(),
-                Arc::clone(&reconciled),
-                Arc::clone(&reconciles),
-            );
-            std::thread::Builder::new()
-                .name(format!("soak-worker-{n}"))
-                .spawn(move || {
-                    while let Ok(key) = queue.get() {
-                        let found = store
-                            .get_by_key(&key)
-                            .and_then(|p| p.resource_version().parse().ok());
-                        lock(&reconciled).insert(key.as_str().to_string(), found);
-                        // Relaxed: a count for the report.
-                        reconciles.fetch_add(1, Ordering::Relaxed);
-                        let _ = queue.done(&key);
-                    }
-                })
-                .map_err(|e| e.to_string())
-        })
-        .collect::<Result<_, _>>()?;
-
-    informer.start().map_err(|e| e.to_string())?;
+    let pipeline = Pipeline::build(Api::<Pod>::all(client), args.workers)?;
     let start = Instant::now();
-    while !informer.has_synced() {
-        if start.elapsed() > args.settle {
-            return Err("the informer never synced".into());
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    pipeline.start(args.settle).await?;
+    let Pipeline {
+        informer,
+        queue,
+        reconciled,
+        reconciles,
+        errors,
+        ..
+    } = &pipeline;
     server.release_churn();
     eprintln!(
         "loadgen soak: {} pods, {} events per segment at {}/s for {:?}, faults {}",
@@ -370,7 +588,7 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
     let mut samples = Vec::new();
     let mut faults_tried: BTreeMap<String, u64> = BTreeMap::new();
     let mut checkpoints = Vec::new();
-    let (mut next_sample, mut next_fault) = (Duration::ZERO, args.fault_every);
+    let (mut next_sample, mut next_fault) = (Duration::ZERO, fault_every);
     let mut fault_off: Option<Duration> = None;
     let mut segment = 0u64;
     while start.elapsed() < args.duration {
@@ -416,7 +634,7 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 informer_rv,
                 reconciles.load(Ordering::Relaxed),
                 server.faults(),
-                lock(&errors)
+                lock(errors)
             );
             samples.push(s);
         }
@@ -426,14 +644,14 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 fault_off = None;
             }
             if now >= next_fault {
-                next_fault += args.fault_every;
+                next_fault += fault_every;
                 let fault = filled(FAULTS[rng.usize(..FAULTS.len())], args.keys);
                 *faults_tried.entry(fault.clone()).or_default() += 1;
                 if fault == "stall" {
                     server.stall_watches(STALL);
                 } else {
                     server.set_faults(fault_plan(&fault, rng.u64(..)));
-                    fault_off = Some(now + args.fault_for);
+                    fault_off = Some(now + fault_for);
                 }
             }
         }
@@ -442,7 +660,7 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
             // its state.
             server.set_faults(FaultPlan::default());
             fault_off = None;
-            let ok = settle(&server, &informer, &queue, &reconciled, args.settle).await;
+            let ok = settle(&server, &pipeline, args.settle).await;
             checkpoints.push((start.elapsed().as_secs_f64(), ok));
             eprintln!(
                 "soak: segment {segment} over, checkpoint {}",
@@ -464,36 +682,29 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 server.set_faults(fault_plan(&fault, rng.u64(..)));
                 // The relist comes after the watch's 504 (3 s), a backoff and the list's own
                 // 504 (3 s more): the fault stays on past it.
-                fault_off = Some(start.elapsed() + args.fault_for + RELIST_WINDOW);
+                fault_off = Some(start.elapsed() + fault_for + RELIST_WINDOW);
             }
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     server.set_faults(FaultPlan::default());
     server.stop_churn();
-    let converged = settle(&server, &informer, &queue, &reconciled, args.settle).await;
+    let converged = settle(&server, &pipeline, args.settle).await;
     let expected = server.pod_versions();
     let cache = state_of(&informer.store().list());
-    let unreconciled_keys = unreconciled(&reconciled, &expected);
+    let unreconciled_keys = unreconciled(reconciled, &expected);
     let ledger_verdict = if segment > 0 {
-        lock(&ledger).judge_after_lost_state(&expected)
+        lock(&pipeline.ledger).judge_after_lost_state(&expected)
     } else {
-        lock(&ledger).judge(&expected)
+        lock(&pipeline.ledger).judge(&expected)
     };
     let faults = server.faults();
-    let errors = lock(&errors).clone();
+    let errors = lock(errors).clone();
+    let reconciles = reconciles.load(Ordering::Relaxed);
 
-    informer.shutdown().await;
-    queue.shut_down();
-    for worker in workers {
-        let _ = worker.join();
-    }
+    pipeline.shutdown().await;
     server.stop().await.map_err(|e| format!("serve: {e}"))?;
 
-    let steady = after_warmup(&samples, warmup);
-    let growth = rss_growth(steady);
-    let thread_spread = spread(steady, |s| s.threads);
-    let fd_spread = spread(steady, |s| s.fds);
     let mut failures = Vec::new();
     if !converged || cache != expected {
         failures.push(format!(
@@ -513,138 +724,53 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
     if checkpoints.iter().any(|(_, ok)| !ok) {
         failures.push("a segment checkpoint failed".into());
     }
-    match growth {
-        Some(g) if g > args.max_rss_growth => failures.push(format!(
-            "RSS grew {:.1}% after the warm-up (at most {:.1}%)",
-            g * 100.0,
-            args.max_rss_growth * 100.0
-        )),
-        None => failures.push(format!(
-            "fewer than 3 samples after the warm-up ({:?}): run longer or sample more often",
-            warmup
-        )),
-        _ => {}
-    }
-    if thread_spread > THREAD_SPREAD {
-        failures.push(format!("the thread count moved by {thread_spread}"));
-    }
-    if fd_spread > FD_SPREAD {
-        failures.push(format!("the open fd count moved by {fd_spread}"));
-    }
-    let ok = failures.is_empty();
-
-    let svg = args.out.join("soak.svg");
-    soak_svg(&samples, warmup, &svg).map_err(|e| e.to_string())?;
-    let mut md = String::new();
-    let _ = writeln!(md, "# Soak\n");
-    let _ = writeln!(
-        md,
-        "`cargo run --release -p loadgen --features wire -- {}`\n",
-        std::env::args().skip(1).collect::<Vec<_>>().join(" ")
-    );
-    let machine = crate::machine::Machine::detect();
-    let _ = writeln!(
-        md,
-        "Machine: {} ({} cores), {}, {}, commit {}, {} build, allocator {}.\n",
-        machine.cpu.as_deref().unwrap_or("unknown CPU"),
-        machine.cores,
-        machine.os,
-        machine.rustc.as_deref().unwrap_or("rustc ?"),
-        machine.commit.as_deref().unwrap_or("?"),
-        machine.profile,
-        machine.allocator
-    );
-    let _ = writeln!(md, "![RSS and lag over time](soak.svg)\n");
-    let _ = writeln!(md, "| figure | value |\n|---|---|");
-    let _ = writeln!(
-        md,
-        "| verdict | {} |",
-        if ok {
-            "ok".to_string()
-        } else {
-            failures.join("; ")
-        }
-    );
-    let _ = writeln!(
-        md,
-        "| duration | {:.0} s ({} segments of {segment_events} events at {}/s) |",
-        start.elapsed().as_secs_f64(),
-        segment + 1,
-        args.rate
-    );
-    let _ = writeln!(md, "| pods at the end | {} |", expected.len());
-    let _ = writeln!(
-        md,
-        "| reconciles | {} |",
-        reconciles.load(Ordering::Relaxed)
-    );
-    let first = steady.first().map_or(0.0, |s| s.rss as f64 / 1048576.0);
-    let last = steady.last().map_or(0.0, |s| s.rss as f64 / 1048576.0);
-    let _ = writeln!(
-        md,
-        "| RSS after the warm-up ({warmup:?}) | {first:.1} → {last:.1} MiB, fitted growth {} |",
-        growth.map_or("n/a".into(), |g| format!("{:+.2}%", g * 100.0))
-    );
-    let _ = writeln!(
-        md,
-        "| threads (spread after warm-up) | {} ({thread_spread}) |",
-        steady.last().map_or(0, |s| s.threads)
-    );
-    let _ = writeln!(
-        md,
-        "| open fds (spread after warm-up) | {} ({fd_spread}) |",
-        steady.last().map_or(0, |s| s.fds)
-    );
-    let _ = writeln!(
-        md,
-        "| max lag | {} events |",
-        samples.iter().map(|s| s.lag_events).max().unwrap_or(0)
-    );
-    let _ = writeln!(md, "| faults injected | {faults} |");
-    let _ = writeln!(md, "| faults switched on | {faults_tried:?} |");
-    let _ = writeln!(md, "| errors the watch error handler saw | {errors:?} |");
-    let _ = writeln!(md, "| checkpoints (s, ok) | {checkpoints:?} |");
-    let md_path = args.out.join("soak.md");
-    std::fs::write(&md_path, &md)
-        .map_err(|e| format!("cannot write {}: {e}", md_path.display()))?;
-    eprintln!(
-        "loadgen soak: {}; wrote {} and {}",
-        if ok {
-            "ok".to_string()
-        } else {
-            failures.join("; ")
-        },
-        md_path.display(),
-        svg.display()
-    );
-    Ok(ok)
+    let process_rows = judge_process(&samples, warmup, args.max_rss_growth, &mut failures);
+    let mut rows = vec![
+        (
+            "duration".to_string(),
+            format!(
+                "{:.0} s ({} segments of {segment_events} events at {}/s)",
+                start.elapsed().as_secs_f64(),
+                segment + 1,
+                args.rate
+            ),
+        ),
+        ("pods at the end".into(), expected.len().to_string()),
+        ("reconciles".into(), reconciles.to_string()),
+    ];
+    rows.extend(process_rows);
+    rows.extend([
+        (
+            "max lag".to_string(),
+            format!(
+                "{} events",
+                samples.iter().map(|s| s.lag_events).max().unwrap_or(0)
+            ),
+        ),
+        ("faults injected".into(), faults.to_string()),
+        ("faults switched on".into(), format!("{faults_tried:?}")),
+        (
+            "errors the watch error handler saw".into(),
+            format!("{errors:?}"),
+        ),
+        ("checkpoints (s, ok)".into(), format!("{checkpoints:?}")),
+    ]);
+    write_report(
+        &args.out,
+        &samples,
+        warmup,
+        "`serve` in this process, on loopback",
+        &rows,
+        &failures,
+    )
 }
 
 /// Waits until the informer's cache equals the server's state, the workqueue is idle and the
 /// workers reconciled every key at its version; false if `limit` passes first.
-async fn settle<L>(
-    server: &Server,
-    informer: &SharedInformer<
-        Pod,
-        L,
-        kcache::sharded::DeltaFifo<Pod>,
-        kcache::sharded::IndexedStore<Pod>,
-    >,
-    queue: &ShardedQueue,
-    reconciled: &Reconciled,
-    limit: Duration,
-) -> bool
-where
-    L: kcache::informer::ListerWatcher<Pod> + 'static,
-{
+async fn settle(server: &Server, pipeline: &Pipeline, limit: Duration) -> bool {
     let deadline = Instant::now() + limit;
     loop {
-        let expected = server.pod_versions();
-        if state_of(&informer.store().list()) == expected
-            && queue.len() == 0
-            && queue.processing_len() == 0
-            && unreconciled(reconciled, &expected) == 0
-        {
+        if pipeline.matches(&server.pod_versions()) {
             return true;
         }
         if Instant::now() > deadline {

@@ -14,102 +14,18 @@
 //! What `serve` alone can say is not here: no server CPU (the server is another process), and
 //! no `serve-alone` rows.
 
-use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::kube_churn::{cleanup, read_record, spawn_held};
+pub use crate::kube_churn::{cluster_url, Target};
 
 use super::client::{read_seen, ClientOutcome};
 use super::{child_lines, end_child, seen_path, wait_child, ClientReport, OneClient, SYNC_TIMEOUT};
-
-/// The cluster URL the kubeconfig at `path` names (its current context), plain HTTP only.
-pub async fn cluster_url(path: &Path) -> Result<String, String> {
-    let kubeconfig = Kubeconfig::read_from(path)
-        .map_err(|e| format!("reading the kubeconfig {}: {e}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(|e| format!("using the kubeconfig {}: {e}", path.display()))?;
-    if config.cluster_url.scheme_str() != Some("http") {
-        return Err(format!(
-            "the kubeconfig's server is {}; this loadgen speaks plain HTTP only: run `kubectl proxy --port 8001` and point a kubeconfig at http://127.0.0.1:8001 (docs/real-clusters.md)",
-            config.cluster_url
-        ));
-    }
-    Ok(config
-        .cluster_url
-        .to_string()
-        .trim_end_matches('/')
-        .to_owned())
-}
-
-/// What one row runs against, and the churn that writes.
-#[derive(Debug, Clone)]
-pub struct Target<'a> {
-    /// The kubeconfig file.
-    pub kubeconfig: &'a Path,
-    /// Its server, `http://…`.
-    pub url: &'a str,
-    /// The namespace the churn writes to.
-    pub namespace: &'a str,
-    /// `churn --allow-foreign`.
-    pub allow_foreign: bool,
-    /// The churn's workload arguments (`--workload`, `--keys`, `--events`, `--seed`, `--rate`).
-    pub workload_args: Vec<String>,
-}
-
-/// `loadgen churn` with `args` against `target`, its stdin and stdout piped.
-fn churn_command(exe: &Path, target: &Target<'_>, args: &[&str]) -> Command {
-    let mut command = Command::new(exe);
-    command
-        .arg("churn")
-        .arg("--kubeconfig")
-        .arg(target.kubeconfig)
-        .args(["--namespace", target.namespace])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    command
-}
-
-/// Deletes the pods of `run`; a failure is reported, not hidden.
-async fn cleanup(exe: &Path, target: &Target<'_>, run: &str) -> Result<(), String> {
-    let child = churn_command(exe, target, &["--cleanup", "--run", run])
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot start {} churn --cleanup: {e}", exe.display()))?;
-    let status = wait_child(child).await?;
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`loadgen churn --cleanup --run {run}` ended with {status} (its error is above); its pods may still be there"
-        ))
-    }
-}
-
-/// The churn's record: resource version → when its write returned (Unix nanoseconds).
-fn read_record(path: &Path) -> Result<HashMap<u64, u64>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("reading the churn's record {}: {e}", path.display()))?;
-    let mut returned = HashMap::new();
-    for (i, line) in text.lines().enumerate() {
-        let value: serde_json::Value =
-            serde_json::from_str(line).map_err(|e| format!("{}:{}: {e}", path.display(), i + 1))?;
-        let rv = value["resource_version"]
-            .as_str()
-            .and_then(|rv| rv.parse::<u64>().ok());
-        let at = value["returned_unix_ns"].as_u64();
-        if let (Some(rv), Some(at)) = (rv, at) {
-            returned.insert(rv, at);
-        }
-    }
-    Ok(returned)
-}
 
 /// One row: `client` in a child against `target`, while a `loadgen churn` child writes.
 pub async fn run_client(
@@ -122,16 +38,7 @@ pub async fn run_client(
     let run = format!("e2e-{}-{}", std::process::id(), client.name());
     let seen = seen_path(client);
     let record: PathBuf = seen.with_extension("record");
-    let mut churn_args: Vec<&str> = target.workload_args.iter().map(String::as_str).collect();
-    churn_args.extend(["--run", &run, "--hold"]);
-    let record_arg = record.to_string_lossy().into_owned();
-    churn_args.extend(["--record", &record_arg]);
-    if target.allow_foreign {
-        churn_args.push("--allow-foreign");
-    }
-    let mut churn = churn_command(exe, target, &churn_args)
-        .spawn()
-        .map_err(|e| format!("cannot start {} churn: {e}", exe.display()))?;
+    let mut churn = spawn_held(exe, target, &run, &record)?;
     let mut churn_lines = child_lines(&mut churn);
     match tokio::time::timeout(SYNC_TIMEOUT, churn_lines.recv()).await {
         Ok(Some(line)) if line == "populated" => {}
