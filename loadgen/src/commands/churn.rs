@@ -43,9 +43,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, ListParams, PostParams, Preconditions};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use workloads::{generate, Generated, Op, PodProfile, Workload, WorkloadSpec};
+use workloads::{generate, Generated, Op, PodProfile};
 
-use crate::args::{parse_concurrency, parse_rate};
+use crate::args::{parse_concurrency, parse_rate, PodWorkloadArgs};
 use crate::progress::Progress;
 use crate::serve::objects::{PodState, Revision, VERSION_LABEL};
 use crate::serve::profile::{mix, typed_pod, Shape, Values, TOUCHED_ANNOTATION};
@@ -61,24 +61,15 @@ const LIST_PAGE: u32 = 500;
 /// Arguments of `loadgen churn`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChurnArgs {
+    /// The pods' workload.
+    #[command(flatten)]
+    pub pods: PodWorkloadArgs,
     /// The kubeconfig naming the API server [default: $KUBECONFIG, then ~/.kube/config].
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// The namespace written to [default: the kubeconfig context's, else `default`].
     #[arg(long)]
     pub namespace: Option<String>,
-    /// The workload whose adds, updates and deletes are written (docs/workloads.md).
-    #[arg(long, default_value = "w1")]
-    pub workload: Workload,
-    /// Keys (pods) of the workload [default: the workload's K].
-    #[arg(long)]
-    pub keys: Option<usize>,
-    /// Churn events after the initial population [default: the workload's E].
-    #[arg(long)]
-    pub events: Option<usize>,
-    /// The workload's seed.
-    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
-    pub seed: u64,
     /// Offered rate of writes, per second (the initial population's creates included).
     #[arg(long, default_value = "100", value_parser = parse_rate)]
     pub rate: f64,
@@ -489,11 +480,8 @@ pub fn main(args: ChurnArgs) -> ExitCode {
         eprintln!("loadgen churn: --cleanup deletes the pods of one run: name it with --run ID");
         return ExitCode::from(2);
     }
-    if let Some(keys) = args.keys.filter(|&k| k == 0 || k > u32::MAX as usize) {
-        eprintln!(
-            "loadgen churn: --keys {keys}: expected between 1 and {}",
-            u32::MAX
-        );
+    if let Err(e) = args.pods.spec() {
+        eprintln!("loadgen churn: {e}");
         return ExitCode::from(2);
     }
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -688,13 +676,8 @@ fn default_run() -> String {
 
 async fn churn(api: &Api<Pod>, namespace: &str, args: &ChurnArgs) -> Result<(), ChurnError> {
     let ui = Ui::detect();
-    let mut spec = WorkloadSpec::new(args.workload).seed(args.seed);
-    if let Some(keys) = args.keys {
-        spec = spec.keys(keys);
-    }
-    if let Some(events) = args.events {
-        spec = spec.events(events);
-    }
+    // Checked in `main`.
+    let spec = args.pods.spec().map_err(ChurnError::Config)?;
     let generated = generate(&spec);
     let (writes, initial) = plan(&generated);
     let run = args.run.clone().unwrap_or_else(default_run);
@@ -964,6 +947,7 @@ async fn wait_for_go() -> Result<(), ChurnError> {
 mod tests {
     use super::*;
     use std::cell::{Cell, RefCell};
+    use workloads::{Workload, WorkloadSpec};
 
     #[test]
     fn the_plan_ends_in_the_models_state() {

@@ -33,12 +33,12 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use crate::args::parse_rate;
+use crate::args::{parse_rate, PodWorkloadArgs};
 use crate::serve::store::Publication;
 use crate::serve::{ServeConfig, Server, DEFAULT_WINDOW};
 pub use client::OneClient;
 use client::{process_cpu_seconds, read_seen, ClientOutcome};
-use workloads::{Workload, WorkloadSpec};
+use workloads::WorkloadSpec;
 
 /// The rows `--client` asks for, in order: client names separated by commas, `serve-alone`
 /// for both of the server's own rows (JSON and protobuf), or `all`.
@@ -91,9 +91,9 @@ pub fn parse_clients(s: &str) -> Result<Clients, String> {
 /// Arguments of `loadgen e2e`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct E2eArgs {
-    /// The workload whose events churn the pods (W4 and W5 churn like W1).
-    #[arg(long, default_value = "w1")]
-    pub workload: Workload,
+    /// The pods' workload.
+    #[command(flatten)]
+    pub pods: PodWorkloadArgs,
     /// Offered rate of churn, in events per second.
     #[arg(long, value_parser = parse_rate)]
     pub rate: f64,
@@ -102,18 +102,9 @@ pub struct E2eArgs {
     /// serve-alone for both of the server's own rows, serve-alone-protobuf).
     #[arg(long, default_value = "all", value_parser = parse_clients)]
     pub client: Clients,
-    /// Keys (pods) of the workload [default: the workload's K].
-    #[arg(long)]
-    pub keys: Option<usize>,
-    /// Churn events [default: the workload's E].
-    #[arg(long)]
-    pub events: Option<usize>,
     /// The server's window of recent events (older resource versions get 410 Expired).
     #[arg(long, default_value_t = DEFAULT_WINDOW)]
     pub window: usize,
-    /// The workload's seed.
-    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
-    pub seed: u64,
     /// How much of a real pod the server sends: minimal, typical or large (docs/workloads.md,
     /// "Pod profiles").
     #[arg(long, default_value_t = workloads::PodProfile::Typical)]
@@ -265,21 +256,17 @@ pub fn main(args: E2eArgs) -> ExitCode {
         );
         return ExitCode::from(2);
     }
-    if args.find_capacity && args.events.is_some() {
+    if args.find_capacity && args.pods.events.is_some() {
         eprintln!("loadgen e2e: --find-capacity sets each probe's events (rate × --probe-seconds); drop --events");
         return ExitCode::from(2);
     }
-    let mut spec = WorkloadSpec::new(args.workload).seed(args.seed);
-    if let Some(keys) = args.keys {
-        if keys == 0 || keys > u32::MAX as usize {
-            eprintln!("loadgen e2e: --keys must be between 1 and {}", u32::MAX);
+    let spec = match args.pods.spec() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("loadgen e2e: {e}");
             return ExitCode::from(2);
         }
-        spec = spec.keys(keys);
-    }
-    if let Some(events) = args.events {
-        spec = spec.events(events);
-    }
+    };
     let exe = match std::env::current_exe() {
         Ok(exe) => exe,
         Err(e) => {
@@ -335,7 +322,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
                     namespace: &args.namespace,
                     allow_foreign: args.allow_foreign,
                     workload_args: vec![
-                        format!("--workload={}", args.workload.name()),
+                        format!("--workload={}", args.pods.workload.name()),
                         format!("--keys={}", spec.keys),
                         format!("--events={}", spec.events),
                         format!("--seed={}", spec.seed),
@@ -379,7 +366,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
             .collect();
         let title = format!(
             "{}, {} {} pods, {:.0} events/s offered",
-            args.workload.to_string().to_uppercase(),
+            args.pods.workload.to_string().to_uppercase(),
             spec.keys,
             args.pod_profile,
             args.rate
@@ -391,7 +378,7 @@ pub fn main(args: E2eArgs) -> ExitCode {
     }
     if let Some(path) = &args.json {
         let figures = serde_json::json!({
-            "workload": args.workload.to_string(),
+            "workload": args.pods.workload.to_string(),
             "keys": spec.keys,
             "events": spec.events,
             "rate": args.rate,
@@ -494,7 +481,7 @@ fn find_capacity(
     }
     if let Some(path) = &args.json {
         let figures = serde_json::json!({
-            "workload": args.workload.to_string(),
+            "workload": args.pods.workload.to_string(),
             "keys": spec.keys,
             "probe_seconds": args.probe_seconds,
             "max_lag_ms": args.max_lag_ms,

@@ -227,7 +227,7 @@ pub fn main(
         );
         return ExitCode::from(2);
     }
-    let events = match (args.events, args.churn_seconds) {
+    let events = match (args.pods.events, args.churn_seconds) {
         (Some(_), Some(_)) => {
             eprintln!("loadgen e2e: give --events or --churn-seconds, not both");
             return ExitCode::from(2);
@@ -253,7 +253,7 @@ pub fn main(
     print_report(&report, args);
     if let Some(path) = &args.json {
         let figures = serde_json::json!({
-            "workload": args.workload.to_string(),
+            "workload": args.pods.workload.to_string(),
             "keys": spec.keys,
             "events": spec.events,
             "rate": args.rate,

@@ -53,14 +53,14 @@ use std::time::Duration;
 
 use tokio::sync::watch as signal;
 
-use crate::args::parse_rate;
+use crate::args::{parse_rate, PodWorkloadArgs};
 pub use churn::Pace;
 use churn::{Churn, ChurnSummary};
 use faults::{FaultPlan, FaultReport, Faults};
 use limits::Limits;
 use routes::App;
 use store::Store;
-use workloads::{generate, PodProfile, Workload, WorkloadSpec};
+use workloads::{generate, PodProfile, WorkloadSpec};
 
 /// The default window of recent events a watch can resume from.
 pub const DEFAULT_WINDOW: usize = 100_000;
@@ -73,9 +73,9 @@ pub const DEFAULT_TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
 /// Arguments of `loadgen serve`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeArgs {
-    /// The workload whose events churn the pods (W4 and W5 churn like W1).
-    #[arg(long, default_value = "w1")]
-    pub workload: Workload,
+    /// The pods' workload.
+    #[command(flatten)]
+    pub pods: PodWorkloadArgs,
     /// Offered rate of churn, in events per second.
     #[arg(long, value_parser = parse_rate)]
     pub rate: f64,
@@ -88,16 +88,6 @@ pub struct ServeArgs {
     /// Write a kubeconfig pointing at the server here (instead of printing it on stdout).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Keys (pods) of the workload [default: the workload's K].
-    #[arg(long)]
-    pub keys: Option<usize>,
-    /// Churn events; after the last one the server keeps serving its final state
-    /// [default: the workload's E].
-    #[arg(long)]
-    pub events: Option<usize>,
-    /// The workload's seed.
-    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
-    pub seed: u64,
     /// How much of a real pod each pod carries: minimal (~330 bytes of JSON), typical (a
     /// Deployment's pod with managedFields and status, ~6 KB) or large (~25 KB)
     /// (docs/workloads.md, "Pod profiles").
@@ -524,17 +514,13 @@ users:
 
 /// `loadgen serve`: serves until Ctrl-C.
 pub fn main(args: ServeArgs) -> ExitCode {
-    let mut spec = WorkloadSpec::new(args.workload).seed(args.seed);
-    if let Some(keys) = args.keys {
-        if keys == 0 || keys > u32::MAX as usize {
-            eprintln!("loadgen serve: --keys must be between 1 and {}", u32::MAX);
+    let spec = match args.pods.spec() {
+        Ok(spec) => spec,
+        Err(e) => {
+            eprintln!("loadgen serve: {e}");
             return ExitCode::from(2);
         }
-        spec = spec.keys(keys);
-    }
-    if let Some(events) = args.events {
-        spec = spec.events(events);
-    }
+    };
     let config = ServeConfig {
         workload: spec,
         pod_profile: args.pod_profile,
