@@ -4,74 +4,37 @@
 //! refuses a namespace it would share unless told, and `--cleanup` removes exactly its own.
 #![cfg(feature = "wire")]
 
+mod writes_common;
+
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, PostParams};
 use loadgen::commands::churn::RUN_LABEL;
 use loadgen::serve::objects::VERSION_LABEL;
-use loadgen::serve::{ServeConfig, Server};
+use loadgen::serve::Server;
 use serde_json::Value;
 use workloads::{generate, Workload, WorkloadSpec};
+use writes_common::{loadgen_with, start_writable as start, stderr};
 
 const NAMESPACE: &str = "churn";
 
-/// `serve --writes` with one pod of its own (in `ns-0`, not the churn's namespace) and no
-/// churn of its own, and a kubeconfig file naming it.
-async fn start(name: &str) -> (Server, PathBuf) {
-    let mut config = ServeConfig::new(WorkloadSpec::new(Workload::W1).keys(1).events(0), 1000.0);
-    config.writes = true;
-    let server = Server::start(config).await.expect("the server starts");
-    let dir = std::env::temp_dir().join(format!("loadgen-churn-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    (server, kubeconfig)
-}
-
-/// `loadgen churn --kubeconfig FILE --namespace churn ARGS`, waited for off the runtime.
+/// `loadgen churn --kubeconfig FILE --namespace churn ARGS`.
 async fn churn(kubeconfig: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_loadgen"));
-    command
-        .arg("churn")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--namespace", NAMESPACE])
-        .args(args);
-    tokio::task::spawn_blocking(move || command.output().expect("loadgen runs"))
-        .await
-        .unwrap()
+    let with_namespace = [&["--namespace", NAMESPACE][..], args].concat();
+    loadgen_with("churn", kubeconfig, &with_namespace).await
 }
 
+/// The churn namespace's pods through kube-rs.
 fn api(server: &Server) -> Api<Pod> {
-    let config = kube::Config::new(server.url().parse().unwrap());
-    Api::namespaced(kube::Client::try_from(config).unwrap(), NAMESPACE)
+    writes_common::api(server, NAMESPACE)
 }
 
 /// The churn namespace's pods: name → (labels, resource version).
 async fn pods(server: &Server) -> BTreeMap<String, (BTreeMap<String, String>, String)> {
-    api(server)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.unwrap(),
-                (
-                    p.metadata.labels.unwrap_or_default(),
-                    p.metadata.resource_version.unwrap(),
-                ),
-            )
-        })
-        .collect()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
+    writes_common::pods(server, NAMESPACE).await
 }
 
 /// The workload's final state, `prefix` + `pod-{id}` → version, from its own model.

@@ -4,71 +4,21 @@
 //! without the churn's pods and the foreign pods as they were; and fault flags are refused.
 #![cfg(feature = "wire")]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod writes_common;
+
+use std::path::Path;
+use std::process::Output;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ListParams, PostParams};
+use kube::api::PostParams;
 use loadgen::commands::churn::RUN_LABEL;
-use loadgen::serve::{ServeConfig, Server};
-use workloads::{Workload, WorkloadSpec};
+use writes_common::{api, loadgen_with, pods, start_writable as start, stderr};
 
 const NAMESPACE: &str = "soak";
 
-/// `serve --writes` with one pod of its own (in `ns-0`) and no churn of its own, and a
-/// kubeconfig file naming it, in a directory of the test's own.
-async fn start(name: &str) -> (Server, PathBuf) {
-    let mut config = ServeConfig::new(WorkloadSpec::new(Workload::W1).keys(1).events(0), 1000.0);
-    config.writes = true;
-    let server = Server::start(config).await.expect("the server starts");
-    let dir = std::env::temp_dir().join(format!("loadgen-soakkc-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let kubeconfig = dir.join("kubeconfig");
-    std::fs::write(&kubeconfig, server.kubeconfig()).unwrap();
-    (server, kubeconfig)
-}
-
-/// `loadgen soak --kubeconfig FILE ARGS`, waited for off the runtime.
+/// `loadgen soak --kubeconfig FILE ARGS`.
 async fn soak(kubeconfig: &Path, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_loadgen"));
-    command
-        .arg("soak")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args);
-    tokio::task::spawn_blocking(move || command.output().expect("loadgen runs"))
-        .await
-        .unwrap()
-}
-
-fn api(server: &Server, namespace: &str) -> Api<Pod> {
-    let config = kube::Config::new(server.url().parse().unwrap());
-    Api::namespaced(kube::Client::try_from(config).unwrap(), namespace)
-}
-
-/// A namespace's pods: name → (labels, resource version).
-async fn pods(
-    server: &Server,
-    namespace: &str,
-) -> BTreeMap<String, (BTreeMap<String, String>, String)> {
-    api(server, namespace)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.unwrap(),
-                (
-                    p.metadata.labels.unwrap_or_default(),
-                    p.metadata.resource_version.unwrap(),
-                ),
-            )
-        })
-        .collect()
+    loadgen_with("soak", kubeconfig, args).await
 }
 
 fn foreign(name: &str) -> Pod {
@@ -79,10 +29,6 @@ fn foreign(name: &str) -> Pod {
         "spec": { "containers": [{ "name": "c", "image": "nginx:1" }] },
     }))
     .unwrap()
-}
-
-fn stderr(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
 /// The value of `figure`'s row in soak.md.
