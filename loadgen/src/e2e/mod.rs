@@ -376,18 +376,16 @@ pub fn main(args: E2eArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if let Some(path) = &args.json {
-        let figures = serde_json::json!({
-            "workload": args.pods.workload.to_string(),
-            "keys": spec.keys,
+    if let Err(code) = write_figures(
+        &args,
+        &spec,
+        serde_json::json!({
             "events": spec.events,
             "rate": args.rate,
             "clients": reports,
-        });
-        if let Err(e) = write_json(path, &figures) {
-            eprintln!("loadgen e2e: {e}");
-            return ExitCode::from(2);
-        }
+        }),
+    ) {
+        return code;
     }
     if reports.iter().all(|r| r.ok) {
         ExitCode::SUCCESS
@@ -399,6 +397,29 @@ pub fn main(args: E2eArgs) -> ExitCode {
 fn write_json(path: &std::path::Path, value: &serde_json::Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).expect("plain figures serialise");
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Writes `--json`, if asked: the run's workload and key count, then `body`'s fields (an
+/// object). Exit code 2 when it cannot be written, after saying why.
+fn write_figures(
+    args: &E2eArgs,
+    spec: &WorkloadSpec,
+    body: serde_json::Value,
+) -> Result<(), ExitCode> {
+    let Some(path) = &args.json else {
+        return Ok(());
+    };
+    let mut figures = serde_json::json!({
+        "workload": args.pods.workload.to_string(),
+        "keys": spec.keys,
+    });
+    if let (Some(all), serde_json::Value::Object(fields)) = (figures.as_object_mut(), body) {
+        all.extend(fields);
+    }
+    write_json(path, &figures).map_err(|e| {
+        eprintln!("loadgen e2e: {e}");
+        ExitCode::from(2)
+    })
 }
 
 /// `--find-capacity`: a search per client (see [`capacity`]), one line per probe as it ends.
@@ -479,18 +500,16 @@ fn find_capacity(
             search.limit.as_deref().unwrap_or("not reached"),
         );
     }
-    if let Some(path) = &args.json {
-        let figures = serde_json::json!({
-            "workload": args.pods.workload.to_string(),
-            "keys": spec.keys,
+    if let Err(code) = write_figures(
+        args,
+        &spec,
+        serde_json::json!({
             "probe_seconds": args.probe_seconds,
             "max_lag_ms": args.max_lag_ms,
             "searches": searches,
-        });
-        if let Err(e) = write_json(path, &figures) {
-            eprintln!("loadgen e2e: {e}");
-            return ExitCode::from(2);
-        }
+        }),
+    ) {
+        return code;
     }
     if searches
         .iter()

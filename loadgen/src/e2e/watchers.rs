@@ -38,7 +38,7 @@ use super::client::{
     wait_for_churned, write_expected, ReadCache, Seen, Stop, Synced,
 };
 use super::discard::{served_resource_version, Discarded, Reader};
-use super::{child_lines, end_child, wait_child, write_json, E2eArgs, OneClient, Timeline};
+use super::{child_lines, end_child, wait_child, write_figures, E2eArgs, OneClient, Timeline};
 use crate::serve::Server;
 use crate::sync::lock;
 use workloads::WorkloadSpec;
@@ -251,20 +251,18 @@ pub fn main(
         }
     };
     print_report(&report, args);
-    if let Some(path) = &args.json {
-        let figures = serde_json::json!({
-            "workload": args.pods.workload.to_string(),
-            "keys": spec.keys,
+    if let Err(code) = write_figures(
+        args,
+        &spec,
+        serde_json::json!({
             "events": spec.events,
             "rate": args.rate,
             "pod_profile": args.pod_profile.to_string(),
             "max_lag_ms": args.max_lag_ms,
             "fan_out": report,
-        });
-        if let Err(e) = write_json(path, &figures) {
-            eprintln!("loadgen e2e: {e}");
-            return ExitCode::from(2);
-        }
+        }),
+    ) {
+        return code;
     }
     if report.ok {
         ExitCode::SUCCESS
