@@ -46,13 +46,11 @@ use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 use kcache_sim::MemoryListerWatcher;
 
 use crate::controller_loop::{
-    check_controller, child_args as w6_child_args, last_events, phase_summary, reconcile,
-    retry_limiter, ControllerConfig, ControllerRecord, Track, WorkerStats,
+    check_controller, last_events, reconcile, retry_limiter, ControllerConfig, ControllerRecord,
+    Track, WorkerStats,
 };
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
-use crate::harness_floor::{child_args as floor_child_args, row as floor_row, subjects};
-use crate::harness_floor::{FloorChoice, Subject};
 use crate::informer_handlers::Recorder;
 use crate::informer_verdict::{judge, same_state, HandlerRecord, Plan};
 use crate::latency::new_histogram;
@@ -60,12 +58,11 @@ use crate::progress::Progress;
 use crate::result::RunResult;
 use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, LatencyUs};
 use crate::rss::RssProbe;
-use crate::runs::{generate_with_progress, RunError};
+use crate::runs::RunError;
 use crate::server_feed::{millis, parse_version, produce, serve_initial, server_views, ServedPod};
 use crate::through_informer::{check_store, informer_builder, wait_until_final};
-use crate::ui::Ui;
 use crate::verdict::Verdict;
-use workloads::{Generated, Pod, WorkloadSpec};
+use workloads::{Generated, Pod};
 
 /// The `workload` of W6's rows through the informer.
 pub const LABEL: &str = "w6/informer";
@@ -309,7 +306,7 @@ pub fn execute(
 
 /// W7's twist on W6 (docs/workloads.md): the informer resyncs every object every `resync`,
 /// and the workqueue is a priority queue or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Storm {
     /// The informer's resync period.
     pub resync: Duration,
@@ -642,7 +639,7 @@ pub fn measure_with(
             vec![HandlerResult {
                 handler: 0,
                 slow: false,
-                notifications: record.notifications,
+                notifications: record.notifications(),
                 tombstones: record.tombstones,
                 caught_up_s: caught_up.map(|d| d.as_secs_f64()),
                 peak_pending: 0,
@@ -693,56 +690,4 @@ pub fn measure_with(
         informer: Some(done.informer),
         ..Default::default()
     })
-}
-
-/// The command line of a child that runs W6 through `engine`'s informer alone.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = w6_child_args(spec, engine, cfg, ctl);
-    args.extend(["--through".to_string(), "informer".to_string()]);
-    args
-}
-
-/// `loadgen run --workload w6` (through the informer, the default): every chosen engine and
-/// the harness floor (as `floor` asks), each in a child process unless `in_process`.
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    floor: FloorChoice,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    crate::runs::check_spec(spec)?;
-    let ctl = ControllerConfig {
-        seed: spec.seed,
-        ..*ctl
-    };
-    crate::isolate::run_each(
-        &subjects(engines, floor),
-        in_process,
-        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, &ctl)),
-        |subjects| {
-            let gen = generate_with_progress(spec, ui)?;
-            let mut results = Vec::with_capacity(subjects.len());
-            for &subject in subjects {
-                let result = match subject {
-                    Subject::Engine(engine) => {
-                        let phase = ui.phase(format!("{LABEL} {engine}"), gen.ops.len() as u64);
-                        let result = measure(engine, &gen, cfg, &ctl, drops_none(), &phase)?;
-                        phase.finish(&phase_summary(&result));
-                        result
-                    }
-                    Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, None, ui)?,
-                };
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }

@@ -49,11 +49,9 @@ use crate::pacing::kept_schedule;
 use crate::progress::Progress;
 use crate::result::{peak_rss, ControllerFigures, LatencyUs, RunResult};
 use crate::rss::RssProbe;
-use crate::runs::{generate_with_progress, RunError};
-use crate::ui::Ui;
 use crate::units::si;
 use crate::verdict::{check, Counters};
-use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod, WorkloadSpec};
+use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod};
 
 /// W6's worker threads unless told otherwise.
 pub const DEFAULT_WORKERS: usize = 4;
@@ -74,7 +72,7 @@ pub const RETRY_MAX: Duration = Duration::from_secs(1000);
 const IDLE_POLL: Duration = Duration::from_micros(200);
 
 /// W6's own knobs, on top of [`EngineConfig`] (shards, consumers, pacing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ControllerConfig {
     /// Worker threads taking keys from the workqueue.
     pub workers: usize,
@@ -804,75 +802,6 @@ pub fn measure(
         failures: verdict.failures().to_vec(),
         ..Default::default()
     })
-}
-
-/// The `run` command line of a W6 child process for `engine`, without saying which W6 form
-/// (see [`queue_child_args`] and the informer's own).
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = crate::runs::child_args(spec, engine, cfg);
-    args.extend([
-        "--workers".to_string(),
-        ctl.workers.to_string(),
-        "--reconcile-us".to_string(),
-        ctl.reconcile_cost.as_micros().to_string(),
-    ]);
-    if ctl.worker_nice != 0 {
-        args.extend(["--worker-nice".to_string(), ctl.worker_nice.to_string()]);
-    }
-    args
-}
-
-/// The command line of a child that runs W6's bare-queue `engine` pipeline alone (W6's
-/// default is through the informer, so the child is told `--through queue`).
-pub fn queue_child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = child_args(spec, engine, cfg, ctl);
-    args.extend(["--through".to_string(), "queue".to_string()]);
-    args
-}
-
-/// Runs W6 (`spec`) through `engines`' pipelines: here for one engine or with `in_process`,
-/// else each in a child process of its own, like every workload (see
-/// [`isolate`](crate::isolate)).
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    crate::runs::check_spec(spec)?;
-    let ctl = ControllerConfig {
-        seed: spec.seed,
-        ..*ctl
-    };
-    crate::isolate::run_each(
-        engines,
-        in_process,
-        |engine| queue_child_args(spec, engine, cfg, &ctl),
-        |engines| {
-            let gen = generate_with_progress(spec, ui)?;
-            let name = spec.workload.name();
-            let mut results = Vec::with_capacity(engines.len());
-            for &engine in engines {
-                let phase = ui.phase(format!("{name} {engine}"), gen.ops.len() as u64);
-                let result = measure(engine, name, &gen, cfg, &ctl, &phase)?;
-                phase.finish(&phase_summary(&result));
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }
 
 /// What a W6 run's progress line ends with, in both of its forms.

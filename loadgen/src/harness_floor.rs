@@ -58,7 +58,8 @@ const RETRY: Duration = Duration::from_millis(1);
 const SEEN_EVERY: u64 = 64;
 
 /// What a run through the in-memory server measures: an engine, or the harness floor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Subject {
     /// An engine's shared informer (or W6's controller on it).
     Engine(EngineKind),
@@ -79,17 +80,6 @@ pub enum FloorChoice {
     Only,
 }
 
-impl FloorChoice {
-    /// The spelling of the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            FloorChoice::Row => "row",
-            FloorChoice::None => "none",
-            FloorChoice::Only => "only",
-        }
-    }
-}
-
 /// What to run, in order: the engines, then the floor, as `floor` asks.
 ///
 /// ```
@@ -107,22 +97,6 @@ pub fn subjects(engines: &[EngineKind], floor: FloorChoice) -> Vec<Subject> {
         FloorChoice::None => engines.collect(),
         FloorChoice::Only => vec![Subject::HarnessFloor],
     }
-}
-
-/// The command line of the child process that runs `subject` alone, from `engine_args`, the
-/// command line of a child that runs one engine (any engine for the floor: the child ignores
-/// it).
-pub fn child_args(
-    subject: Subject,
-    engine_args: impl Fn(EngineKind) -> Vec<String>,
-) -> Vec<String> {
-    let (engine, floor) = match subject {
-        Subject::Engine(engine) => (engine, FloorChoice::None),
-        Subject::HarnessFloor => (EngineKind::Reference, FloorChoice::Only),
-    };
-    let mut args = engine_args(engine);
-    args.extend(["--harness-floor".to_string(), floor.name().to_string()]);
-    args
 }
 
 /// What the floor's client did.

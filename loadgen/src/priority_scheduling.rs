@@ -49,7 +49,7 @@ use kcache::workqueue::priority::PriorityOptions;
 use kcache::Key;
 
 use crate::controller_informer::{counted_priority_queue, fifo_queue, OverdueHandouts};
-use crate::controller_loop::{burn, child_args as w6_child_args, phase_summary, ControllerConfig};
+use crate::controller_loop::{burn, ControllerConfig};
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
@@ -59,7 +59,6 @@ use crate::result::{
 };
 use crate::rss::RssProbe;
 use crate::runs::RunError;
-use crate::ui::Ui;
 use crate::verdict::Verdict;
 use workloads::WorkloadSpec;
 
@@ -86,7 +85,8 @@ const TENANT_B: f64 = 0.6;
 const TICK: Duration = Duration::from_micros(500);
 
 /// W8's scenarios (`--scenario`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scenario {
     /// One namespace floods, an initial list waits at low priority, the others trickle.
     Mixed,
@@ -119,7 +119,8 @@ impl Scenario {
 }
 
 /// A workqueue order (`--queues`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QueueKind {
     /// The engine's rate-limiting workqueue: first in, first out.
     Fifo,
@@ -155,7 +156,7 @@ impl QueueKind {
 }
 
 /// W8's own knobs, on top of W6's workers and reconcile cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SchedulingConfig {
     /// Which scenario.
     pub scenario: Scenario,
@@ -570,7 +571,8 @@ pub fn measure(
     w8: &SchedulingConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    check(spec, ctl, w8)?;
+    crate::runs::check_spec(spec)?;
+    check(ctl, w8)?;
     let probe = RssProbe::start();
     let cpu = CpuProbe::start();
     let plan = Plan::of(spec, w8, capacity(ctl));
@@ -678,12 +680,7 @@ pub fn measure(
 }
 
 /// Refuses knobs that make no W8 run.
-fn check(
-    spec: &WorkloadSpec,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-) -> Result<(), RunError> {
-    crate::runs::check_spec(spec)?;
+pub fn check(ctl: &ControllerConfig, w8: &SchedulingConfig) -> Result<(), RunError> {
     if ctl.reconcile_cost.is_zero() {
         return Err(RunError::Invalid(
             "w8 needs --reconcile-us of at least 1: its offered rates are multiples of what the \
@@ -697,63 +694,4 @@ fn check(
         ));
     }
     Ok(())
-}
-
-/// The command line of a child that runs one W8 row.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    (engine, queue): (EngineKind, QueueKind),
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-) -> Vec<String> {
-    let mut args = w6_child_args(spec, engine, cfg, ctl);
-    args.extend([
-        "--scenario".to_string(),
-        w8.scenario.name().to_string(),
-        "--queues".to_string(),
-        queue.name().to_string(),
-        "--duration-ms".to_string(),
-        w8.duration.as_millis().to_string(),
-        "--max-wait-ms".to_string(),
-        w8.max_wait.as_millis().to_string(),
-        "--backlog".to_string(),
-        w8.backlog.to_string(),
-    ]);
-    args
-}
-
-/// `loadgen run --workload w8`: every chosen engine with each chosen order, each in a child
-/// process unless `in_process`.
-#[allow(clippy::too_many_arguments)]
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    queues: &[QueueKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    check(spec, ctl, w8)?;
-    let subjects: Vec<(EngineKind, QueueKind)> = engines
-        .iter()
-        .flat_map(|&e| queues.iter().map(move |&q| (e, q)))
-        .collect();
-    crate::isolate::run_each(
-        &subjects,
-        in_process,
-        |subject| child_args(spec, subject, cfg, ctl, w8),
-        |subjects| {
-            let mut results = Vec::with_capacity(subjects.len());
-            for &(engine, queue) in subjects {
-                let phase = ui.phase(format!("{} {engine}", label(w8.scenario, queue)), 0);
-                let result = measure(engine, queue, spec, cfg, ctl, w8, &phase)?;
-                phase.finish(&phase_summary(&result));
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }

@@ -1,7 +1,6 @@
-//! A workload through a list of engines: generate it (before any clock starts), run and measure
-//! each engine on it and judge the result, here or each engine in a child process of its own
-//! ([`isolate`](crate::isolate)). `run`, `compare`, `replay`, the capacity probes and the W6 and
-//! informer paths all come through here.
+//! A workload through an engine bare: generate it (before any clock starts), run and measure
+//! one engine on it and judge the result. The rows of every run are
+//! [`RunSpec`](crate::run_spec::RunSpec)s; this is what one bare row does.
 
 use workloads::{generate, Generated, WorkloadSpec};
 
@@ -13,7 +12,6 @@ use crate::progress::Progress;
 use crate::result::{peak_rss, LatencyUs, RunResult};
 use crate::rss::RssProbe;
 use crate::ui::Ui;
-use crate::units::si;
 use crate::verdict::{check_with, Counters};
 
 /// Why a workload could not be run.
@@ -31,47 +29,6 @@ pub enum RunError {
     /// A child process for one engine failed.
     #[error(transparent)]
     Isolate(#[from] crate::isolate::IsolateError),
-}
-
-/// The `run` command line that makes a child process run `engine` alone on `spec`.
-pub fn child_args(spec: &WorkloadSpec, engine: EngineKind, cfg: &EngineConfig) -> Vec<String> {
-    let mut args = [
-        "run",
-        "--workload",
-        spec.workload.name(),
-        "--engine",
-        engine.name(),
-        "--keys",
-        &spec.keys.to_string(),
-        "--events",
-        &spec.events.to_string(),
-        "--seed",
-        &spec.seed.to_string(),
-        "--shards",
-        &cfg.shards.to_string(),
-        "--consumers",
-        &cfg.consumers.to_string(),
-        "--readers",
-        &cfg.readers.to_string(),
-        "--handler-us",
-        &cfg.handler_cost.as_micros().to_string(),
-        "--in-process",
-    ]
-    .map(String::from)
-    .to_vec();
-    if let Some(rate) = cfg.rate {
-        args.extend(["--rate".to_string(), rate.to_string()]);
-    }
-    if cfg.max_queued_deltas > 0 {
-        args.extend([
-            "--max-queued-deltas".to_string(),
-            cfg.max_queued_deltas.to_string(),
-        ]);
-    }
-    if cfg.compact_updates {
-        args.push("--compact-updates".to_string());
-    }
-    args
 }
 
 /// Refuses a spec that makes no workload.
@@ -93,53 +50,6 @@ pub fn generate_with_progress(spec: &WorkloadSpec, ui: Ui) -> Result<Generated, 
         gen.universe.keys.len()
     ));
     Ok(gen)
-}
-
-/// Runs `engines` one after another on `gen`, each measured and judged.
-pub fn run_engines(
-    gen: &Generated,
-    workload: &str,
-    mode: Mode,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    let mut results = Vec::with_capacity(engines.len());
-    for &engine in engines {
-        let phase = ui.phase(format!("{workload} {engine}"), gen.ops.len() as u64);
-        let result = measure(engine, workload, gen, mode, cfg, &phase)?;
-        phase.finish(&format!(
-            "{} events/s, verdict {}",
-            si(result.events_per_s),
-            result.verdict
-        ));
-        results.push(result);
-    }
-    Ok(results)
-}
-
-/// Runs `engines` on the workload of `spec` with `cfg`: generated and run in this process for
-/// one engine or with `in_process`, else each engine in a child process of its own that
-/// generates the same events from the same seed (see [`isolate`](crate::isolate)). `run` and
-/// `compare` both come through here.
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    check_spec(spec)?;
-    crate::isolate::run_each(
-        engines,
-        in_process,
-        |engine| child_args(spec, engine, cfg),
-        |engines| {
-            let gen = generate_with_progress(spec, ui)?;
-            let workload = spec.workload;
-            run_engines(&gen, workload.name(), Mode::of(workload), engines, cfg, ui)
-        },
-    )
 }
 
 /// Runs `gen` through `engine`, measures it, judges it, and drops everything of the run before

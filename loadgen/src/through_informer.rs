@@ -41,9 +41,6 @@ use kcache_sim::MemoryListerWatcher;
 use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::SHARDED_BATCH;
 use crate::engines::{EngineConfig, EngineKind};
-use crate::harness_floor::{
-    child_args as floor_child_args, row as floor_row, subjects, FloorChoice, Subject,
-};
 use crate::informer_handlers::{recorders, AsyncRecorder, Delivery, InformerConfig, Progressing};
 use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
 use crate::latency::new_histogram;
@@ -51,16 +48,14 @@ use crate::pacing::kept_schedule;
 use crate::progress::Progress;
 use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
 use crate::rss::RssProbe;
-use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
+use crate::runs::RunError;
 use crate::server_feed::{
     millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
     Produced, ServedPod,
 };
 use crate::sync::lock;
-use crate::ui::Ui;
-use crate::units::si;
 use crate::verdict::Verdict;
-use workloads::{Generated, Workload, WorkloadSpec, NODE_INDEX};
+use workloads::{Generated, Workload, NODE_INDEX};
 
 /// A handler that hears nothing for this long, while its view is not final, has stalled.
 const STALL: Duration = Duration::from_secs(60);
@@ -441,7 +436,7 @@ pub fn measure(
         handlers.push(HandlerResult {
             handler: h,
             slow,
-            notifications: record.notifications,
+            notifications: record.notifications(),
             tombstones: record.tombstones,
             caught_up_s: caught_up.map(|d| d.as_secs_f64()),
             peak_pending: buffer.peak_pending as u64,
@@ -477,7 +472,7 @@ pub fn measure(
             .map(|rate| kept_schedule(done.produced.lag, done.produced.paced_ops, rate)),
         threads: cfg.consumers + icfg.handlers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
-        deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications),
+        deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications()),
         verdict: summary,
         failures,
         handlers,
@@ -491,91 +486,4 @@ pub fn measure(
         }),
         ..Default::default()
     })
-}
-
-/// The command line of a child that runs `engine` alone through the informer.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    icfg: &InformerConfig,
-) -> Vec<String> {
-    let mut args = queue_child_args(spec, engine, cfg);
-    args.extend([
-        "--through".to_string(),
-        "informer".to_string(),
-        "--handlers".to_string(),
-        icfg.handlers.to_string(),
-        "--slow-handler-us".to_string(),
-        icfg.slow_handler.as_micros().to_string(),
-        "--delivery".to_string(),
-        icfg.delivery.name().to_string(),
-    ]);
-    if icfg.slow_handler_waits {
-        args.push("--slow-handler-waits".to_string());
-    }
-    if icfg.slow_handler_coalesces {
-        args.push("--slow-handler-coalesces".to_string());
-    }
-    if let Some(bound) = icfg.slow_handler_buffer {
-        args.extend(["--slow-handler-buffer".to_string(), bound.to_string()]);
-    }
-    args
-}
-
-/// `loadgen run --through informer`: every chosen engine and the harness floor (as `floor`
-/// asks), each in a child process unless `--in-process`.
-pub fn run(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    icfg: &InformerConfig,
-    floor: FloorChoice,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    if !spec.workload.uses_queue() {
-        return Err(RunError::Invalid(format!(
-            "{} writes straight into the indexer: it has no informer path (use w1, w2, w3 or w5)",
-            spec.workload
-        )));
-    }
-    if spec.workload == Workload::W6 {
-        return Err(RunError::Invalid(
-            "w6 through the informer is its own pipeline (informer, workqueue, workers): \
-             run it with `loadgen run --workload w6`"
-                .into(),
-        ));
-    }
-    crate::runs::check_spec(spec)?;
-    crate::isolate::run_each(
-        &subjects(engines, floor),
-        in_process,
-        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, icfg)),
-        |subjects| {
-            let gen = generate_with_progress(spec, ui)?;
-            let label = format!("{}/informer", spec.workload);
-            let mut results = Vec::with_capacity(subjects.len());
-            for &subject in subjects {
-                let result = match subject {
-                    Subject::Engine(engine) => {
-                        let phase = ui.phase(
-                            format!("{} {engine} informer", spec.workload),
-                            gen.ops.len() as u64,
-                        );
-                        let result = measure(engine, &gen, spec.workload, cfg, icfg, &phase)?;
-                        phase.finish(&format!(
-                            "{} events/s, verdict {}",
-                            si(result.events_per_s),
-                            result.verdict
-                        ));
-                        result
-                    }
-                    Subject::HarnessFloor => floor_row(&gen, &label, cfg.rate, Some(icfg), ui)?,
-                };
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }
