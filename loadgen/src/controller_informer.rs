@@ -46,21 +46,18 @@ use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 use kcache_sim::MemoryListerWatcher;
 
 use crate::controller_loop::{
-    check_controller, last_events, reconcile, retry_limiter, ControllerConfig, ControllerRecord,
-    Track, WorkerStats,
+    check_controller, figures, last_events, reconcile, retry_limiter, ControllerConfig,
+    ControllerRecord, Track, WorkerStats,
 };
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::informer_handlers::Recorder;
-use crate::informer_verdict::{judge, same_state, HandlerRecord, Plan};
+use crate::informer_verdict::{handler_result, same_state, HandlerRecord, Plan};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
-use crate::result::RunResult;
-use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, LatencyUs};
-use crate::rss::RssProbe;
+use crate::result::{InformerStats, LatencyUs, Meter, RunResult};
 use crate::runs::RunError;
-use crate::server_feed::{millis, parse_version, produce, serve_initial, server_views, ServedPod};
-use crate::through_informer::{check_store, informer_builder, wait_until_final};
+use crate::server_feed::{millis, serve_initial, server_views, ServedPod};
+use crate::through_informer::{check_store, informer_builder, wait_until_final, Feeder};
 use crate::verdict::Verdict;
 use workloads::{Generated, Pod};
 
@@ -455,45 +452,33 @@ impl Run<'_> {
             .run(reconcile_w6, Arc::clone(&reconciler))
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();
-        let produced = AtomicBool::new(false);
-        let producer_failed = AtomicBool::new(false);
         let mut producer_held = Duration::ZERO;
-        let client_version = || parse_version(&informer.last_sync_resource_version());
+        let feeder = Feeder {
+            server,
+            gen,
+            plan,
+            start,
+            rate: cfg.rate,
+            progress,
+            produced: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        };
         let wall = thread::scope(|scope| {
-            let started = runtime.block_on(async {
-                informer.start()?;
-                informer.wait_for_sync().await;
-                Ok::<_, kcache::informer::InformerError>(())
-            });
-            let producer = started.is_ok().then(|| {
-                scope.spawn(|| {
-                    let result = produce(
-                        server,
-                        gen,
-                        plan.initial_ops,
-                        start,
-                        cfg.rate,
-                        &client_version,
-                        progress,
-                    );
-                    // Relaxed: read only to stop waiting; the error comes back through join.
-                    producer_failed.store(result.is_err(), Ordering::Relaxed);
-                    produced.store(true, Ordering::Release);
-                    result
-                })
-            });
-            if let Err(e) = &started {
-                failures.push(format!("the informer did not start: {e}"));
-            } else {
-                runtime.block_on(wait_until_final(
-                    &progressing,
-                    &produced,
-                    &producer_failed,
-                    server,
-                    &informer,
-                    &mut failures,
-                ));
-            }
+            let producer = match feeder.start(scope, &runtime, &informer) {
+                Ok(producer) => {
+                    runtime.block_on(wait_until_final(
+                        &progressing,
+                        &feeder,
+                        &informer,
+                        &mut failures,
+                    ));
+                    Some(producer)
+                }
+                Err(e) => {
+                    failures.push(e);
+                    None
+                }
+            };
             let stuck = || !failures.is_empty() || controller.stats().panics > 0;
             if storm.is_some() {
                 // Resyncs keep adding keys, so the controller may never be idle: the run ends
@@ -625,69 +610,42 @@ pub fn measure_with(
     storm: Option<Storm>,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute_with(engine, gen, cfg, ctl, drops, storm, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let mut failures = done.failures.clone();
     failures.extend(check_controller(&done.record));
     let handlers = match &done.handler {
-        Some((record, caught_up)) => {
-            let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
-            failures.extend(verdict.failures().iter().map(|f| format!("handler: {f}")));
-            vec![HandlerResult {
-                handler: 0,
-                slow: false,
-                notifications: record.notifications(),
-                tombstones: record.tombstones,
-                caught_up_s: caught_up.map(|d| d.as_secs_f64()),
-                peak_pending: 0,
-                waits: 0,
-                merged: 0,
-                verdict: verdict.summary(),
-                failures: verdict.failures().to_vec(),
-            }]
+        Some(handler) => {
+            let (plan, server) = (&done.plan, &done.server_final);
+            vec![handler_result(
+                0,
+                handler,
+                plan,
+                server,
+                "handler: ",
+                &mut failures,
+            )]
         }
         None => {
             failures.push("the handler's record was never handed over".to_string());
             Vec::new()
         }
     };
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let events = gen.event_count();
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let verdict = Verdict::from_failures(failures);
+    let label = storm.map_or(LABEL, Storm::label);
+    let keys = gen.universe.keys.len();
+    let row = spent.row(engine.name(), label, keys, gen.event_count(), done.wall);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: storm.map_or(LABEL, Storm::label).to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        pops: 0,
-        deltas_per_pop: None,
         latency_us: LatencyUs::of(&done.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: cfg.consumers + ctl.workers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: handlers.first().map_or(0, |h| h.notifications),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles: done.reconciles,
-            reconciles_per_s: done.reconciles as f64 / wall_s,
-            reconciles_per_event: done.reconciles as f64 / events.max(1) as f64,
-            retries: done.retries,
-        }),
+        controller: Some(figures(ctl, done.reconciles, done.retries, &row)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
         handlers,
         informer: Some(done.informer),
-        ..Default::default()
+        ..row
     })
 }

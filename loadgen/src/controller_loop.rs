@@ -41,14 +41,12 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, EventHandler, Indexer, Key,
 };
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::{elapsed_ns, produce, queue_options, Consumer, EngineError, SHARDED_BATCH};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
-use crate::pacing::kept_schedule;
+use crate::pacing::record_pacing;
 use crate::progress::Progress;
-use crate::result::{peak_rss, ControllerFigures, LatencyUs, RunResult};
-use crate::rss::RssProbe;
+use crate::result::{ControllerFigures, LatencyUs, Meter, RunResult};
 use crate::units::si;
 use crate::verdict::{check, Counters};
 use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod};
@@ -714,8 +712,7 @@ pub fn measure(
         return Err(EngineError::TooManyKeys(gen.universe.keys.len()));
     }
     gen.reset_delivery();
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let (store, outcome): (Arc<dyn Indexer<Pod>>, Outcome) = match engine {
         EngineKind::Reference => {
             let store = Arc::new(kcache::reference::IndexedStore::new(
@@ -753,55 +750,49 @@ pub fn measure(
             (store, outcome)
         }
     };
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let verdict = check(&gen.model, &*store, &outcome.counters);
     let mut failures = verdict.failures().to_vec();
     failures.extend(check_controller(&outcome.record));
-    let wall_s = outcome.wall.as_secs_f64().max(1e-9);
     let events = gen.event_count();
     let c = &outcome.counters;
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let verdict = crate::verdict::Verdict::from_failures(failures);
+    let keys = gen.universe.keys.len();
+    let mut row = spent.row(engine.name(), workload, keys, events, outcome.wall);
+    record_pacing(&mut row, cfg.rate, outcome.producer_lag, gen.ops.len());
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: workload.to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
         pops: c.pops,
         deltas_per_pop: (c.pops > 0).then(|| c.deltas as f64 / c.pops as f64),
         latency_us: LatencyUs::of(&outcome.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: match engine {
             EngineKind::Reference => 1,
             EngineKind::Sharded => cfg.consumers.max(1),
         },
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: c.deltas,
-        offered_rate: cfg.rate.filter(|_| outcome.producer_lag.is_some()),
-        producer_lag_ms: outcome.producer_lag.map(|lag| lag.as_secs_f64() * 1e3),
-        kept_up: cfg
-            .rate
-            .zip(outcome.producer_lag)
-            .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles: outcome.reconciles,
-            reconciles_per_s: outcome.reconciles as f64 / wall_s,
-            reconciles_per_event: outcome.reconciles as f64 / events.max(1) as f64,
-            retries: outcome.failures,
-        }),
+        controller: Some(figures(ctl, outcome.reconciles, outcome.failures, &row)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
-        ..Default::default()
+        ..row
     })
+}
+
+/// A controller row's figures: `reconciles` (`retries` of them failed) by `ctl`'s workers
+/// over the `row`'s wall time and events.
+pub(crate) fn figures(
+    ctl: &ControllerConfig,
+    reconciles: u64,
+    retries: u64,
+    row: &RunResult,
+) -> ControllerFigures {
+    ControllerFigures {
+        workers: ctl.workers,
+        reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
+        reconciles,
+        reconciles_per_s: reconciles as f64 / row.wall_s,
+        reconciles_per_event: reconciles as f64 / row.events.max(1) as f64,
+        retries,
+    }
 }
 
 /// What a W6 run's progress line ends with, in both of its forms.

@@ -25,13 +25,11 @@ use kcache::informer::{ListOptions, ListerWatcher, Versioned, WatchEvent, WatchO
 use kcache::{DeltaObject, EventHandler};
 use kcache_sim::MemoryListerWatcher;
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::EngineKind;
 use crate::informer_handlers::{recorders, InformerConfig, Recorder};
 use crate::informer_verdict::Plan;
 use crate::progress::Progress;
-use crate::result::{peak_rss, InformerStats, RunResult};
-use crate::rss::RssProbe;
+use crate::result::{InformerStats, Meter, RunResult};
 use crate::runs::RunError;
 use crate::server_feed::{millis, parse_version, produce, serve_initial, Produced, ServedPod};
 use crate::ui::Ui;
@@ -495,27 +493,14 @@ pub fn measure(
     handlers: Option<&InformerConfig>,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute(gen, rate, handlers, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let events = gen.event_count();
     let verdict = Verdict::from_failures(check(&done, events));
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
+    let keys = gen.universe.keys.len();
+    let row = spent.row(FLOOR_NAME, label, keys, events, done.wall);
     Ok(RunResult {
-        engine: FLOOR_NAME.to_string(),
-        workload: label.to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: 1,
         deltas: done.received,
         verdict: verdict.summary(),
@@ -528,7 +513,7 @@ pub fn measure(
             skipped_resyncs: done.skipped_resyncs,
             producer_held_ms: millis(done.producer_held),
         }),
-        ..Default::default()
+        ..row
     })
 }
 

@@ -11,6 +11,9 @@
 
 pub use crate::handler_ledger::{same_state, KeyView};
 use crate::handler_ledger::{Id, KeyLedger};
+use std::time::Duration;
+
+use crate::result::HandlerResult;
 use crate::verdict::Verdict;
 use workloads::{Generated, Op};
 
@@ -197,6 +200,33 @@ pub fn judge(
     }
     failures.extend(record.ledger.failures(&server_final.to_vec(), &[]));
     Verdict::from_failures(failures)
+}
+
+/// Judges handler `h` of a run that followed `plan` ([`judge`], against `server_final`) and
+/// makes its row of the report (its buffer's figures empty, not slow); its failures go to
+/// `failures` too, after `prefix`.
+pub fn handler_result(
+    h: usize,
+    (record, caught_up): &(HandlerRecord, Option<Duration>),
+    plan: &Plan,
+    server_final: &[KeyView],
+    prefix: &str,
+    failures: &mut Vec<String>,
+) -> HandlerResult {
+    let verdict = judge(record, &plan.in_initial_list, server_final);
+    failures.extend(verdict.failures().iter().map(|f| format!("{prefix}{f}")));
+    HandlerResult {
+        handler: h,
+        slow: false,
+        notifications: record.notifications(),
+        tombstones: record.tombstones,
+        caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+        peak_pending: 0,
+        waits: 0,
+        merged: 0,
+        verdict: verdict.summary(),
+        failures: verdict.failures().to_vec(),
+    }
 }
 
 #[cfg(test)]

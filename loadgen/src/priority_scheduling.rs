@@ -49,15 +49,11 @@ use kcache::workqueue::priority::PriorityOptions;
 use kcache::Key;
 
 use crate::controller_informer::{counted_priority_queue, fifo_queue, OverdueHandouts};
-use crate::controller_loop::{burn, ControllerConfig};
-use crate::cpu::{cpu_figures, CpuProbe};
+use crate::controller_loop::{burn, figures, ControllerConfig};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
-use crate::result::{
-    peak_rss, ClassWaits, ControllerFigures, GroupShare, LatencyUs, RunResult, SchedulingFigures,
-};
-use crate::rss::RssProbe;
+use crate::result::{ClassWaits, GroupShare, LatencyUs, Meter, RunResult, SchedulingFigures};
 use crate::runs::RunError;
 use crate::verdict::Verdict;
 use workloads::WorkloadSpec;
@@ -573,12 +569,10 @@ pub fn measure(
 ) -> Result<RunResult, RunError> {
     crate::runs::check_spec(spec)?;
     check(ctl, w8)?;
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let plan = Plan::of(spec, w8, capacity(ctl));
     let done = execute(plan, engine, queue, spec.seed, cfg, ctl, w8, progress);
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let plan = &done.plan;
     let tally = &done.tally;
     let classes = plan
@@ -636,32 +630,14 @@ pub fn measure(
         failures.push("no key was reconciled".to_string());
     }
     let verdict = Verdict::from_failures(failures);
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, done.adds);
+    let label = label(w8.scenario, queue);
+    let row = spent.row(engine.name(), &label, plan.keys.len(), done.adds, done.wall);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: label(w8.scenario, queue),
-        keys: plan.keys.len(),
-        events: done.adds,
-        wall_s,
-        events_per_s: done.adds as f64 / wall_s,
         // The first class's waits (the flood's live changes, or tenant `a`'s), in µs.
         latency_us: LatencyUs::of(&tally.waits[0]),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: ctl.workers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles,
-            reconciles_per_s: reconciles as f64 / wall_s,
-            reconciles_per_event: reconciles as f64 / done.adds.max(1) as f64,
-            retries: 0,
-        }),
+        controller: Some(figures(ctl, reconciles, 0, &row)),
         scheduling: Some(SchedulingFigures {
             scenario: w8.scenario.name().to_string(),
             queue: queue.name().to_string(),
@@ -675,7 +651,7 @@ pub fn measure(
         }),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
-        ..Default::default()
+        ..row
     })
 }
 

@@ -4,13 +4,11 @@
 
 use workloads::{generate, Generated, WorkloadSpec};
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::{execute, EngineError};
 use crate::engines::{EngineConfig, EngineKind, Mode};
-use crate::pacing::kept_schedule;
+use crate::pacing::record_pacing;
 use crate::progress::Progress;
-use crate::result::{peak_rss, LatencyUs, RunResult};
-use crate::rss::RssProbe;
+use crate::result::{LatencyUs, Meter, RunResult};
 use crate::ui::Ui;
 use crate::verdict::{check_with, Counters};
 
@@ -62,55 +60,42 @@ pub fn measure(
     cfg: &EngineConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, EngineError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute(engine, gen, mode, cfg, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let verdict = check_with(
         &gen.model,
         &*done.store,
         &done.counters,
         cfg.compact_updates,
     );
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
     let events = match mode {
         // The writer counts what it applied; the generator's count is the same when ok.
         Mode::Direct => done.counters.deltas,
         Mode::Queue => gen.event_count(),
     };
     let c: &Counters = &done.counters;
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
-    Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: workload.to_string(),
-        keys: gen.universe.keys.len(),
+    let mut row = spent.row(
+        engine.name(),
+        workload,
+        gen.universe.keys.len(),
         events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
+        done.wall,
+    );
+    record_pacing(&mut row, cfg.rate, done.producer_lag, gen.ops.len());
+    Ok(RunResult {
         pops: c.pops,
         deltas_per_pop: (mode == Mode::Queue && c.pops > 0)
             .then(|| c.deltas as f64 / c.pops as f64),
         latency_us: LatencyUs::of(&done.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
-        reads_per_s: (mode == Mode::Direct).then(|| done.reads as f64 / wall_s),
+        reads_per_s: (mode == Mode::Direct).then(|| done.reads as f64 / row.wall_s),
         threads: done.threads,
         shards: (engine == EngineKind::Sharded && mode == Mode::Queue).then_some(cfg.shards),
         deltas: c.deltas,
-        offered_rate: cfg.rate.filter(|_| done.producer_lag.is_some()),
-        producer_lag_ms: done.producer_lag.map(|lag| lag.as_secs_f64() * 1e3),
-        kept_up: cfg
-            .rate
-            .zip(done.producer_lag)
-            .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
         timeline: crate::timeline::enabled()
             .then(|| crate::timeline::intervals(&done.samples, crate::timeline::INTERVAL_MS)),
-        ..Default::default()
+        ..row
     })
 }

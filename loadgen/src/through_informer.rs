@@ -38,16 +38,14 @@ use kcache::informer::{Backoff, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaQueue, Indexer};
 use kcache_sim::MemoryListerWatcher;
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::SHARDED_BATCH;
 use crate::engines::{EngineConfig, EngineKind};
 use crate::informer_handlers::{recorders, AsyncRecorder, Delivery, InformerConfig, Progressing};
-use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
+use crate::informer_verdict::{handler_result, same_state, HandlerRecord, KeyView, Plan};
 use crate::latency::new_histogram;
-use crate::pacing::kept_schedule;
+use crate::pacing::record_pacing;
 use crate::progress::Progress;
-use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
-use crate::rss::RssProbe;
+use crate::result::{HandlerResult, InformerStats, LatencyUs, Meter, RunResult};
 use crate::runs::RunError;
 use crate::server_feed::{
     millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
@@ -177,6 +175,68 @@ pub fn execute(
     Ok(done)
 }
 
+/// The producer of a run through the informer, and the flags it raises for the thread that
+/// waits for the handlers.
+pub(crate) struct Feeder<'a> {
+    /// The in-memory API server it writes into.
+    pub server: &'a MemoryListerWatcher<ServedPod>,
+    /// The events; those after the plan's initial population are written.
+    pub gen: &'a Generated,
+    /// The run's plan.
+    pub plan: &'a Plan,
+    /// The run's start: the producer's schedule counts from here.
+    pub start: Instant,
+    /// Offered load (`None`: flat out).
+    pub rate: Option<u64>,
+    /// Where the producer reports its progress.
+    pub progress: &'a dyn Progress,
+    /// Raised (Release) once the producer's last write is in the server.
+    pub produced: AtomicBool,
+    /// Raised with `produced` when the producer failed (read only to stop waiting).
+    pub failed: AtomicBool,
+}
+
+impl Feeder<'_> {
+    /// Starts `informer` and waits for its sync (the initial list), then starts the producer on
+    /// a thread of `scope`, held back by how far the informer has read.
+    pub(crate) fn start<'scope, 'env, Q, I>(
+        &'env self,
+        scope: &'scope thread::Scope<'scope, 'env>,
+        runtime: &tokio::runtime::Runtime,
+        informer: &'env SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+    ) -> Result<thread::ScopedJoinHandle<'scope, Result<Produced, String>>, String>
+    where
+        Q: DeltaQueue<ServedPod> + 'static,
+        I: Indexer<ServedPod> + 'static,
+    {
+        runtime
+            .block_on(async {
+                informer.start()?;
+                informer.wait_for_sync().await;
+                Ok::<_, kcache::informer::InformerError>(())
+            })
+            .map_err(|e| format!("the informer did not start: {e}"))?;
+        Ok(scope.spawn(move || {
+            let client_version = || parse_version(&informer.last_sync_resource_version());
+            let (from, rate) = (self.plan.initial_ops, self.rate);
+            let result = produce(
+                self.server,
+                self.gen,
+                from,
+                self.start,
+                rate,
+                &client_version,
+                self.progress,
+            );
+            // Relaxed: read only to stop waiting; the error itself comes back through join.
+            self.failed.store(result.is_err(), Ordering::Relaxed);
+            // Release pairs with `wait_until_final`'s Acquire: the last write is in the server.
+            self.produced.store(true, Ordering::Release);
+            result
+        }))
+    }
+}
+
 /// Starts `informer` with its handlers, feeds the server, waits for every handler to reach the
 /// final state, shuts the informer down and collects what everyone saw.
 fn drive<Q, I>(
@@ -214,37 +274,21 @@ where
         registrations.push(registration);
     }
     let mut failures = Vec::new();
-    let produced = AtomicBool::new(false);
-    let producer_failed = AtomicBool::new(false);
-    let client_version = || parse_version(&informer.last_sync_resource_version());
+    let feeder = Feeder {
+        server,
+        gen,
+        plan,
+        start,
+        rate: cfg.rate,
+        progress,
+        produced: AtomicBool::new(false),
+        failed: AtomicBool::new(false),
+    };
     let (produced, wall) = thread::scope(|scope| {
-        runtime
-            .block_on(async {
-                informer.start()?;
-                informer.wait_for_sync().await;
-                Ok::<_, kcache::informer::InformerError>(())
-            })
-            .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
-        let producer = scope.spawn(|| {
-            let result = produce(
-                server,
-                gen,
-                plan.initial_ops,
-                start,
-                cfg.rate,
-                &client_version,
-                progress,
-            );
-            // Relaxed: read only to stop waiting; the error itself comes back through join.
-            producer_failed.store(result.is_err(), Ordering::Relaxed);
-            produced.store(true, Ordering::Release);
-            result
-        });
+        let producer = (feeder.start(scope, &runtime, &informer)).map_err(RunError::Informer)?;
         runtime.block_on(wait_until_final(
             &handlers,
-            &produced,
-            &producer_failed,
-            server,
+            &feeder,
             &informer,
             &mut failures,
         ));
@@ -318,9 +362,7 @@ where
 /// or the producer or the informer failed.
 pub(crate) async fn wait_until_final<Q, I>(
     handlers: &[Arc<Progressing>],
-    produced: &AtomicBool,
-    producer_failed: &AtomicBool,
-    server: &MemoryListerWatcher<ServedPod>,
+    feeder: &Feeder<'_>,
     informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
     failures: &mut Vec<String>,
 ) where
@@ -331,13 +373,13 @@ pub(crate) async fn wait_until_final<Q, I>(
     loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Either way the run is over: the error is reported after this returns.
-        if informer.failure().is_some() || producer_failed.load(Ordering::Relaxed) {
+        if informer.failure().is_some() || feeder.failed.load(Ordering::Relaxed) {
             return;
         }
         // Acquire pairs with the producer's Release: its last write is in the server.
-        let all_written = produced.load(Ordering::Acquire);
+        let all_written = feeder.produced.load(Ordering::Acquire);
         let server_rv = if all_written {
-            server.resource_version()
+            feeder.server.resource_version()
         } else {
             String::new()
         };
@@ -416,60 +458,32 @@ pub fn measure(
     icfg: &InformerConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute(engine, gen, cfg, icfg, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let mut failures = done.failures.clone();
     let mut handlers = Vec::with_capacity(done.handlers.len());
-    for (h, (record, caught_up)) in done.handlers.iter().enumerate() {
-        let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
-        let slow = h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero();
+    for (h, handler) in done.handlers.iter().enumerate() {
+        let (plan, server) = (&done.plan, &done.server_final);
+        let prefix = format!("handler {h}: ");
+        let result = handler_result(h, handler, plan, server, &prefix, &mut failures);
         let buffer = done.buffers.get(h).copied().unwrap_or_default();
-        failures.extend(
-            verdict
-                .failures()
-                .iter()
-                .map(|f| format!("handler {h}: {f}")),
-        );
         handlers.push(HandlerResult {
-            handler: h,
-            slow,
-            notifications: record.notifications(),
-            tombstones: record.tombstones,
-            caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+            slow: h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero(),
             peak_pending: buffer.peak_pending as u64,
             waits: buffer.waits,
             merged: buffer.merged,
-            verdict: verdict.summary(),
-            failures: verdict.failures().to_vec(),
+            ..result
         });
     }
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let events = gen.event_count();
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let summary = Verdict::from_failures(failures.clone()).summary();
+    let label = format!("{workload}/informer");
+    let keys = gen.universe.keys.len();
+    let mut row = spent.row(engine.name(), &label, keys, gen.event_count(), done.wall);
+    let lag = cfg.rate.map(|_| done.produced.lag);
+    record_pacing(&mut row, cfg.rate, lag, done.produced.paced_ops);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: format!("{workload}/informer"),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        pops: 0,
-        deltas_per_pop: None,
         latency_us: LatencyUs::of(&done.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
-        offered_rate: cfg.rate,
-        producer_lag_ms: cfg.rate.map(|_| done.produced.lag.as_secs_f64() * 1e3),
-        kept_up: cfg
-            .rate
-            .map(|rate| kept_schedule(done.produced.lag, done.produced.paced_ops, rate)),
         threads: cfg.consumers + icfg.handlers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications()),
@@ -484,6 +498,6 @@ pub fn measure(
             skipped_resyncs: done.produced.skipped_resyncs,
             producer_held_ms: millis(done.produced.held),
         }),
-        ..Default::default()
+        ..row
     })
 }

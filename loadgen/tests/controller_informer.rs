@@ -18,9 +18,8 @@ use workloads::{generate, Workload, WorkloadSpec};
 
 #[test]
 fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
-    let dir = std::env::temp_dir().join(format!("loadgen-w6-informer-{}", std::process::id()));
-    let json = dir.join("w6.json");
-    let (stdout, report) = common::run_with_report(
+    let (stdout, report) = common::run_with_json(
+        "w6-informer",
         &[
             "run",
             "--workload",
@@ -31,10 +30,7 @@ fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
             "5000",
             "--shards",
             "4",
-            "--json",
-            json.to_str().expect("utf-8 temp path"),
         ],
-        &json,
     );
     assert!(stdout.contains("CPU µs/ev"), "{stdout}");
     let rows = report["results"].as_array().expect("results");
@@ -68,7 +64,6 @@ fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
         "the floor receives every event: {floor}"
     );
     assert!(floor["controller"].is_null());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn small_w6() -> workloads::Generated {

@@ -19,30 +19,25 @@ use workloads::{generate, Generated, Op, Workload, WorkloadSpec};
 const KEYS: usize = 300;
 const EVENTS: usize = 3_000;
 
+/// W6 on the bare queue, small: the first arguments of the runs through the binary.
+const BARE_W6: [&str; 11] = [
+    "run",
+    "--workload",
+    "w6",
+    "--through",
+    "queue",
+    "--keys",
+    "500",
+    "--events",
+    "5000",
+    "--shards",
+    "4",
+];
+
 #[test]
 fn w6_through_the_binary_passes_with_both_pipelines() {
-    let dir = std::env::temp_dir().join(format!("loadgen-w6-{}", std::process::id()));
-    let json = dir.join("w6.json");
-    let (_, report) = common::run_with_report(
-        &[
-            "run",
-            "--workload",
-            "w6",
-            "--through",
-            "queue",
-            "--engine",
-            "all",
-            "--keys",
-            "500",
-            "--events",
-            "5000",
-            "--shards",
-            "4",
-            "--json",
-            json.to_str().expect("utf-8 temp path"),
-        ],
-        &json,
-    );
+    let args: Vec<&str> = BARE_W6.into_iter().chain(["--engine", "all"]).collect();
+    let (_, report) = common::run_with_json("w6", &args);
     let rows = report["results"].as_array().expect("results");
     assert_eq!(common::engines(rows), ["reference", "sharded"]);
     for row in rows {
@@ -54,7 +49,6 @@ fn w6_through_the_binary_passes_with_both_pipelines() {
         let reconciles = c["reconciles"].as_u64().expect("reconciles");
         assert!(reconciles > 0 && reconciles <= 5_500 + c["retries"].as_u64().unwrap());
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn args(engine: EngineChoice) -> RunArgs {
@@ -200,12 +194,7 @@ fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
         #[command(flatten)]
         run: RunArgs,
     }
-    let parent = Cli::parse_from([
-        "run",
-        "--workload",
-        "w6",
-        "--through",
-        "queue",
+    let own = [
         "--engine",
         "sharded",
         "--workers",
@@ -214,12 +203,8 @@ fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
         "11",
         "--seed",
         "3",
-        "--keys",
-        "50",
-        "--events",
-        "400",
-    ])
-    .run;
+    ];
+    let parent = Cli::parse_from(BARE_W6.into_iter().chain(own)).run;
     let rows = loadgen::commands::run::specs(&parent).expect("rows");
     assert_eq!(rows.len(), 1);
     let json = serde_json::to_string(&rows[0]).expect("a spec serialises");
@@ -249,7 +234,7 @@ fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
     let row = &report["results"][0];
     assert_eq!(row["engine"], "sharded");
     assert_eq!(row["workload"], "w6");
-    assert_eq!(row["keys"], 50);
+    assert_eq!(row["keys"], 500);
     assert_eq!(row["controller"]["workers"], 7);
     assert_eq!(row["controller"]["reconcile_us"], 11);
     let zero = Cli::try_parse_from(["run", "--workload", "w6", "--workers", "0"]);
