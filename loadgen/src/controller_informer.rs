@@ -28,7 +28,7 @@
 //! ([`judge`]: no notification missed or out of order, its final view the server's), and the
 //! informer path's checks of the server and the informer's store.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -51,13 +51,13 @@ use crate::controller_loop::{
 };
 use crate::engines::{EngineConfig, EngineKind};
 use crate::informer_handlers::Recorder;
-use crate::informer_verdict::{handler_result, same_state, HandlerRecord, Plan};
+use crate::informer_verdict::{handler_result, HandlerRecord, Plan};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
 use crate::result::{InformerStats, LatencyUs, Meter, RunResult};
 use crate::runs::RunError;
-use crate::server_feed::{millis, serve_initial, server_views, ServedPod};
-use crate::through_informer::{check_store, informer_builder, wait_until_final, Feeder};
+use crate::server_feed::{millis, serve_initial, ServedPod};
+use crate::through_informer::{check_final, informer_builder, wait_until_final, Feeder};
 use crate::verdict::Verdict;
 use workloads::{Generated, Pod};
 
@@ -288,19 +288,6 @@ pub struct Finished {
     pub server_final: Vec<crate::informer_verdict::KeyView>,
 }
 
-/// Runs W6 on `gen` through `engine`'s shared informer; `drops` says which keys the handler
-/// leaves out ([`drops_none`] for a real run).
-pub fn execute(
-    engine: EngineKind,
-    gen: &Generated,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    drops: Drops,
-    progress: &dyn Progress,
-) -> Result<Finished, RunError> {
-    execute_with(engine, gen, cfg, ctl, drops, None, progress)
-}
-
 /// W7's twist on W6 (docs/workloads.md): the informer resyncs every object every `resync`,
 /// and the workqueue is a priority queue or not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -322,9 +309,10 @@ impl Storm {
     }
 }
 
-/// [`execute`], or W7 with a `storm`.
+/// Runs W6 on `gen` through `engine`'s shared informer, or W7 with a `storm`; `drops` says which
+/// keys the handler leaves out ([`drops_none`] for a real run).
 #[allow(clippy::too_many_arguments)]
-pub fn execute_with(
+pub fn execute(
     engine: EngineKind,
     gen: &Generated,
     cfg: &EngineConfig,
@@ -453,16 +441,7 @@ impl Run<'_> {
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();
         let mut producer_held = Duration::ZERO;
-        let feeder = Feeder {
-            server,
-            gen,
-            plan,
-            start,
-            rate: cfg.rate,
-            progress,
-            produced: AtomicBool::new(false),
-            failed: AtomicBool::new(false),
-        };
+        let feeder = Feeder::new(server, gen, plan, start, cfg.rate, progress);
         let wall = thread::scope(|scope| {
             let producer = match feeder.start(scope, &runtime, &informer) {
                 Ok(producer) => {
@@ -515,25 +494,11 @@ impl Run<'_> {
         }
         runtime.block_on(controller.shutdown());
         runtime.block_on(informer.shutdown());
-        if let Some(why) = informer.failure() {
-            failures.push(format!("the informer failed: {why}"));
-        }
+        let server_final = check_final(&informer, server, plan, &mut failures);
         let stats = controller.stats();
         if stats.panics > 0 {
             failures.push(format!("{} reconciles panicked", stats.panics));
         }
-        let server_final = server_views(server, gen.universe.keys.len());
-        let differ = server_final
-            .iter()
-            .zip(&plan.final_views)
-            .filter(|(a, b)| !same_state(**a, **b))
-            .count();
-        if differ > 0 {
-            failures.push(format!(
-                "the server's final state differs from the workload's model on {differ} keys"
-            ));
-        }
-        check_store(&informer.store(), &server_final, &mut failures);
         // The filter (and the recorder in it) is released with the informer's registration;
         // dropping the last handle hands the record over.
         drop(controller);
@@ -588,20 +553,9 @@ impl Run<'_> {
     }
 }
 
-/// Runs W6 on `gen` through `engine`'s shared informer, measures it and judges it.
+/// Runs W6 (or W7 with a `storm`, its rows labelled [`Storm::label`]) on `gen` through
+/// `engine`'s shared informer, measures it and judges it.
 pub fn measure(
-    engine: EngineKind,
-    gen: &Generated,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    drops: Drops,
-    progress: &dyn Progress,
-) -> Result<RunResult, RunError> {
-    measure_with(engine, gen, cfg, ctl, drops, None, progress)
-}
-
-/// [`measure`], or W7 with a `storm` (its rows labelled [`Storm::label`]).
-pub fn measure_with(
     engine: EngineKind,
     gen: &Generated,
     cfg: &EngineConfig,
@@ -611,7 +565,7 @@ pub fn measure_with(
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
     let meter = Meter::start();
-    let done = execute_with(engine, gen, cfg, ctl, drops, storm, progress)?;
+    let done = execute(engine, gen, cfg, ctl, drops, storm, progress)?;
     let spent = meter.finish();
     let mut failures = done.failures.clone();
     failures.extend(check_controller(&done.record));

@@ -41,7 +41,9 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, EventHandler, Indexer, Key,
 };
 
-use crate::driver::{elapsed_ns, produce, queue_options, Consumer, EngineError, SHARDED_BATCH};
+use crate::driver::{
+    elapsed_ns, prepare, produce_and_join, queue_options, Consumer, EngineError, SHARDED_BATCH,
+};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
 use crate::pacing::record_pacing;
@@ -214,12 +216,7 @@ pub fn check_controller(record: &ControllerRecord) -> Vec<String> {
             stale.len() - MAX_DETAILS
         ));
     }
-    if record.overlaps > 0 {
-        failures.push(format!(
-            "{} reconciles found their key held by another worker",
-            record.overlaps
-        ));
-    }
+    failures.extend(overlapped(record.overlaps));
     if record.done_errors > 0 {
         failures.push(format!(
             "{} done calls refused (key not being processed)",
@@ -618,25 +615,12 @@ where
                         track,
                     };
                     consume(fifo, store, pop, &mut handler);
-                    (handler.consumer.counters, handler.consumer.latency)
+                    handler.consumer
                 })
             })
             .collect();
-        let (enqueue_errors, lag) = produce(fifo, &gen.ops, start, cfg.rate, progress);
-        fifo.close();
-        let mut counters = Counters {
-            enqueue_errors,
-            ..Counters::default()
-        };
-        let mut latency = new_histogram();
-        for handle in consumer_handles {
-            // A consumer panics only on a bug of the engine or the harness: surface it as is.
-            let (c, h) = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            counters.merge(&c);
-            latency.add(&h).unwrap_or_default();
-        }
+        let (counters, latency, _, lag) =
+            produce_and_join(fifo, gen, start, cfg.rate, progress, consumer_handles);
         wait_idle(queue, track, || workers.iter().any(|w| w.is_finished()));
         let wall = start.elapsed();
         queue.shut_down();
@@ -708,10 +692,7 @@ pub fn measure(
     ctl: &ControllerConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, EngineError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(EngineError::TooManyKeys(gen.universe.keys.len()));
-    }
-    gen.reset_delivery();
+    prepare(gen)?;
     let meter = Meter::start();
     let (store, outcome): (Arc<dyn Indexer<Pod>>, Outcome) = match engine {
         EngineKind::Reference => {
@@ -775,6 +756,12 @@ pub fn measure(
         failures: verdict.failures().to_vec(),
         ..row
     })
+}
+
+/// The rule every controller run keeps: a key is never held by two workers at once
+/// (`overlaps` reconciles found theirs held by another).
+pub(crate) fn overlapped(overlaps: u64) -> Option<String> {
+    (overlaps > 0).then(|| format!("{overlaps} reconciles found their key held by another worker"))
 }
 
 /// A controller row's figures: `reconciles` (`retries` of them failed) by `ctl`'s workers

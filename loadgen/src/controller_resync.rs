@@ -4,7 +4,7 @@
 //! adds resync keys at low priority; on a priority queue live changes pass them, on the
 //! rate-limiting queue they wait behind them. The sharded engine's priority row also puts
 //! resynced keys last in the informer and runs the controller's handler inline (see
-//! `controller_informer::execute_with`). Each engine runs twice, `w7/fifo` (its
+//! `controller_informer::execute`). Each engine runs twice, `w7/fifo` (its
 //! rate-limiting workqueue) and `w7/priority` (its priority queue), unless `--priority` picks
 //! one. The rows' latency is the event-to-reconcile latency of live changes (from the write
 //! into the server to the start of the first reconcile that read the written state); the

@@ -49,7 +49,7 @@ use kcache::workqueue::priority::PriorityOptions;
 use kcache::Key;
 
 use crate::controller_informer::{counted_priority_queue, fifo_queue, OverdueHandouts};
-use crate::controller_loop::{burn, figures, ControllerConfig};
+use crate::controller_loop::{burn, figures, overlapped, ControllerConfig};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
@@ -613,13 +613,7 @@ pub fn measure(
         })
         .collect();
     let reconciles: u64 = tally.reconciles.iter().sum();
-    let mut failures = Vec::new();
-    if tally.overlaps > 0 {
-        failures.push(format!(
-            "{} reconciles found their key held by another worker",
-            tally.overlaps
-        ));
-    }
+    let mut failures: Vec<String> = overlapped(tally.overlaps).into_iter().collect();
     if tally.done_errors > 0 {
         failures.push(format!(
             "{} keys handed out were not the plan's or were refused by done",

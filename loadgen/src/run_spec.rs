@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::controller_informer::{drops_none, measure_with, Storm, LABEL as W6_INFORMER};
+use crate::controller_informer::{drops_none, measure, Storm, LABEL as W6_INFORMER};
 use crate::controller_loop::{phase_summary, ControllerConfig};
 use crate::engines::{EngineConfig, EngineKind, Mode};
 use crate::harness_floor::Subject;
@@ -240,13 +240,13 @@ impl RunSpec {
             Pipeline::ControllerInformer(ctl) => {
                 let phase = phase_of(W6_INFORMER, total);
                 let drops = drops_none();
-                let result = measure_with(engine, gen, cfg, &ctl, drops, None, &phase)?;
+                let result = measure(engine, gen, cfg, &ctl, drops, None, &phase)?;
                 (phase, result)
             }
             Pipeline::Resync { controller, storm } => {
                 let phase = phase_of(storm.label(), total);
                 let (ctl, drops) = (controller, drops_none());
-                let result = measure_with(engine, gen, cfg, &ctl, drops, Some(storm), &phase)?;
+                let result = measure(engine, gen, cfg, &ctl, drops, Some(storm), &phase)?;
                 (phase, result)
             }
             Pipeline::Scheduling {

@@ -151,10 +151,7 @@ pub fn execute(
     icfg: &InformerConfig,
     progress: &dyn Progress,
 ) -> Result<InformerFinished, RunError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
-    }
-    gen.reset_delivery();
+    crate::driver::prepare(gen)?;
     let plan = Arc::new(Plan::of(gen));
     let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
@@ -179,24 +176,46 @@ pub fn execute(
 /// waits for the handlers.
 pub(crate) struct Feeder<'a> {
     /// The in-memory API server it writes into.
-    pub server: &'a MemoryListerWatcher<ServedPod>,
+    server: &'a MemoryListerWatcher<ServedPod>,
     /// The events; those after the plan's initial population are written.
-    pub gen: &'a Generated,
+    gen: &'a Generated,
     /// The run's plan.
-    pub plan: &'a Plan,
+    plan: &'a Plan,
     /// The run's start: the producer's schedule counts from here.
-    pub start: Instant,
+    start: Instant,
     /// Offered load (`None`: flat out).
-    pub rate: Option<u64>,
+    rate: Option<u64>,
     /// Where the producer reports its progress.
-    pub progress: &'a dyn Progress,
+    progress: &'a dyn Progress,
     /// Raised (Release) once the producer's last write is in the server.
-    pub produced: AtomicBool,
+    produced: AtomicBool,
     /// Raised with `produced` when the producer failed (read only to stop waiting).
-    pub failed: AtomicBool,
+    failed: AtomicBool,
 }
 
-impl Feeder<'_> {
+impl<'a> Feeder<'a> {
+    /// A producer of `gen`'s events into `server` after `plan`'s initial population, on the
+    /// schedule of `rate` from `start`; nothing started yet.
+    pub(crate) fn new(
+        server: &'a MemoryListerWatcher<ServedPod>,
+        gen: &'a Generated,
+        plan: &'a Plan,
+        start: Instant,
+        rate: Option<u64>,
+        progress: &'a dyn Progress,
+    ) -> Self {
+        Self {
+            server,
+            gen,
+            plan,
+            start,
+            rate,
+            progress,
+            produced: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }
+    }
+
     /// Starts `informer` and waits for its sync (the initial list), then starts the producer on
     /// a thread of `scope`, held back by how far the informer has read.
     pub(crate) fn start<'scope, 'env, Q, I>(
@@ -274,16 +293,7 @@ where
         registrations.push(registration);
     }
     let mut failures = Vec::new();
-    let feeder = Feeder {
-        server,
-        gen,
-        plan,
-        start,
-        rate: cfg.rate,
-        progress,
-        produced: AtomicBool::new(false),
-        failed: AtomicBool::new(false),
-    };
+    let feeder = Feeder::new(server, gen, plan, start, cfg.rate, progress);
     let (produced, wall) = thread::scope(|scope| {
         let producer = (feeder.start(scope, &runtime, &informer)).map_err(RunError::Informer)?;
         runtime.block_on(wait_until_final(
@@ -304,23 +314,7 @@ where
         Ok::<_, RunError>((produced, wall))
     })?;
     runtime.block_on(informer.shutdown());
-    if let Some(why) = informer.failure() {
-        failures.push(format!("the informer failed: {why}"));
-    }
-    let server_final = server_views(server, gen.universe.keys.len());
-    if server_final != plan.final_views {
-        let differ = server_final
-            .iter()
-            .zip(&plan.final_views)
-            .filter(|(a, b)| !same_state(**a, **b))
-            .count();
-        if differ > 0 {
-            failures.push(format!(
-                "the server's final state differs from the workload's model on {differ} keys"
-            ));
-        }
-    }
-    check_store(&informer.store(), &server_final, &mut failures);
+    let server_final = check_final(&informer, server, plan, &mut failures);
     let mut latency = new_histogram();
     let mut records = Vec::with_capacity(handlers.len());
     let mut buffers = Vec::with_capacity(handlers.len());
@@ -410,9 +404,38 @@ pub(crate) async fn wait_until_final<Q, I>(
     }
 }
 
+/// After `informer` shut down: its own failure, the server's final state against `plan`'s,
+/// and the informer's store against the server ([`check_store`]). Returns the server's final
+/// state, by pod id.
+pub(crate) fn check_final<Q, I>(
+    informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+    server: &MemoryListerWatcher<ServedPod>,
+    plan: &Plan,
+    failures: &mut Vec<String>,
+) -> Vec<KeyView>
+where
+    Q: DeltaQueue<ServedPod> + 'static,
+    I: Indexer<ServedPod> + 'static,
+{
+    if let Some(why) = informer.failure() {
+        failures.push(format!("the informer failed: {why}"));
+    }
+    let server_final = server_views(server, plan.final_views.len());
+    let differ = (server_final.iter().zip(&plan.final_views))
+        .filter(|(a, b)| !same_state(**a, **b))
+        .count();
+    if differ > 0 {
+        failures.push(format!(
+            "the server's final state differs from the workload's model on {differ} keys"
+        ));
+    }
+    check_store(&informer.store(), &server_final, failures);
+    server_final
+}
+
 /// The informer's store must hold exactly the server's objects, each at its version, with both
 /// indexes answering for them.
-pub(crate) fn check_store<I: Indexer<ServedPod>>(
+fn check_store<I: Indexer<ServedPod>>(
     store: &kcache::informer::StoreReader<ServedPod, I>,
     server_final: &[KeyView],
     failures: &mut Vec<String>,

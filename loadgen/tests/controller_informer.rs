@@ -83,8 +83,16 @@ fn every_engine_reconciles_every_keys_last_event_in_process() {
     let gen = small_w6();
     for engine in EngineKind::ALL {
         let ctl = ControllerConfig::default();
-        let row = measure(engine, &gen, &config(), &ctl, drops_none(), &NoProgress)
-            .expect("the run completes");
+        let row = measure(
+            engine,
+            &gen,
+            &config(),
+            &ctl,
+            drops_none(),
+            None,
+            &NoProgress,
+        )
+        .expect("the run completes");
         assert!(row.is_ok(), "{engine}: {:?}", row.failures);
         let c = row.controller.expect("W6 reports its controller figures");
         assert!(c.reconciles >= 300, "{engine}: {c:?}");
@@ -111,6 +119,7 @@ fn a_handler_that_drops_a_key_fails_the_verdict() {
             &config(),
             &ControllerConfig::default(),
             drops,
+            None,
             &NoProgress,
         )
         .expect("the run completes");

@@ -311,7 +311,7 @@ pub fn main(args: RunArgs) -> ExitCode {
 /// `loadgen run`'s arguments parsed from `args` (without the command name) as the command line
 /// parses them; for the tests of every path `run` dispatches to.
 #[cfg(test)]
-pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
+pub(crate) fn parse_args(args: &str) -> RunArgs {
     use clap::Parser;
 
     #[derive(Debug, Parser)]
@@ -320,7 +320,7 @@ pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
         run: RunArgs,
     }
 
-    Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
+    Cli::parse_from(std::iter::once("run").chain(args.split_whitespace())).run
 }
 
 #[cfg(test)]
@@ -342,22 +342,10 @@ mod tests {
 
     #[test]
     fn a_child_spec_asks_for_exactly_the_parents_run() {
-        let parent = parse(&[
-            "--workload",
-            "w5",
-            "--keys",
-            "123",
-            "--events",
-            "4567",
-            "--seed",
-            "9",
-            "--shards",
-            "8",
-            "--consumers",
-            "3",
-            "--readers",
-            "4",
-        ]);
+        let parent = parse(concat!(
+            "--workload w5 --keys 123 --events 4567 --seed 9 ",
+            "--shards 8 --consumers 3 --readers 4"
+        ));
         let rows = specs(&parent).expect("rows");
         assert_eq!(rows.len(), 2, "both engines");
         let child = round_trip(&rows[1]);
@@ -369,16 +357,10 @@ mod tests {
 
     #[test]
     fn a_child_gets_the_queue_modes_of_its_parent() {
-        let parent = parse(&["--workload", "w2"]);
+        let parent = parse("--workload w2");
         assert_eq!(parent.config().max_queued_deltas, 0, "unbounded by default");
         assert!(!parent.config().compact_updates, "no compaction by default");
-        let parent = parse(&[
-            "--workload",
-            "w2",
-            "--max-queued-deltas",
-            "100000",
-            "--compact-updates",
-        ]);
+        let parent = parse("--workload w2 --max-queued-deltas 100000 --compact-updates");
         let cfg = parent.config();
         assert_eq!(
             (cfg.max_queued_deltas, cfg.compact_updates),
@@ -390,34 +372,25 @@ mod tests {
 
     #[test]
     fn w5_burns_two_microseconds_per_delta_unless_told_otherwise() {
-        let w5 = parse(&["--workload", "w5"]);
+        let w5 = parse("--workload w5");
         assert_eq!(w5.config().handler_cost, Duration::from_micros(2));
-        let w1 = parse(&["--workload", "w1"]);
+        let w1 = parse("--workload w1");
         assert_eq!(w1.config().handler_cost, Duration::ZERO);
-        let slow_w1 = parse(&["--workload", "w1", "--handler-us", "7"]);
+        let slow_w1 = parse("--workload w1 --handler-us 7");
         assert_eq!(slow_w1.config().handler_cost, Duration::from_micros(7));
     }
 
     #[test]
     fn consumers_default_to_one_and_two_for_w5_unless_told_otherwise() {
-        assert_eq!(parse(&["--workload", "w1"]).config().consumers, 1);
-        assert_eq!(parse(&["--workload", "w5"]).config().consumers, 2);
-        let w1 = parse(&["--workload", "w1", "--consumers", "3"]);
+        assert_eq!(parse("--workload w1").config().consumers, 1);
+        assert_eq!(parse("--workload w5").config().consumers, 2);
+        let w1 = parse("--workload w1 --consumers 3");
         assert_eq!(w1.config().consumers, 3);
     }
 
     #[test]
     fn one_engine_runs_in_this_process_and_reports_one_row() {
-        let args = parse(&[
-            "--workload",
-            "w1",
-            "--engine",
-            "reference",
-            "--keys",
-            "50",
-            "--events",
-            "300",
-        ]);
+        let args = parse("--workload w1 --engine reference --keys 50 --events 300");
         let results = run(&args, Ui::Quiet).expect("tiny run");
         assert_eq!(results.len(), 1);
         assert_eq!(results[0].engine, "reference");
@@ -426,32 +399,17 @@ mod tests {
 
     #[test]
     fn zero_keys_are_refused_before_any_engine_runs() {
-        let args = parse(&["--workload", "w1", "--keys", "0"]);
+        let args = parse("--workload w1 --keys 0");
         assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 
     #[test]
     fn a_child_spec_asks_for_exactly_the_parents_informer_run() {
-        let parent = parse(&[
-            "--workload",
-            "w3",
-            "--through",
-            "informer",
-            "--handlers",
-            "5",
-            "--slow-handler-us",
-            "7",
-            "--slow-handler-waits",
-            "--slow-handler-coalesces",
-            "--slow-handler-buffer",
-            "64",
-            "--delivery",
-            "async",
-            "--keys",
-            "300",
-            "--rate",
-            "1000",
-        ]);
+        let parent = parse(concat!(
+            "--workload w3 --through informer --handlers 5 --slow-handler-us 7 ",
+            "--slow-handler-waits --slow-handler-coalesces --slow-handler-buffer 64 ",
+            "--delivery async --keys 300 --rate 1000"
+        ));
         let icfg = parent.informer();
         assert_eq!(icfg.handlers, 5);
         let rows = specs(&parent).expect("rows");
@@ -478,9 +436,9 @@ mod tests {
 
     #[test]
     fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
-        let args = parse(&["--workload", "w1"]);
+        let args = parse("--workload w1");
         assert_eq!(args.through(), Through::Queue);
-        assert_eq!(parse(&["--workload", "w6"]).through(), Through::Informer);
+        assert_eq!(parse("--workload w6").through(), Through::Informer);
         assert_eq!(args.harness_floor, FloorChoice::Row);
         assert_eq!(args.informer(), InformerConfig::default());
         assert!(crate::informer_handlers::parse_handlers("65").is_err());
@@ -488,21 +446,12 @@ mod tests {
 
     #[test]
     fn a_w6_child_is_told_which_form_of_w6_it_runs() {
-        let parent = parse(&[
-            "--workload",
-            "w6",
-            "--keys",
-            "300",
-            "--workers",
-            "3",
-            "--through",
-            "queue",
-        ]);
+        let parent = parse("--workload w6 --keys 300 --workers 3 --through queue");
         let ctl = parent.controller();
         let bare = round_trip(&specs(&parent).expect("rows")[1]);
         assert_eq!(bare.pipeline, Pipeline::ControllerLoop(ctl));
         assert_eq!(bare.source, Source::Workload(parent.spec()));
-        let parent = parse(&["--workload", "w6", "--keys", "300", "--workers", "3"]);
+        let parent = parse("--workload w6 --keys 300 --workers 3");
         let rows = specs(&parent).expect("rows");
         assert_eq!(rows.len(), 3, "both engines and the harness floor");
         let informer = round_trip(&rows[1]);
@@ -513,20 +462,10 @@ mod tests {
     #[test]
     fn a_w8_child_is_told_its_scenario_order_and_bounds() {
         use crate::priority_scheduling::{QueueKind, Scenario};
-        let parent = parse(&[
-            "--workload",
-            "w8",
-            "--scenario",
-            "tenants",
-            "--max-wait-ms",
-            "700",
-            "--duration-ms",
-            "1234",
-            "--backlog",
-            "55",
-            "--keys",
-            "300",
-        ]);
+        let parent = parse(concat!(
+            "--workload w8 --scenario tenants --max-wait-ms 700 ",
+            "--duration-ms 1234 --backlog 55 --keys 300"
+        ));
         assert_eq!(
             parent.controller().reconcile_cost,
             Duration::from_micros(crate::priority_scheduling::DEFAULT_RECONCILE_US)
@@ -546,20 +485,13 @@ mod tests {
                 queue: QueueKind::Fair
             }
         );
-        let mixed = parse(&["--workload", "w8", "--queues", "fifo,aging-fair"]);
+        let mixed = parse("--workload w8 --queues fifo,aging-fair");
         assert_eq!(mixed.queues(), [QueueKind::Fifo, QueueKind::AgingFair]);
     }
 
     #[test]
     fn a_w7_child_is_told_its_resync_and_workqueue() {
-        let parent = parse(&[
-            "--workload",
-            "w7",
-            "--resync-ms",
-            "2000",
-            "--engine",
-            "sharded",
-        ]);
+        let parent = parse("--workload w7 --resync-ms 2000 --engine sharded");
         let rows = specs(&parent).expect("rows");
         let storms: Vec<Pipeline> = rows.iter().map(|r| round_trip(r).pipeline).collect();
         let storm = |priority| Pipeline::Resync {
@@ -574,25 +506,16 @@ mod tests {
 
     #[test]
     fn the_floor_alone_needs_the_informer_path() {
-        let args = parse(&["--workload", "w1", "--harness-floor", "only"]);
+        let args = parse("--workload w1 --harness-floor only");
         assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 
     #[test]
     fn one_engine_in_process_passes_with_every_handler_ok() {
-        let args = parse(&[
-            "--workload",
-            "w5",
-            "--through",
-            "informer",
-            "--engine",
-            "reference",
-            "--keys",
-            "100",
-            "--events",
-            "1000",
-            "--in-process",
-        ]);
+        let args = parse(concat!(
+            "--workload w5 --through informer --engine reference ",
+            "--keys 100 --events 1000 --in-process"
+        ));
         let results = run(&args, Ui::Quiet).expect("tiny run");
         assert_eq!(results.len(), 2, "the engine's row and the harness floor's");
         assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
