@@ -441,23 +441,24 @@ impl Run<'_> {
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();
         let mut producer_held = Duration::ZERO;
-        let feeder = Feeder::new(server, gen, plan, start, cfg.rate, progress);
+        let feeder = Feeder::new(server, gen, plan);
         let wall = thread::scope(|scope| {
-            let producer = match feeder.start(scope, &runtime, &informer) {
-                Ok(producer) => {
-                    runtime.block_on(wait_until_final(
-                        &progressing,
-                        &feeder,
-                        &informer,
-                        &mut failures,
-                    ));
-                    Some(producer)
-                }
-                Err(e) => {
-                    failures.push(e);
-                    None
-                }
-            };
+            let producer =
+                match feeder.start(scope, &runtime, &informer, (start, cfg.rate), progress) {
+                    Ok(producer) => {
+                        runtime.block_on(wait_until_final(
+                            &progressing,
+                            &feeder,
+                            &informer,
+                            &mut failures,
+                        ));
+                        Some(producer)
+                    }
+                    Err(e) => {
+                        failures.push(e);
+                        None
+                    }
+                };
             let stuck = || !failures.is_empty() || controller.stats().panics > 0;
             if storm.is_some() {
                 // Resyncs keep adding keys, so the controller may never be idle: the run ends

@@ -181,12 +181,6 @@ pub(crate) struct Feeder<'a> {
     gen: &'a Generated,
     /// The run's plan.
     plan: &'a Plan,
-    /// The run's start: the producer's schedule counts from here.
-    start: Instant,
-    /// Offered load (`None`: flat out).
-    rate: Option<u64>,
-    /// Where the producer reports its progress.
-    progress: &'a dyn Progress,
     /// Raised (Release) once the producer's last write is in the server.
     produced: AtomicBool,
     /// Raised with `produced` when the producer failed (read only to stop waiting).
@@ -194,35 +188,32 @@ pub(crate) struct Feeder<'a> {
 }
 
 impl<'a> Feeder<'a> {
-    /// A producer of `gen`'s events into `server` after `plan`'s initial population, on the
-    /// schedule of `rate` from `start`; nothing started yet.
+    /// A producer of `gen`'s events into `server` after `plan`'s initial population; nothing
+    /// started yet.
     pub(crate) fn new(
         server: &'a MemoryListerWatcher<ServedPod>,
         gen: &'a Generated,
         plan: &'a Plan,
-        start: Instant,
-        rate: Option<u64>,
-        progress: &'a dyn Progress,
     ) -> Self {
         Self {
             server,
             gen,
             plan,
-            start,
-            rate,
-            progress,
             produced: AtomicBool::new(false),
             failed: AtomicBool::new(false),
         }
     }
 
     /// Starts `informer` and waits for its sync (the initial list), then starts the producer on
-    /// a thread of `scope`, held back by how far the informer has read.
+    /// a thread of `scope`, on the schedule of `rate` from `start` and held back by how far the
+    /// informer has read.
     pub(crate) fn start<'scope, 'env, Q, I>(
         &'env self,
         scope: &'scope thread::Scope<'scope, 'env>,
         runtime: &tokio::runtime::Runtime,
         informer: &'env SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+        (start, rate): (Instant, Option<u64>),
+        progress: &'env dyn Progress,
     ) -> Result<thread::ScopedJoinHandle<'scope, Result<Produced, String>>, String>
     where
         Q: DeltaQueue<ServedPod> + 'static,
@@ -237,15 +228,15 @@ impl<'a> Feeder<'a> {
             .map_err(|e| format!("the informer did not start: {e}"))?;
         Ok(scope.spawn(move || {
             let client_version = || parse_version(&informer.last_sync_resource_version());
-            let (from, rate) = (self.plan.initial_ops, self.rate);
+            let from = self.plan.initial_ops;
             let result = produce(
                 self.server,
                 self.gen,
                 from,
-                self.start,
+                start,
                 rate,
                 &client_version,
-                self.progress,
+                progress,
             );
             // Relaxed: read only to stop waiting; the error itself comes back through join.
             self.failed.store(result.is_err(), Ordering::Relaxed);
@@ -293,9 +284,10 @@ where
         registrations.push(registration);
     }
     let mut failures = Vec::new();
-    let feeder = Feeder::new(server, gen, plan, start, cfg.rate, progress);
+    let feeder = Feeder::new(server, gen, plan);
     let (produced, wall) = thread::scope(|scope| {
-        let producer = (feeder.start(scope, &runtime, &informer)).map_err(RunError::Informer)?;
+        let producer = (feeder.start(scope, &runtime, &informer, (start, cfg.rate), progress))
+            .map_err(RunError::Informer)?;
         runtime.block_on(wait_until_final(
             &handlers,
             &feeder,

@@ -18,20 +18,7 @@ use workloads::{generate, Workload, WorkloadSpec};
 
 #[test]
 fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
-    let (stdout, report) = common::run_with_json(
-        "w6-informer",
-        &[
-            "run",
-            "--workload",
-            "w6",
-            "--keys",
-            "500",
-            "--events",
-            "5000",
-            "--shards",
-            "4",
-        ],
-    );
+    let (stdout, report) = common::run_with_json("w6-informer", &common::SMALL_W6);
     assert!(stdout.contains("CPU µs/ev"), "{stdout}");
     let rows = report["results"].as_array().expect("results");
     assert_eq!(common::engines(rows), ["reference", "sharded", FLOOR_NAME]);

@@ -20,23 +20,12 @@ const KEYS: usize = 300;
 const EVENTS: usize = 3_000;
 
 /// W6 on the bare queue, small: the first arguments of the runs through the binary.
-const BARE_W6: [&str; 11] = [
-    "run",
-    "--workload",
-    "w6",
-    "--through",
-    "queue",
-    "--keys",
-    "500",
-    "--events",
-    "5000",
-    "--shards",
-    "4",
-];
-
+fn bare_w6() -> impl Iterator<Item = &'static str> {
+    common::SMALL_W6.into_iter().chain(["--through", "queue"])
+}
 #[test]
 fn w6_through_the_binary_passes_with_both_pipelines() {
-    let args: Vec<&str> = BARE_W6.into_iter().chain(["--engine", "all"]).collect();
+    let args: Vec<&str> = bare_w6().chain(["--engine", "all"]).collect();
     let (_, report) = common::run_with_json("w6", &args);
     let rows = report["results"].as_array().expect("results");
     assert_eq!(common::engines(rows), ["reference", "sharded"]);
@@ -204,7 +193,7 @@ fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
         "--seed",
         "3",
     ];
-    let parent = Cli::parse_from(BARE_W6.into_iter().chain(own)).run;
+    let parent = Cli::parse_from(bare_w6().chain(own)).run;
     let rows = loadgen::commands::run::specs(&parent).expect("rows");
     assert_eq!(rows.len(), 1);
     let json = serde_json::to_string(&rows[0]).expect("a spec serialises");

@@ -24,6 +24,19 @@ pub fn run_loadgen(args: &[&str], stdin: &[u8]) -> Output {
     output
 }
 
+/// `loadgen run` of W6, small: the first arguments of the W6 runs through the binary.
+pub const SMALL_W6: [&str; 9] = [
+    "run",
+    "--workload",
+    "w6",
+    "--keys",
+    "500",
+    "--events",
+    "5000",
+    "--shards",
+    "4",
+];
+
 /// Runs the `loadgen` binary with `args` and `--json` into a fresh temporary directory named
 /// after `name`, asserts that it exits 0, and returns its stdout and the JSON report.
 pub fn run_with_json(name: &str, args: &[&str]) -> (String, serde_json::Value) {
