@@ -15,15 +15,15 @@
 
 use serde::Serialize;
 
-use crate::engines::{EngineConfig, EngineKind, Mode};
-use crate::harness_floor::{child_args as floor_child_args, Subject};
+use crate::engines::{EngineConfig, EngineKind};
+use crate::harness_floor::Subject;
 use crate::informer_handlers::InformerConfig;
-use crate::progress::NoProgress;
 use crate::result::{LatencyUs, RunResult};
-use crate::runs::{child_args, RunError};
+use crate::run_spec::{Pipeline, RunSpec, Source};
+use crate::runs::RunError;
 use crate::ui::Ui;
 use crate::units::si;
-use workloads::{generate, Workload, WorkloadSpec};
+use workloads::{Workload, WorkloadSpec};
 
 /// How the rates of a search are chosen, and when it stops.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -442,40 +442,13 @@ pub fn probe_run(
     informer: Option<&InformerConfig>,
     in_process: bool,
 ) -> Result<RunResult, RunError> {
-    if in_process {
-        let gen = generate(spec);
-        return match informer {
-            Some(icfg) => crate::through_informer::measure(
-                engine,
-                &gen,
-                spec.workload,
-                cfg,
-                icfg,
-                &NoProgress,
-            ),
-            None => Ok(crate::runs::measure(
-                engine,
-                spec.workload.name(),
-                &gen,
-                Mode::of(spec.workload),
-                cfg,
-                &NoProgress,
-            )?),
-        };
-    }
-    let args = match informer {
-        Some(icfg) => floor_child_args(Subject::Engine(engine), |engine| {
-            crate::through_informer::child_args(spec, engine, cfg, icfg)
-        }),
-        None => child_args(spec, engine, cfg),
+    let row = RunSpec {
+        source: Source::Workload(*spec),
+        subject: Subject::Engine(engine),
+        engine: *cfg,
+        pipeline: informer.map_or(Pipeline::Queue, |icfg| Pipeline::Informer(*icfg)),
     };
-    let mut results = crate::isolate::run_child_quietly(&args)?;
-    match results.len() {
-        1 => Ok(results.remove(0)),
-        n => Err(RunError::Invalid(format!(
-            "a probe's child reported {n} results instead of one"
-        ))),
-    }
+    row.probe(in_process)
 }
 
 /// A probe longer than this many seconds is worth a warning before the search starts.

@@ -28,7 +28,7 @@
 //! ([`judge`]: no notification missed or out of order, its final view the server's), and the
 //! informer path's checks of the server and the informer's store.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -46,26 +46,20 @@ use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer};
 use kcache_sim::MemoryListerWatcher;
 
 use crate::controller_loop::{
-    check_controller, child_args as w6_child_args, last_events, phase_summary, reconcile,
-    retry_limiter, ControllerConfig, ControllerRecord, Track, WorkerStats,
+    check_controller, figures, last_events, reconcile, retry_limiter, ControllerConfig,
+    ControllerRecord, Track, WorkerStats,
 };
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::{EngineConfig, EngineKind};
-use crate::harness_floor::{child_args as floor_child_args, row as floor_row, subjects};
-use crate::harness_floor::{FloorChoice, Subject};
 use crate::informer_handlers::Recorder;
-use crate::informer_verdict::{judge, same_state, HandlerRecord, Plan};
+use crate::informer_verdict::{handler_result, HandlerRecord, Plan};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
-use crate::result::RunResult;
-use crate::result::{peak_rss, ControllerFigures, HandlerResult, InformerStats, LatencyUs};
-use crate::rss::RssProbe;
-use crate::runs::{generate_with_progress, RunError};
-use crate::server_feed::{millis, parse_version, produce, serve_initial, server_views, ServedPod};
-use crate::through_informer::{check_store, informer_builder, wait_until_final};
-use crate::ui::Ui;
+use crate::result::{InformerStats, LatencyUs, Meter, RunResult};
+use crate::runs::RunError;
+use crate::server_feed::{millis, serve_initial, ServedPod};
+use crate::through_informer::{check_final, informer_builder, wait_until_final, Feeder};
 use crate::verdict::Verdict;
-use workloads::{Generated, Pod, WorkloadSpec};
+use workloads::{Generated, Pod};
 
 /// The `workload` of W6's rows through the informer.
 pub const LABEL: &str = "w6/informer";
@@ -294,22 +288,9 @@ pub struct Finished {
     pub server_final: Vec<crate::informer_verdict::KeyView>,
 }
 
-/// Runs W6 on `gen` through `engine`'s shared informer; `drops` says which keys the handler
-/// leaves out ([`drops_none`] for a real run).
-pub fn execute(
-    engine: EngineKind,
-    gen: &Generated,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    drops: Drops,
-    progress: &dyn Progress,
-) -> Result<Finished, RunError> {
-    execute_with(engine, gen, cfg, ctl, drops, None, progress)
-}
-
 /// W7's twist on W6 (docs/workloads.md): the informer resyncs every object every `resync`,
 /// and the workqueue is a priority queue or not.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Storm {
     /// The informer's resync period.
     pub resync: Duration,
@@ -328,9 +309,10 @@ impl Storm {
     }
 }
 
-/// [`execute`], or W7 with a `storm`.
+/// Runs W6 on `gen` through `engine`'s shared informer, or W7 with a `storm`; `drops` says which
+/// keys the handler leaves out ([`drops_none`] for a real run).
 #[allow(clippy::too_many_arguments)]
-pub fn execute_with(
+pub fn execute(
     engine: EngineKind,
     gen: &Generated,
     cfg: &EngineConfig,
@@ -458,45 +440,25 @@ impl Run<'_> {
             .run(reconcile_w6, Arc::clone(&reconciler))
             .map_err(|e| RunError::Informer(format!("cannot start the controller: {e}")))?;
         let mut failures = Vec::new();
-        let produced = AtomicBool::new(false);
-        let producer_failed = AtomicBool::new(false);
         let mut producer_held = Duration::ZERO;
-        let client_version = || parse_version(&informer.last_sync_resource_version());
+        let feeder = Feeder::new(server, gen, plan);
         let wall = thread::scope(|scope| {
-            let started = runtime.block_on(async {
-                informer.start()?;
-                informer.wait_for_sync().await;
-                Ok::<_, kcache::informer::InformerError>(())
-            });
-            let producer = started.is_ok().then(|| {
-                scope.spawn(|| {
-                    let result = produce(
-                        server,
-                        gen,
-                        plan.initial_ops,
-                        start,
-                        cfg.rate,
-                        &client_version,
-                        progress,
-                    );
-                    // Relaxed: read only to stop waiting; the error comes back through join.
-                    producer_failed.store(result.is_err(), Ordering::Relaxed);
-                    produced.store(true, Ordering::Release);
-                    result
-                })
-            });
-            if let Err(e) = &started {
-                failures.push(format!("the informer did not start: {e}"));
-            } else {
-                runtime.block_on(wait_until_final(
-                    &progressing,
-                    &produced,
-                    &producer_failed,
-                    server,
-                    &informer,
-                    &mut failures,
-                ));
-            }
+            let producer =
+                match feeder.start(scope, &runtime, &informer, (start, cfg.rate), progress) {
+                    Ok(producer) => {
+                        runtime.block_on(wait_until_final(
+                            &progressing,
+                            &feeder,
+                            &informer,
+                            &mut failures,
+                        ));
+                        Some(producer)
+                    }
+                    Err(e) => {
+                        failures.push(e);
+                        None
+                    }
+                };
             let stuck = || !failures.is_empty() || controller.stats().panics > 0;
             if storm.is_some() {
                 // Resyncs keep adding keys, so the controller may never be idle: the run ends
@@ -533,25 +495,11 @@ impl Run<'_> {
         }
         runtime.block_on(controller.shutdown());
         runtime.block_on(informer.shutdown());
-        if let Some(why) = informer.failure() {
-            failures.push(format!("the informer failed: {why}"));
-        }
+        let server_final = check_final(&informer, server, plan, &mut failures);
         let stats = controller.stats();
         if stats.panics > 0 {
             failures.push(format!("{} reconciles panicked", stats.panics));
         }
-        let server_final = server_views(server, gen.universe.keys.len());
-        let differ = server_final
-            .iter()
-            .zip(&plan.final_views)
-            .filter(|(a, b)| !same_state(**a, **b))
-            .count();
-        if differ > 0 {
-            failures.push(format!(
-                "the server's final state differs from the workload's model on {differ} keys"
-            ));
-        }
-        check_store(&informer.store(), &server_final, &mut failures);
         // The filter (and the recorder in it) is released with the informer's registration;
         // dropping the last handle hands the record over.
         drop(controller);
@@ -606,20 +554,9 @@ impl Run<'_> {
     }
 }
 
-/// Runs W6 on `gen` through `engine`'s shared informer, measures it and judges it.
+/// Runs W6 (or W7 with a `storm`, its rows labelled [`Storm::label`]) on `gen` through
+/// `engine`'s shared informer, measures it and judges it.
 pub fn measure(
-    engine: EngineKind,
-    gen: &Generated,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    drops: Drops,
-    progress: &dyn Progress,
-) -> Result<RunResult, RunError> {
-    measure_with(engine, gen, cfg, ctl, drops, None, progress)
-}
-
-/// [`measure`], or W7 with a `storm` (its rows labelled [`Storm::label`]).
-pub fn measure_with(
     engine: EngineKind,
     gen: &Generated,
     cfg: &EngineConfig,
@@ -628,121 +565,42 @@ pub fn measure_with(
     storm: Option<Storm>,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
-    let done = execute_with(engine, gen, cfg, ctl, drops, storm, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let meter = Meter::start();
+    let done = execute(engine, gen, cfg, ctl, drops, storm, progress)?;
+    let spent = meter.finish();
     let mut failures = done.failures.clone();
     failures.extend(check_controller(&done.record));
     let handlers = match &done.handler {
-        Some((record, caught_up)) => {
-            let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
-            failures.extend(verdict.failures().iter().map(|f| format!("handler: {f}")));
-            vec![HandlerResult {
-                handler: 0,
-                slow: false,
-                notifications: record.notifications,
-                tombstones: record.tombstones,
-                caught_up_s: caught_up.map(|d| d.as_secs_f64()),
-                peak_pending: 0,
-                waits: 0,
-                merged: 0,
-                verdict: verdict.summary(),
-                failures: verdict.failures().to_vec(),
-            }]
+        Some(handler) => {
+            let (plan, server) = (&done.plan, &done.server_final);
+            vec![handler_result(
+                0,
+                handler,
+                plan,
+                server,
+                "handler: ",
+                &mut failures,
+            )]
         }
         None => {
             failures.push("the handler's record was never handed over".to_string());
             Vec::new()
         }
     };
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let events = gen.event_count();
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let verdict = Verdict::from_failures(failures);
+    let label = storm.map_or(LABEL, Storm::label);
+    let keys = gen.universe.keys.len();
+    let row = spent.row(engine.name(), label, keys, gen.event_count(), done.wall);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: storm.map_or(LABEL, Storm::label).to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        pops: 0,
-        deltas_per_pop: None,
         latency_us: LatencyUs::of(&done.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: cfg.consumers + ctl.workers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: handlers.first().map_or(0, |h| h.notifications),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles: done.reconciles,
-            reconciles_per_s: done.reconciles as f64 / wall_s,
-            reconciles_per_event: done.reconciles as f64 / events.max(1) as f64,
-            retries: done.retries,
-        }),
+        controller: Some(figures(ctl, done.reconciles, done.retries, &row)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
         handlers,
         informer: Some(done.informer),
-        ..Default::default()
+        ..row
     })
-}
-
-/// The command line of a child that runs W6 through `engine`'s informer alone.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = w6_child_args(spec, engine, cfg, ctl);
-    args.extend(["--through".to_string(), "informer".to_string()]);
-    args
-}
-
-/// `loadgen run --workload w6` (through the informer, the default): every chosen engine and
-/// the harness floor (as `floor` asks), each in a child process unless `in_process`.
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    floor: FloorChoice,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    crate::runs::check_spec(spec)?;
-    let ctl = ControllerConfig {
-        seed: spec.seed,
-        ..*ctl
-    };
-    crate::isolate::run_each(
-        &subjects(engines, floor),
-        in_process,
-        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, &ctl)),
-        |subjects| {
-            let gen = generate_with_progress(spec, ui)?;
-            let mut results = Vec::with_capacity(subjects.len());
-            for &subject in subjects {
-                let result = match subject {
-                    Subject::Engine(engine) => {
-                        let phase = ui.phase(format!("{LABEL} {engine}"), gen.ops.len() as u64);
-                        let result = measure(engine, &gen, cfg, &ctl, drops_none(), &phase)?;
-                        phase.finish(&phase_summary(&result));
-                        result
-                    }
-                    Subject::HarnessFloor => floor_row(&gen, LABEL, cfg.rate, None, ui)?,
-                };
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }

@@ -41,19 +41,17 @@ use kcache::{
     apply_deltas_coalesced, process_deltas, DeltaObject, DeltaQueue, EventHandler, Indexer, Key,
 };
 
-use crate::cpu::{cpu_figures, CpuProbe};
-use crate::driver::{elapsed_ns, produce, queue_options, Consumer, EngineError, SHARDED_BATCH};
+use crate::driver::{
+    elapsed_ns, prepare, produce_and_join, queue_options, Consumer, EngineError, SHARDED_BATCH,
+};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
-use crate::pacing::kept_schedule;
+use crate::pacing::record_pacing;
 use crate::progress::Progress;
-use crate::result::{peak_rss, ControllerFigures, LatencyUs, RunResult};
-use crate::rss::RssProbe;
-use crate::runs::{generate_with_progress, RunError};
-use crate::ui::Ui;
+use crate::result::{ControllerFigures, LatencyUs, Meter, RunResult};
 use crate::units::si;
 use crate::verdict::{check, Counters};
-use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod, WorkloadSpec};
+use workloads::{pod_indexers, pod_key_fn, Generated, Op, Pod};
 
 /// W6's worker threads unless told otherwise.
 pub const DEFAULT_WORKERS: usize = 4;
@@ -74,7 +72,7 @@ pub const RETRY_MAX: Duration = Duration::from_secs(1000);
 const IDLE_POLL: Duration = Duration::from_micros(200);
 
 /// W6's own knobs, on top of [`EngineConfig`] (shards, consumers, pacing).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ControllerConfig {
     /// Worker threads taking keys from the workqueue.
     pub workers: usize,
@@ -218,12 +216,7 @@ pub fn check_controller(record: &ControllerRecord) -> Vec<String> {
             stale.len() - MAX_DETAILS
         ));
     }
-    if record.overlaps > 0 {
-        failures.push(format!(
-            "{} reconciles found their key held by another worker",
-            record.overlaps
-        ));
-    }
+    failures.extend(overlapped(record.overlaps));
     if record.done_errors > 0 {
         failures.push(format!(
             "{} done calls refused (key not being processed)",
@@ -622,25 +615,12 @@ where
                         track,
                     };
                     consume(fifo, store, pop, &mut handler);
-                    (handler.consumer.counters, handler.consumer.latency)
+                    handler.consumer
                 })
             })
             .collect();
-        let (enqueue_errors, lag) = produce(fifo, &gen.ops, start, cfg.rate, progress);
-        fifo.close();
-        let mut counters = Counters {
-            enqueue_errors,
-            ..Counters::default()
-        };
-        let mut latency = new_histogram();
-        for handle in consumer_handles {
-            // A consumer panics only on a bug of the engine or the harness: surface it as is.
-            let (c, h) = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            counters.merge(&c);
-            latency.add(&h).unwrap_or_default();
-        }
+        let (counters, latency, _, lag) =
+            produce_and_join(fifo, gen, start, cfg.rate, progress, consumer_handles);
         wait_idle(queue, track, || workers.iter().any(|w| w.is_finished()));
         let wall = start.elapsed();
         queue.shut_down();
@@ -712,12 +692,8 @@ pub fn measure(
     ctl: &ControllerConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, EngineError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(EngineError::TooManyKeys(gen.universe.keys.len()));
-    }
-    gen.reset_delivery();
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    prepare(gen)?;
+    let meter = Meter::start();
     let (store, outcome): (Arc<dyn Indexer<Pod>>, Outcome) = match engine {
         EngineKind::Reference => {
             let store = Arc::new(kcache::reference::IndexedStore::new(
@@ -755,124 +731,55 @@ pub fn measure(
             (store, outcome)
         }
     };
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let verdict = check(&gen.model, &*store, &outcome.counters);
     let mut failures = verdict.failures().to_vec();
     failures.extend(check_controller(&outcome.record));
-    let wall_s = outcome.wall.as_secs_f64().max(1e-9);
     let events = gen.event_count();
     let c = &outcome.counters;
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let verdict = crate::verdict::Verdict::from_failures(failures);
+    let keys = gen.universe.keys.len();
+    let mut row = spent.row(engine.name(), workload, keys, events, outcome.wall);
+    record_pacing(&mut row, cfg.rate, outcome.producer_lag, gen.ops.len());
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: workload.to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
         pops: c.pops,
         deltas_per_pop: (c.pops > 0).then(|| c.deltas as f64 / c.pops as f64),
         latency_us: LatencyUs::of(&outcome.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: match engine {
             EngineKind::Reference => 1,
             EngineKind::Sharded => cfg.consumers.max(1),
         },
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
         deltas: c.deltas,
-        offered_rate: cfg.rate.filter(|_| outcome.producer_lag.is_some()),
-        producer_lag_ms: outcome.producer_lag.map(|lag| lag.as_secs_f64() * 1e3),
-        kept_up: cfg
-            .rate
-            .zip(outcome.producer_lag)
-            .map(|(rate, lag)| kept_schedule(lag, gen.ops.len(), rate)),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles: outcome.reconciles,
-            reconciles_per_s: outcome.reconciles as f64 / wall_s,
-            reconciles_per_event: outcome.reconciles as f64 / events.max(1) as f64,
-            retries: outcome.failures,
-        }),
+        controller: Some(figures(ctl, outcome.reconciles, outcome.failures, &row)),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
-        ..Default::default()
+        ..row
     })
 }
 
-/// The `run` command line of a W6 child process for `engine`, without saying which W6 form
-/// (see [`queue_child_args`] and the informer's own).
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
+/// The rule every controller run keeps: a key is never held by two workers at once
+/// (`overlaps` reconciles found theirs held by another).
+pub(crate) fn overlapped(overlaps: u64) -> Option<String> {
+    (overlaps > 0).then(|| format!("{overlaps} reconciles found their key held by another worker"))
+}
+
+/// A controller row's figures: `reconciles` (`retries` of them failed) by `ctl`'s workers
+/// over the `row`'s wall time and events.
+pub(crate) fn figures(
     ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = crate::runs::child_args(spec, engine, cfg);
-    args.extend([
-        "--workers".to_string(),
-        ctl.workers.to_string(),
-        "--reconcile-us".to_string(),
-        ctl.reconcile_cost.as_micros().to_string(),
-    ]);
-    if ctl.worker_nice != 0 {
-        args.extend(["--worker-nice".to_string(), ctl.worker_nice.to_string()]);
+    reconciles: u64,
+    retries: u64,
+    row: &RunResult,
+) -> ControllerFigures {
+    ControllerFigures {
+        workers: ctl.workers,
+        reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
+        reconciles,
+        reconciles_per_s: reconciles as f64 / row.wall_s,
+        reconciles_per_event: reconciles as f64 / row.events.max(1) as f64,
+        retries,
     }
-    args
-}
-
-/// The command line of a child that runs W6's bare-queue `engine` pipeline alone (W6's
-/// default is through the informer, so the child is told `--through queue`).
-pub fn queue_child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-) -> Vec<String> {
-    let mut args = child_args(spec, engine, cfg, ctl);
-    args.extend(["--through".to_string(), "queue".to_string()]);
-    args
-}
-
-/// Runs W6 (`spec`) through `engines`' pipelines: here for one engine or with `in_process`,
-/// else each in a child process of its own, like every workload (see
-/// [`isolate`](crate::isolate)).
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    crate::runs::check_spec(spec)?;
-    let ctl = ControllerConfig {
-        seed: spec.seed,
-        ..*ctl
-    };
-    crate::isolate::run_each(
-        engines,
-        in_process,
-        |engine| queue_child_args(spec, engine, cfg, &ctl),
-        |engines| {
-            let gen = generate_with_progress(spec, ui)?;
-            let name = spec.workload.name();
-            let mut results = Vec::with_capacity(engines.len());
-            for &engine in engines {
-                let phase = ui.phase(format!("{name} {engine}"), gen.ops.len() as u64);
-                let result = measure(engine, name, &gen, cfg, &ctl, &phase)?;
-                phase.finish(&phase_summary(&result));
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }
 
 /// What a W6 run's progress line ends with, in both of its forms.

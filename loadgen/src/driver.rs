@@ -104,11 +104,7 @@ pub fn execute(
     cfg: &EngineConfig,
     progress: &dyn Progress,
 ) -> Result<Finished, EngineError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(EngineError::TooManyKeys(gen.universe.keys.len()));
-    }
-    // A previous engine run on these events left its marks on the objects.
-    gen.reset_delivery();
+    prepare(gen)?;
     Ok(match (engine, mode) {
         (EngineKind::Reference, Mode::Queue) => {
             let store = Arc::new(kcache::reference::IndexedStore::new(
@@ -197,7 +193,7 @@ where
     S: Indexer<Pod> + 'static,
 {
     let start = Instant::now();
-    let (counters, latency, lag, samples) = thread::scope(|scope| {
+    let (counters, latency, samples, lag) = thread::scope(|scope| {
         let handles: Vec<_> = (0..consumers)
             .map(|_| {
                 let store = &*store;
@@ -207,28 +203,11 @@ where
                         c.samples = Some(Vec::with_capacity(gen.ops.len() / SAMPLE_EVERY + 1));
                     }
                     consume(queue, store, style, &mut c);
-                    (c.counters, c.latency, c.samples.unwrap_or_default())
+                    c
                 })
             })
             .collect();
-        let (enqueue_errors, lag) = produce(queue, &gen.ops, start, cfg.rate, progress);
-        queue.close();
-        let mut counters = Counters {
-            enqueue_errors,
-            ..Counters::default()
-        };
-        let mut latency = new_histogram();
-        let mut samples = Vec::new();
-        for handle in handles {
-            // A consumer panics only if the engine or a handler has a bug: surface it as is.
-            let (c, h, s) = handle
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-            counters.merge(&c);
-            latency.add(&h).unwrap_or_default();
-            samples.extend(s);
-        }
-        (counters, latency, lag, samples)
+        produce_and_join(queue, gen, start, cfg.rate, progress, handles)
     });
     let wall = start.elapsed();
     Finished {
@@ -241,6 +220,48 @@ where
         producer_lag: lag,
         samples,
     }
+}
+
+/// Before any run on `gen`: refuses more keys than the engines' ids hold, and clears the marks
+/// a previous run on these events left on the objects.
+pub fn prepare(gen: &Generated) -> Result<(), EngineError> {
+    if u32::try_from(gen.universe.keys.len()).is_err() {
+        return Err(EngineError::TooManyKeys(gen.universe.keys.len()));
+    }
+    gen.reset_delivery();
+    Ok(())
+}
+
+/// Performs `gen`'s ops on `queue` at `rate` ([`produce`]) and closes it, then joins its
+/// `consumers` and merges what they counted: the counters (the queue's refusals included),
+/// the latency, the timeline's samples, and the producer's largest lag when paced.
+pub(crate) fn produce_and_join<Q: DeltaQueue<Pod>>(
+    queue: &Q,
+    gen: &Generated,
+    start: Instant,
+    rate: Option<u64>,
+    progress: &dyn Progress,
+    consumers: Vec<thread::ScopedJoinHandle<'_, Consumer>>,
+) -> (Counters, Histogram<u64>, Vec<Sample>, Option<Duration>) {
+    let (enqueue_errors, lag) = produce(queue, &gen.ops, start, rate, progress);
+    queue.close();
+    let mut counters = Counters {
+        enqueue_errors,
+        ..Counters::default()
+    };
+    let mut latency = new_histogram();
+    let mut samples = Vec::new();
+    for handle in consumers {
+        // A consumer panics only if the engine, a handler or the harness has a bug: surface it
+        // as is.
+        let c = handle
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        counters.merge(&c.counters);
+        latency.add(&c.latency).unwrap_or_default();
+        samples.extend(c.samples.unwrap_or_default());
+    }
+    (counters, latency, samples, lag)
 }
 
 /// Performs every op on the queue, at `rate` ops per second if given; returns how many the

@@ -9,7 +9,10 @@ use std::time::Duration;
 use workloads::Workload;
 
 /// Which engine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum EngineKind {
     /// `kcache::reference`: the faithful client-go port.
     Reference,
@@ -69,7 +72,7 @@ pub fn parse_consumers(s: &str) -> Result<usize, String> {
 }
 
 /// The knobs of one engine run.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineConfig {
     /// Shards of the sharded engine: a power of two up to
     /// [`MAX_SHARDS`](workloads::MAX_SHARDS) (see [`parse_shards`](workloads::parse_shards)).

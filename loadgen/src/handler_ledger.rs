@@ -1,15 +1,27 @@
-//! A handler's ledger over the wire: what one handler registration was told, key by key,
-//! checked as it arrives, and judged at the end against the server's state (`namespace/name`
-//! → resource version). Used where the workload's model is not at hand (faults over the wire,
-//! `loadgen soak`), where [`informer_verdict`](crate::informer_verdict) needs it.
+//! The verdict ledger: what one handler was told, key by key, checked against the rules as
+//! each notification arrives ([`KeyLedger`]), and judged at the end against a server's state.
+//! One set of rules over two key spaces ([`KeySpace`]):
+//!
+//! - the workload's dense pod ids (`Vec<KeyView>`, [`Id`]): the runs through the informer
+//!   ([`informer_verdict`](crate::informer_verdict)), millions of notifications, nothing
+//!   allocated per notification;
+//! - `namespace/name` strings → resource version (`BTreeMap<String, u64>`): over the wire,
+//!   where the workload's model is not at hand (faults, `loadgen soak`; [`Ledger`] and
+//!   [`LedgerHandler`]).
 //!
 //! The rules (docs/informer.md's promises to a handler):
 //!
 //! - no `on_add` of a key the handler holds (a duplicate), no `on_update` or `on_delete` of
 //!   one it does not (a lost add);
-//! - an `on_update`'s `old` is the version the handler was last told (else a notification
-//!   was lost), and its `new` is not older (a resync or relist may repeat it, never go back);
+//! - an `on_update`'s `old` (a delete's object, when the key space knows versions of deleted
+//!   keys) is the version the handler was last told, else a notification was lost;
+//! - a key's versions never go back (a resync or relist may repeat one);
 //! - at the end it holds every key the server holds, at the server's version, and no other.
+//!
+//! What differs between the two uses stays with its user: the initial-list flag and tombstones
+//! are the informer path's ([`HandlerRecord`](crate::informer_verdict::HandlerRecord)); a
+//! handler that coalesces may skip states ([`KeyLedger::coalescing`]); after a server lost its
+//! state, versions that went back are forgiven ([`Ledger::judge_after_lost_state`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -20,123 +32,347 @@ use kcache::{DeltaObject, EventHandler, KeyFn};
 
 use crate::sync::lock;
 
-/// At most this many violations are spelled out.
-const MAX_EXAMPLES: usize = 5;
+/// At most this many violations of one kind, and this many differing keys, are spelled out.
+const MAX_EXAMPLES: usize = 3;
 
-/// What one handler was told.
-#[derive(Debug, Default, Clone)]
-pub struct Ledger {
-    /// Key → the resource version the handler last heard.
-    held: BTreeMap<String, u64>,
-    /// Notifications received.
-    pub notifications: u64,
-    /// Rule violations seen (all counted, the first few spelled out).
-    pub violations: u64,
-    /// Updates whose version went back (counted apart: after a server lost its state and its
-    /// versions went back, a relist rightly takes a key back).
-    pub went_back: u64,
-    examples: Vec<String>,
+/// The kind of violation a server that lost its state may rightly cause.
+pub const WENT_BACK: &str = "version went back";
+
+/// A key as someone last heard of it: its version (0: never heard of) and whether it exists.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyView {
+    /// The version of the last state heard.
+    pub version: u64,
+    /// Whether the key exists.
+    pub alive: bool,
 }
 
-impl Ledger {
-    fn violation(&mut self, what: String) {
-        self.violations += 1;
-        if self.examples.len() < MAX_EXAMPLES {
-            self.examples.push(what);
+/// Whether a handler that heard `got` knows the state `want`: the same version if the key
+/// exists, absent if not. (The version a key was deleted at is not part of its state: a key
+/// created and deleted again between two lists is never heard of, as in client-go.)
+pub fn same_state(got: KeyView, want: KeyView) -> bool {
+    got.alive == want.alive && (!want.alive || got.version == want.version)
+}
+
+fn describe(view: KeyView) -> String {
+    if view.alive {
+        format!("v{}", view.version)
+    } else {
+        "no object".to_string()
+    }
+}
+
+/// How a ledger stores its keys' views.
+pub trait KeySpace {
+    /// How a key is named in a notification.
+    type Key: ?Sized + fmt::Display;
+    /// The view of `key` (the default view for a key never heard of).
+    fn view(&self, key: &Self::Key) -> KeyView;
+    /// Records `view` for `key`.
+    fn set(&mut self, key: &Self::Key, view: KeyView);
+    /// Calls `differ` with each key whose state here differs from `server`'s (a key either
+    /// side lacks included), as the key's name, the view here and the server's.
+    fn differences(&self, server: &Self, differ: &mut dyn FnMut(String, KeyView, KeyView));
+}
+
+/// A pod id of the dense key space, shown as `#id`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Id(pub usize);
+
+impl fmt::Display for Id {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "#{}", self.0)
+    }
+}
+
+/// Dense pod ids: every key has a slot, and a deleted key keeps the version it was deleted at.
+impl KeySpace for Vec<KeyView> {
+    type Key = Id;
+
+    fn view(&self, key: &Id) -> KeyView {
+        self[key.0]
+    }
+
+    fn set(&mut self, key: &Id, view: KeyView) {
+        self[key.0] = view;
+    }
+
+    fn differences(&self, server: &Self, differ: &mut dyn FnMut(String, KeyView, KeyView)) {
+        let len = self.len().max(server.len());
+        for id in 0..len {
+            let got = self.get(id).copied().unwrap_or_default();
+            let want = server.get(id).copied().unwrap_or_default();
+            if !same_state(got, want) || id >= self.len() || id >= server.len() {
+                differ(Id(id).to_string(), got, want);
+            }
+        }
+    }
+}
+
+/// Keys by name → resource version: only the keys held are stored.
+impl KeySpace for BTreeMap<String, u64> {
+    type Key = str;
+
+    fn view(&self, key: &str) -> KeyView {
+        self.get(key)
+            .map_or_else(KeyView::default, |&version| KeyView {
+                version,
+                alive: true,
+            })
+    }
+
+    fn set(&mut self, key: &str, view: KeyView) {
+        match (view.alive, self.get_mut(key)) {
+            (true, Some(held)) => *held = view.version,
+            (true, None) => {
+                self.insert(key.to_string(), view.version);
+            }
+            (false, _) => {
+                self.remove(key);
+            }
         }
     }
 
+    fn differences(&self, server: &Self, differ: &mut dyn FnMut(String, KeyView, KeyView)) {
+        for key in server
+            .keys()
+            .chain(self.keys().filter(|k| !server.contains_key(*k)))
+        {
+            let (got, want) = (self.view(key), server.view(key));
+            if !same_state(got, want) {
+                differ(key.clone(), got, want);
+            }
+        }
+    }
+}
+
+/// What one handler was told, key by key, with every violation of the rules (see the module
+/// docs) counted by kind and the first few of each spelled out.
+#[derive(Debug, Clone, Default)]
+pub struct KeyLedger<S> {
+    /// Every key as the handler last heard of it.
+    pub keys: S,
+    /// Handler calls.
+    pub notifications: u64,
+    /// Violations of the per-key rules, by kind.
+    pub violations: BTreeMap<&'static str, u64>,
+    /// The first few violations of each kind, spelled out.
+    pub examples: Vec<String>,
+    /// The handler coalesces when its buffer is full: it may skip intermediate states, so a
+    /// deletion may carry a newer state than the last one heard. Every other rule holds.
+    pub coalescing: bool,
+}
+
+impl<S: KeySpace> KeyLedger<S> {
+    /// A ledger over `keys`, none heard of.
+    pub fn new(keys: S) -> Self {
+        Self {
+            keys,
+            notifications: 0,
+            violations: BTreeMap::new(),
+            examples: Vec::new(),
+            coalescing: false,
+        }
+    }
+
+    /// Counts a violation of `kind`, spelling it out while there are few.
+    pub fn violate(&mut self, kind: &'static str, message: impl FnOnce() -> String) {
+        let n = self.violations.entry(kind).or_default();
+        *n += 1;
+        if *n <= MAX_EXAMPLES as u64 {
+            self.examples.push(message());
+        }
+    }
+
+    /// `on_add(key @ version)`; returns the view before.
+    pub fn add(&mut self, key: &S::Key, version: u64) -> KeyView {
+        self.notifications += 1;
+        let view = self.keys.view(key);
+        if view.alive {
+            self.violate("add of a present key", || {
+                format!(
+                    "key {key}: on_add v{version} while v{} is present",
+                    view.version
+                )
+            });
+        } else if version <= view.version {
+            self.violate(WENT_BACK, || {
+                format!("key {key}: on_add v{version} after v{}", view.version)
+            });
+        }
+        self.keys.set(
+            key,
+            KeyView {
+                version,
+                alive: true,
+            },
+        );
+        view
+    }
+
+    /// `on_update(key @ old → new)`.
+    pub fn update(&mut self, key: &S::Key, old: u64, new: u64) {
+        self.notifications += 1;
+        let view = self.keys.view(key);
+        if !view.alive {
+            self.violate("update of an absent key", || {
+                format!("key {key}: on_update v{old}->v{new} while absent")
+            });
+        } else if old != view.version {
+            self.violate("missed notification", || {
+                format!(
+                    "key {key}: on_update from v{old}, but the last state heard is v{}",
+                    view.version
+                )
+            });
+        }
+        if new < old || new < view.version {
+            self.violate(WENT_BACK, || format!("key {key}: on_update v{old}->v{new}"));
+        }
+        let version = new;
+        self.keys.set(
+            key,
+            KeyView {
+                version,
+                alive: true,
+            },
+        );
+    }
+
+    /// `on_delete(key)`, carrying `version` when the handler learns which state went away (a
+    /// tombstone's last known state, or the deleted object).
+    pub fn delete(&mut self, key: &S::Key, version: Option<u64>) {
+        self.notifications += 1;
+        let view = self.keys.view(key);
+        if !view.alive {
+            self.violate("delete of an absent key", || {
+                format!("key {key}: on_delete while absent")
+            });
+        } else if let Some(version) = version {
+            if version != view.version && !(self.coalescing && version > view.version) {
+                self.violate("missed notification", || {
+                    format!(
+                        "key {key}: on_delete of v{version}, but the last state heard is v{}",
+                        view.version
+                    )
+                });
+            }
+            if version < view.version {
+                self.violate(WENT_BACK, || {
+                    format!("key {key}: on_delete of v{version} after v{}", view.version)
+                });
+            }
+        }
+        self.keys.set(
+            key,
+            KeyView {
+                version: version.unwrap_or(view.version),
+                alive: false,
+            },
+        );
+    }
+
+    /// Violations of every kind but `forgiven`.
+    pub fn violation_count(&self, forgiven: &[&str]) -> u64 {
+        (self.violations.iter())
+            .filter(|(kind, _)| !forgiven.contains(kind))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// How many keys end in another state than `server`'s, and the first few of them spelled
+    /// out.
+    pub fn differences(&self, server: &S) -> (usize, Vec<String>) {
+        let mut differ = 0;
+        let mut examples = Vec::new();
+        self.keys.differences(server, &mut |key, got, want| {
+            differ += 1;
+            if examples.len() < MAX_EXAMPLES {
+                examples.push(format!(
+                    "key {key}: the handler ends with {}, the server with {}",
+                    describe(got),
+                    describe(want)
+                ));
+            }
+        });
+        (differ, examples)
+    }
+
+    /// Every failure of the ledger judged against `server`, violations of `forgiven` kinds
+    /// left out: each kind of violation with its count, the examples, then the keys whose
+    /// final state differs.
+    pub fn failures(&self, server: &S, forgiven: &[&str]) -> Vec<String> {
+        let mut failures: Vec<String> = (self.violations.iter())
+            .filter(|(kind, _)| !forgiven.contains(kind))
+            .map(|(kind, n)| format!("{kind}: {n} times"))
+            .collect();
+        if !failures.is_empty() {
+            failures.extend(self.examples.iter().cloned());
+        }
+        let (differ, examples) = self.differences(server);
+        if differ > 0 {
+            failures.extend(examples);
+            failures.push(format!(
+                "final state: {differ} keys differ from the server's"
+            ));
+        }
+        failures
+    }
+}
+
+/// What one handler was told over the wire, keyed `namespace/name`.
+#[derive(Debug, Default, Clone)]
+pub struct Ledger(pub KeyLedger<BTreeMap<String, u64>>);
+
+impl Ledger {
     /// `on_add(key @ rv)`.
     pub fn add(&mut self, key: &str, rv: u64) {
-        self.notifications += 1;
-        if let Some(held) = self.held.insert(key.to_string(), rv) {
-            self.violation(format!("on_add of {key}@{rv}, already held at {held}"));
-        }
+        self.0.add(key, rv);
     }
 
     /// `on_update(key @ old → new)`.
     pub fn update(&mut self, key: &str, old: u64, new: u64) {
-        self.notifications += 1;
-        match self.held.insert(key.to_string(), new) {
-            None => self.violation(format!("on_update of {key} ({old} → {new}), never added")),
-            Some(held) if held != old => self.violation(format!(
-                "on_update of {key} from {old}, but the handler last heard {held}: a lost notification"
-            )),
-            Some(_) if new < old => {
-                self.went_back += 1;
-                if self.examples.len() < MAX_EXAMPLES {
-                    self.examples
-                        .push(format!("on_update of {key} went back from {old} to {new}"));
-                }
-            }
-            Some(_) => {}
-        }
+        self.0.update(key, old, new);
     }
 
-    /// `on_delete(key)`.
+    /// `on_delete(key)`: the name alone (a deleted key's version is not kept).
     pub fn delete(&mut self, key: &str) {
-        self.notifications += 1;
-        if self.held.remove(key).is_none() {
-            self.violation(format!("on_delete of {key}, never added"));
-        }
+        self.0.delete(key, None);
     }
 
     /// The keys held now.
     pub fn held(&self) -> &BTreeMap<String, u64> {
-        &self.held
+        &self.0.keys
     }
 
     /// `Ok` when no rule was broken and the handler holds exactly `expected`; otherwise what
     /// went wrong.
     pub fn judge(&self, expected: &BTreeMap<String, u64>) -> Result<(), LedgerVerdict> {
-        self.judge_with(expected, false)
+        self.judge_forgiving(expected, &[])
     }
 
     /// [`Ledger::judge`] for a run in which the server lost its state: versions that went
-    /// back are not violations.
+    /// back are not violations (a relist rightly takes a key back).
     pub fn judge_after_lost_state(
         &self,
         expected: &BTreeMap<String, u64>,
     ) -> Result<(), LedgerVerdict> {
-        self.judge_with(expected, true)
+        self.judge_forgiving(expected, &[WENT_BACK])
     }
 
-    fn judge_with(
+    fn judge_forgiving(
         &self,
         expected: &BTreeMap<String, u64>,
-        versions_may_go_back: bool,
+        forgiven: &[&str],
     ) -> Result<(), LedgerVerdict> {
-        let violations = self.violations
-            + if versions_may_go_back {
-                0
-            } else {
-                self.went_back
-            };
-        let mut differences = Vec::new();
-        let mut different = 0usize;
-        for (key, rv) in expected {
-            let held = self.held.get(key);
-            if held != Some(rv) {
-                different += 1;
-                if differences.len() < MAX_EXAMPLES {
-                    differences.push(format!("{key}: server {rv}, handler {held:?}"));
-                }
-            }
-        }
-        for (key, rv) in &self.held {
-            if !expected.contains_key(key) {
-                different += 1;
-                if differences.len() < MAX_EXAMPLES {
-                    differences.push(format!("{key}: handler {rv}, not on the server"));
-                }
-            }
-        }
+        let violations = self.0.violation_count(forgiven);
+        let (different, differences) = self.0.differences(expected);
         if violations == 0 && different == 0 {
             return Ok(());
         }
         Err(LedgerVerdict {
             violations,
-            examples: self.examples.clone(),
+            examples: self.0.examples.clone(),
             different,
             differences,
         })
@@ -254,5 +490,33 @@ mod tests {
             .judge_after_lost_state(&state(&[("a", 4), ("z", 2)]))
             .unwrap_err();
         assert_eq!(verdict.violations, 4, "going back is forgiven: {verdict}");
+    }
+
+    #[test]
+    fn both_key_spaces_judge_the_same_sequence_alike() {
+        let mut dense = KeyLedger::new(vec![KeyView::default(); 2]);
+        let mut named = KeyLedger::new(BTreeMap::<String, u64>::new());
+        dense.add(&Id(0), 1);
+        named.add("a", 1);
+        dense.update(&Id(0), 1, 2);
+        named.update("a", 1, 2);
+        dense.update(&Id(1), 1, 2); // never added
+        named.update("b", 1, 2);
+        dense.delete(&Id(1), Some(2));
+        named.delete("b", None);
+        dense.delete(&Id(1), Some(2)); // twice
+        named.delete("b", None);
+        assert_eq!(dense.violations, named.violations);
+        assert_eq!(dense.notifications, 5);
+        let server = vec![
+            KeyView {
+                version: 2,
+                alive: true,
+            },
+            KeyView::default(),
+        ];
+        assert_eq!(dense.differences(&server).0, 0);
+        assert_eq!(named.differences(&state(&[("a", 2)])).0, 0);
+        assert_eq!(named.differences(&state(&[("a", 3), ("c", 1)])).0, 2);
     }
 }

@@ -25,13 +25,11 @@ use kcache::informer::{ListOptions, ListerWatcher, Versioned, WatchEvent, WatchO
 use kcache::{DeltaObject, EventHandler};
 use kcache_sim::MemoryListerWatcher;
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::engines::EngineKind;
 use crate::informer_handlers::{recorders, InformerConfig, Recorder};
 use crate::informer_verdict::Plan;
 use crate::progress::Progress;
-use crate::result::{peak_rss, InformerStats, RunResult};
-use crate::rss::RssProbe;
+use crate::result::{InformerStats, Meter, RunResult};
 use crate::runs::RunError;
 use crate::server_feed::{millis, parse_version, produce, serve_initial, Produced, ServedPod};
 use crate::ui::Ui;
@@ -58,7 +56,8 @@ const RETRY: Duration = Duration::from_millis(1);
 const SEEN_EVERY: u64 = 64;
 
 /// What a run through the in-memory server measures: an engine, or the harness floor.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Subject {
     /// An engine's shared informer (or W6's controller on it).
     Engine(EngineKind),
@@ -79,17 +78,6 @@ pub enum FloorChoice {
     Only,
 }
 
-impl FloorChoice {
-    /// The spelling of the command line.
-    pub fn name(self) -> &'static str {
-        match self {
-            FloorChoice::Row => "row",
-            FloorChoice::None => "none",
-            FloorChoice::Only => "only",
-        }
-    }
-}
-
 /// What to run, in order: the engines, then the floor, as `floor` asks.
 ///
 /// ```
@@ -107,22 +95,6 @@ pub fn subjects(engines: &[EngineKind], floor: FloorChoice) -> Vec<Subject> {
         FloorChoice::None => engines.collect(),
         FloorChoice::Only => vec![Subject::HarnessFloor],
     }
-}
-
-/// The command line of the child process that runs `subject` alone, from `engine_args`, the
-/// command line of a child that runs one engine (any engine for the floor: the child ignores
-/// it).
-pub fn child_args(
-    subject: Subject,
-    engine_args: impl Fn(EngineKind) -> Vec<String>,
-) -> Vec<String> {
-    let (engine, floor) = match subject {
-        Subject::Engine(engine) => (engine, FloorChoice::None),
-        Subject::HarnessFloor => (EngineKind::Reference, FloorChoice::Only),
-    };
-    let mut args = engine_args(engine);
-    args.extend(["--harness-floor".to_string(), floor.name().to_string()]);
-    args
 }
 
 /// What the floor's client did.
@@ -521,27 +493,14 @@ pub fn measure(
     handlers: Option<&InformerConfig>,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute(gen, rate, handlers, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let events = gen.event_count();
     let verdict = Verdict::from_failures(check(&done, events));
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
+    let keys = gen.universe.keys.len();
+    let row = spent.row(FLOOR_NAME, label, keys, events, done.wall);
     Ok(RunResult {
-        engine: FLOOR_NAME.to_string(),
-        workload: label.to_string(),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: 1,
         deltas: done.received,
         verdict: verdict.summary(),
@@ -554,7 +513,7 @@ pub fn measure(
             skipped_resyncs: done.skipped_resyncs,
             producer_held_ms: millis(done.producer_held),
         }),
-        ..Default::default()
+        ..row
     })
 }
 

@@ -26,7 +26,18 @@ pub const DEFAULT_SLOW_HANDLER_US: u64 = 1;
 
 /// How the run registers its handlers: the informer's three kinds of registration, so that
 /// the cost of each path from the queue to a handler can be measured on the same events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    clap::ValueEnum,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Delivery {
     /// A thread per handler, fed by a bounded buffer (client-go's `processorListener`).
     #[default]
@@ -49,7 +60,7 @@ impl Delivery {
 }
 
 /// The informer path's own knobs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct InformerConfig {
     /// Handler registrations; the last one is slow.
     pub handlers: usize,
@@ -208,7 +219,7 @@ impl Recorder {
     /// The slow handler of `icfg`: sleeping or spinning, judged as coalescing if it does.
     fn slow(plan: Arc<Plan>, icfg: &InformerConfig, latency_from: Option<Instant>) -> Self {
         let mut recorder = Self::new(plan, icfg.slow_handler, latency_from);
-        recorder.record.coalescing = icfg.slow_handler_coalesces;
+        recorder.record.ledger.coalescing = icfg.slow_handler_coalesces;
         recorder.waits = icfg.slow_handler_waits;
         recorder
     }
@@ -219,7 +230,7 @@ impl Recorder {
     }
 
     fn matches_final(&self, id: usize) -> bool {
-        same_state(self.record.views[id], self.plan.final_views[id])
+        same_state(self.record.views()[id], self.plan.final_views[id])
     }
 
     /// Runs `change` on key `id`'s view and keeps the count of keys not yet final.
@@ -245,7 +256,7 @@ impl Recorder {
         }
         self.shared
             .notifications
-            .store(self.record.notifications, Ordering::Relaxed);
+            .store(self.record.notifications(), Ordering::Relaxed);
         self.burn();
     }
 

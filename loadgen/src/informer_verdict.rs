@@ -2,33 +2,20 @@
 //! ([`Plan`]), what it heard, checked notification by notification ([`HandlerRecord`]), and
 //! whether it ends knowing the server's final state ([`judge`]).
 //!
-//! The rules (docs/informer.md's promises to a handler):
+//! The per-key rules are the [verdict ledger's](crate::handler_ledger) (adds and deletes
+//! alternate, an update's `old` and a delete's object are the state last told, versions never
+//! go back, the final state is the server's), over dense pod ids. On top of them:
 //!
-//! - adds and deletes of a key alternate: no add of a present key, no update or delete of an
-//!   absent one;
-//! - a key's versions never go back, and an update's `old` (a delete's object) is the state
-//!   the handler was last told: a missed notification shows up here;
 //! - a key's first notification is `on_add(initial=true)` exactly when the key was in the
-//!   informer's initial list (the churn starts after the informer has synced, so this is exact);
-//! - at the end, the handler knows every key the server holds, at the server's version, and
-//!   no other.
+//!   informer's initial list (the churn starts after the informer has synced, so this is exact).
 
-use std::collections::BTreeMap;
+pub use crate::handler_ledger::{same_state, KeyView};
+use crate::handler_ledger::{Id, KeyLedger};
+use std::time::Duration;
 
+use crate::result::HandlerResult;
 use crate::verdict::Verdict;
 use workloads::{Generated, Op};
-
-/// At most this many violations of one kind are spelled out per handler.
-const MAX_EXAMPLES: usize = 3;
-
-/// A key as someone last heard of it: its version (0: never heard of) and whether it exists.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct KeyView {
-    /// The workload version of the last state heard.
-    pub version: u64,
-    /// Whether the key exists.
-    pub alive: bool,
-}
 
 /// What a run through the informer must do, worked out from the generated ops.
 #[derive(Debug, Clone)]
@@ -105,152 +92,82 @@ fn apply_to_views(views: &mut [KeyView], op: &Op) {
     }
 }
 
-/// What one handler heard, checked notification by notification.
+/// What one handler heard, checked notification by notification: the [`KeyLedger`]'s rules
+/// over dense pod ids, plus the informer path's own: the initial-list flag and tombstones.
 ///
 /// Its methods take what a notification says about a key (its id, versions, the initial
 /// flag) so that a test can feed it a sequence by hand.
 #[derive(Debug, Clone, Default)]
 pub struct HandlerRecord {
-    /// By pod id: the key as this handler last heard of it.
-    pub views: Vec<KeyView>,
-    /// Handler calls.
-    pub notifications: u64,
+    /// By pod id: the key as this handler last heard of it, and the rules it broke.
+    pub ledger: KeyLedger<Vec<KeyView>>,
     /// `on_add` calls with the initial-list flag set.
     pub initial_adds: u64,
     /// `on_delete` calls with a tombstone (a deletion learnt from a relist).
     pub tombstones: u64,
-    /// Violations of the per-key rules, by kind.
-    pub violations: BTreeMap<&'static str, u64>,
-    /// The first few violations of each kind, spelled out.
-    pub examples: Vec<String>,
-    /// The handler coalesces when its buffer is full: it may skip intermediate states, so a
-    /// deletion may carry a newer state than the last one heard, and an initial-list add that
-    /// was deleted before it was heard is not heard at all. Every other rule holds.
-    pub coalescing: bool,
 }
 
 impl HandlerRecord {
     /// A record of `keys` keys, none heard of.
     pub fn new(keys: usize) -> Self {
         Self {
-            views: vec![KeyView::default(); keys],
+            ledger: KeyLedger::new(vec![KeyView::default(); keys]),
             ..Self::default()
         }
     }
 
-    /// A record of `keys` keys for a handler that coalesces when full (see `coalescing`).
+    /// A record of `keys` keys for a handler that coalesces when full: it may skip
+    /// intermediate states ([`KeyLedger::coalescing`]), and an initial-list add that was
+    /// deleted before it was heard is not heard at all.
     pub fn coalescing(keys: usize) -> Self {
-        Self {
-            coalescing: true,
-            ..Self::new(keys)
-        }
+        let mut record = Self::new(keys);
+        record.ledger.coalescing = true;
+        record
     }
 
-    fn violate(&mut self, kind: &'static str, message: impl FnOnce() -> String) {
-        let n = self.violations.entry(kind).or_default();
-        *n += 1;
-        if *n <= MAX_EXAMPLES as u64 {
-            self.examples.push(message());
-        }
+    /// By pod id: each key as this handler last heard of it.
+    pub fn views(&self) -> &[KeyView] {
+        &self.ledger.keys
+    }
+
+    /// Handler calls.
+    pub fn notifications(&self) -> u64 {
+        self.ledger.notifications
     }
 
     /// `on_delete` with a tombstone that carries no state: the handler cannot tell which key
     /// version went away (the informer's store knew the key, so this must not happen).
     pub fn stateless_tombstone(&mut self, key: &str) {
-        self.notifications += 1;
+        self.ledger.notifications += 1;
         self.tombstones += 1;
-        self.violate("tombstone without a state", || format!("key {key}"));
+        (self.ledger).violate("tombstone without a state", || format!("key {key}"));
     }
 
     /// `on_add(version, initial)` for key `id`; `in_initial_list`: the key was listed first.
     pub fn add(&mut self, id: usize, version: u64, initial: bool, in_initial_list: bool) {
-        self.notifications += 1;
-        let view = self.views[id];
+        let view = self.ledger.add(&Id(id), version);
         let want_initial = in_initial_list && view.version == 0;
         // A coalescing handler may not hear a listed key's initial add (added and deleted
         // before it was heard): the key's next add then comes without the flag.
-        let excused = self.coalescing && !initial;
+        let excused = self.ledger.coalescing && !initial;
         if initial != want_initial && !excused {
-            self.violate("initial-list flag", || {
+            self.ledger.violate("initial-list flag", || {
                 format!("key #{id} v{version}: on_add initial={initial}, expected {want_initial}")
             });
         }
         self.initial_adds += u64::from(initial);
-        if view.alive {
-            self.violate("add of a present key", || {
-                format!(
-                    "key #{id}: on_add v{version} while v{} is present",
-                    view.version
-                )
-            });
-        }
-        if version <= view.version {
-            self.violate("version went back", || {
-                format!("key #{id}: on_add v{version} after v{}", view.version)
-            });
-        }
-        self.views[id] = KeyView {
-            version,
-            alive: true,
-        };
     }
 
     /// `on_update(old, new)` for key `id`.
     pub fn update(&mut self, id: usize, old: u64, new: u64) {
-        self.notifications += 1;
-        let view = self.views[id];
-        if !view.alive {
-            self.violate("update of an absent key", || {
-                format!("key #{id}: on_update v{old}->v{new} while absent")
-            });
-        }
-        if old != view.version {
-            self.violate("missed notification", || {
-                format!(
-                    "key #{id}: on_update from v{old}, but the last state heard is v{}",
-                    view.version
-                )
-            });
-        }
-        if new < old || new < view.version {
-            self.violate("version went back", || {
-                format!("key #{id}: on_update v{old}->v{new}")
-            });
-        }
-        self.views[id] = KeyView {
-            version: new.max(view.version),
-            alive: true,
-        };
+        self.ledger.update(&Id(id), old, new);
     }
 
     /// `on_delete` of key `id` carrying `version` (a tombstone's last known state, or the
     /// deleted object).
     pub fn delete(&mut self, id: usize, version: u64, tombstone: bool) {
-        self.notifications += 1;
         self.tombstones += u64::from(tombstone);
-        let view = self.views[id];
-        if !view.alive {
-            self.violate("delete of an absent key", || {
-                format!("key #{id}: on_delete v{version} while absent")
-            });
-        }
-        if version != view.version && !(self.coalescing && version > view.version) {
-            self.violate("missed notification", || {
-                format!(
-                    "key #{id}: on_delete of v{version}, but the last state heard is v{}",
-                    view.version
-                )
-            });
-        }
-        if version < view.version {
-            self.violate("version went back", || {
-                format!("key #{id}: on_delete of v{version} after v{}", view.version)
-            });
-        }
-        self.views[id] = KeyView {
-            version: version.max(view.version),
-            alive: false,
-        };
+        self.ledger.delete(&Id(id), Some(version));
     }
 }
 
@@ -261,63 +178,54 @@ pub fn judge(
     in_initial_list: &[bool],
     server_final: &[KeyView],
 ) -> Verdict {
-    let mut failures = Vec::new();
-    for (kind, n) in &record.violations {
-        failures.push(format!("{kind}: {n} times"));
-    }
-    failures.extend(record.examples.iter().cloned());
     let listed = in_initial_list.iter().filter(|&&f| f).count() as u64;
-    let initial_ok = if record.coalescing {
+    let initial_ok = if record.ledger.coalescing {
         record.initial_adds <= listed
     } else {
         record.initial_adds == listed
     };
+    let mut failures = Vec::new();
     if !initial_ok {
         failures.push(format!(
             "initial-list adds: {} heard, {listed} objects listed",
             record.initial_adds
         ));
     }
-    let mut differ = 0usize;
-    for (id, (got, want)) in record.views.iter().zip(server_final).enumerate() {
-        if !same_state(*got, *want) {
-            differ += 1;
-            if differ <= MAX_EXAMPLES {
-                failures.push(format!(
-                    "key #{id}: the handler ends with {}, the server with {}",
-                    describe(*got),
-                    describe(*want)
-                ));
-            }
-        }
-    }
-    if record.views.len() != server_final.len() {
+    if record.views().len() != server_final.len() {
         failures.push(format!(
             "the handler knows {} keys, the server {}",
-            record.views.len(),
+            record.views().len(),
             server_final.len()
         ));
     }
-    if differ > 0 {
-        failures.push(format!(
-            "final state: {differ} keys differ from the server's"
-        ));
-    }
+    failures.extend(record.ledger.failures(&server_final.to_vec(), &[]));
     Verdict::from_failures(failures)
 }
 
-/// Whether a handler that heard `got` knows the state `want`: the same version if the key
-/// exists, absent if not. (The version a key was deleted at is not part of its state: a key
-/// created and deleted again between two lists is never heard of, as in client-go.)
-pub(crate) fn same_state(got: KeyView, want: KeyView) -> bool {
-    got.alive == want.alive && (!want.alive || got.version == want.version)
-}
-
-fn describe(view: KeyView) -> String {
-    if view.alive {
-        format!("v{}", view.version)
-    } else {
-        "no object".to_string()
+/// Judges handler `h` of a run that followed `plan` ([`judge`], against `server_final`) and
+/// makes its row of the report (its buffer's figures empty, not slow); its failures go to
+/// `failures` too, after `prefix`.
+pub fn handler_result(
+    h: usize,
+    (record, caught_up): &(HandlerRecord, Option<Duration>),
+    plan: &Plan,
+    server_final: &[KeyView],
+    prefix: &str,
+    failures: &mut Vec<String>,
+) -> HandlerResult {
+    let verdict = judge(record, &plan.in_initial_list, server_final);
+    failures.extend(verdict.failures().iter().map(|f| format!("{prefix}{f}")));
+    HandlerResult {
+        handler: h,
+        slow: false,
+        notifications: record.notifications(),
+        tombstones: record.tombstones,
+        caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+        peak_pending: 0,
+        waits: 0,
+        merged: 0,
+        verdict: verdict.summary(),
+        failures: verdict.failures().to_vec(),
     }
 }
 
@@ -355,14 +263,14 @@ mod tests {
         };
         let mut strict = HandlerRecord::new(2);
         heard(&mut strict);
-        assert!(strict.violations.contains_key("missed notification"));
-        assert!(strict.violations.contains_key("initial-list flag"));
+        assert!(strict.ledger.violations.contains_key("missed notification"));
+        assert!(strict.ledger.violations.contains_key("initial-list flag"));
         let mut coalescing = HandlerRecord::coalescing(2);
         heard(&mut coalescing);
         assert!(
-            coalescing.violations.is_empty(),
+            coalescing.ledger.violations.is_empty(),
             "{:?}",
-            coalescing.examples
+            coalescing.ledger.examples
         );
         let server = [
             KeyView::default(),
@@ -375,7 +283,10 @@ mod tests {
         assert!(!judge(&strict, &[true, true], &server).is_ok());
         // Going back stays a violation, coalescing or not.
         coalescing.update(1, 5, 4);
-        assert!(coalescing.violations.contains_key("version went back"));
+        assert!(coalescing
+            .ledger
+            .violations
+            .contains_key("version went back"));
     }
 
     #[test]
@@ -388,7 +299,7 @@ mod tests {
         r.add(0, 3, false, true);
         r.add(1, 4, false, false);
         r.delete(1, 4, true);
-        assert!(r.violations.is_empty(), "{:?}", r.examples);
+        assert!(r.ledger.violations.is_empty(), "{:?}", r.ledger.examples);
         let server = [
             KeyView {
                 version: 3,
@@ -411,7 +322,7 @@ mod tests {
         r.update(0, 3, 4); // v3 was never heard
         r.delete(0, 1, false); // an old state
         r.update(0, 4, 5); // while absent
-        let kinds: Vec<&str> = r.violations.keys().copied().collect();
+        let kinds: Vec<&str> = r.ledger.violations.keys().copied().collect();
         assert_eq!(
             kinds,
             [

@@ -3,18 +3,21 @@
 //! An allocator keeps memory that a finished run freed (mimalloc purges after a delay, and
 //! pages of exited threads stay cached), and the next run in the same process reuses it
 //! without raising the resident size: its "peak memory added" would read near zero. A child
-//! process per engine starts clean. It regenerates the workload from the same seed, so every
-//! engine still sees exactly the same events; the child writes its results as JSON to a
-//! temporary file, which the parent reads back.
+//! process per engine starts clean. The parent hands the child its row as JSON on stdin (a
+//! [`RunSpec`](crate::run_spec::RunSpec): see that module for why stdin) and starts it as the
+//! hidden `loadgen child`; the child regenerates the workload from the same seed, so every
+//! engine still sees exactly the same events, and writes its results as JSON to a temporary
+//! file, which the parent reads back.
 //!
 //! [`run_each`] is the one place that decides, for `run`, `compare` and `replay` alike, whether
 //! the engines run here or in children.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::result::RunResult;
 
@@ -51,9 +54,11 @@ pub enum IsolateError {
     },
 }
 
-#[derive(Deserialize)]
-struct ChildReport {
-    results: Vec<RunResult>,
+/// What a child writes to its report file: `{"results": [...]}`.
+#[derive(Serialize, Deserialize)]
+pub struct ChildReport {
+    /// The child's rows.
+    pub results: Vec<RunResult>,
 }
 
 /// A report file name no other child of any loadgen process uses.
@@ -63,43 +68,47 @@ fn report_path() -> PathBuf {
     std::env::temp_dir().join(format!("loadgen-{}-{n}.json", std::process::id()))
 }
 
-/// Runs this loadgen binary with `args` (a `run` or `replay` command line without `--json`),
-/// with stderr shared so its progress shows, and returns the results it reported. A failed
-/// verdict (exit 1) is a result, not an error.
-pub fn run_child(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
-    run_child_with(args, false)
+/// Runs `spec` in a child `loadgen child` (the spec as JSON on its stdin), with stderr shared
+/// so its progress shows, and returns the results it reported. A failed verdict (exit 1) is a
+/// result, not an error.
+pub fn run_child(spec: &impl Serialize) -> Result<Vec<RunResult>, IsolateError> {
+    run_child_with(spec, false)
 }
 
 /// [`run_child`], with the child's stderr captured instead of shown: for a command that draws
 /// a progress bar of its own over many children (`capacity`). The child's stderr is shown only
 /// in the error when it fails.
-pub fn run_child_quietly(args: &[String]) -> Result<Vec<RunResult>, IsolateError> {
-    run_child_with(args, true)
+pub fn run_child_quietly(spec: &impl Serialize) -> Result<Vec<RunResult>, IsolateError> {
+    run_child_with(spec, true)
 }
 
-fn run_child_with(args: &[String], quiet: bool) -> Result<Vec<RunResult>, IsolateError> {
+fn run_child_with(spec: &impl Serialize, quiet: bool) -> Result<Vec<RunResult>, IsolateError> {
     let path = report_path();
-    let command = format!("loadgen {} --json {}", args.join(" "), path.display());
-    let exe = std::env::current_exe().map_err(|source| IsolateError::Spawn {
+    let json = serde_json::to_string(spec).expect("a run spec serialises");
+    let command = format!("loadgen child --report {} <<< '{json}'", path.display());
+    let spawn_error = |source| IsolateError::Spawn {
         command: command.clone(),
         source,
-    })?;
-    let output = Command::new(exe)
-        .args(args)
-        .arg("--json")
+    };
+    let exe = std::env::current_exe().map_err(spawn_error)?;
+    let mut child = Command::new(exe)
+        .arg("child")
+        .arg("--report")
         .arg(&path)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(if quiet {
             Stdio::piped()
         } else {
             Stdio::inherit()
         })
-        .output()
-        .map_err(|source| IsolateError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+        .spawn()
+        .map_err(spawn_error)?;
+    // A child that dies before reading its spec fails below with its own exit status.
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(json.as_bytes());
+    }
+    let output = child.wait_with_output().map_err(spawn_error)?;
     let status = output.status;
     if !matches!(status.code(), Some(0 | 1)) {
         let _ = std::fs::remove_file(&path);
@@ -127,26 +136,20 @@ fn run_child_with(args: &[String], quiet: bool) -> Result<Vec<RunResult>, Isolat
     Ok(report.results)
 }
 
-/// Runs `engines` for one command and returns their results in order: here, through `here`,
-/// when there is only one engine or `in_process` is set; otherwise each engine in a child
-/// process of its own, started with `child_args(engine)` (a command line that runs that one
-/// engine with `--in-process`, so the child does not spawn children of its own).
-///
-/// An "engine" is usually an [`EngineKind`](crate::engines::EngineKind); a run through the
-/// in-memory server also runs the harness floor as one
-/// ([`Subject`](crate::harness_floor::Subject)).
-pub fn run_each<T: Copy, E: From<IsolateError>>(
-    engines: &[T],
+/// Runs `specs` (one row of a run each) and returns their results in order: here, through
+/// `here`, when there is only one or `in_process` is set; otherwise each in a child process of
+/// its own ([`run_child`]), which runs that one row in-process.
+pub fn run_each<S: Serialize, E: From<IsolateError>>(
+    specs: &[S],
     in_process: bool,
-    child_args: impl Fn(T) -> Vec<String>,
-    here: impl FnOnce(&[T]) -> Result<Vec<RunResult>, E>,
+    here: impl FnOnce(&[S]) -> Result<Vec<RunResult>, E>,
 ) -> Result<Vec<RunResult>, E> {
-    if engines.len() <= 1 || in_process {
-        return here(engines);
+    if specs.len() <= 1 || in_process {
+        return here(specs);
     }
-    let mut results = Vec::with_capacity(engines.len());
-    for &engine in engines {
-        results.extend(run_child(&child_args(engine))?);
+    let mut results = Vec::with_capacity(specs.len());
+    for spec in specs {
+        results.extend(run_child(spec)?);
     }
     Ok(results)
 }

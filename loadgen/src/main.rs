@@ -71,6 +71,10 @@ enum Command {
     /// (docs/real-clusters.md).
     #[cfg(feature = "wire")]
     Churn(loadgen::commands::churn::ChurnArgs),
+    /// One row of a run, in a process of its own: its spec as JSON on stdin (started by the
+    /// commands that run engines, see `isolate.rs`).
+    #[command(hide = true)]
+    Child(loadgen::commands::child::ChildArgs),
     /// One client of `e2e`, in a process of its own (started by `e2e`).
     #[cfg(feature = "wire")]
     #[command(hide = true)]
@@ -96,6 +100,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => loadgen::serve::main(args),
         Command::Scale(args) => loadgen::commands::scale::main(args),
         Command::Workqueue(args) => loadgen::commands::workqueue::main(args),
+        Command::Child(args) => loadgen::commands::child::main(args),
         #[cfg(feature = "wire")]
         Command::E2e(args) => loadgen::e2e::main(args),
         #[cfg(feature = "wire")]

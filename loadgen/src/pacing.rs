@@ -3,6 +3,8 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
+use crate::result::RunResult;
+
 /// The producer checks its schedule every this many ops (bursts of this size are fine).
 pub const PACE_EVERY: usize = 16;
 
@@ -59,4 +61,15 @@ pub fn pace(start: Instant, n: usize, rate: u64) -> Duration {
             std::hint::spin_loop();
         }
     }
+}
+
+/// Writes a paced run's figures into its `row`: the offered `rate`, the producer's largest
+/// `lag` behind its schedule and whether it kept the schedule of its `ops` ops. A run without
+/// a lag (`None`) was not paced, and gets none of them.
+pub fn record_pacing(row: &mut RunResult, rate: Option<u64>, lag: Option<Duration>, ops: usize) {
+    row.offered_rate = rate.filter(|_| lag.is_some());
+    row.producer_lag_ms = lag.map(|lag| lag.as_secs_f64() * 1e3);
+    row.kept_up = rate
+        .zip(lag)
+        .map(|(rate, lag)| kept_schedule(lag, ops, rate));
 }

@@ -49,17 +49,12 @@ use kcache::workqueue::priority::PriorityOptions;
 use kcache::Key;
 
 use crate::controller_informer::{counted_priority_queue, fifo_queue, OverdueHandouts};
-use crate::controller_loop::{burn, child_args as w6_child_args, phase_summary, ControllerConfig};
-use crate::cpu::{cpu_figures, CpuProbe};
+use crate::controller_loop::{burn, figures, overlapped, ControllerConfig};
 use crate::engines::{EngineConfig, EngineKind};
 use crate::latency::new_histogram;
 use crate::progress::Progress;
-use crate::result::{
-    peak_rss, ClassWaits, ControllerFigures, GroupShare, LatencyUs, RunResult, SchedulingFigures,
-};
-use crate::rss::RssProbe;
+use crate::result::{ClassWaits, GroupShare, LatencyUs, Meter, RunResult, SchedulingFigures};
 use crate::runs::RunError;
-use crate::ui::Ui;
 use crate::verdict::Verdict;
 use workloads::WorkloadSpec;
 
@@ -86,7 +81,8 @@ const TENANT_B: f64 = 0.6;
 const TICK: Duration = Duration::from_micros(500);
 
 /// W8's scenarios (`--scenario`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Scenario {
     /// One namespace floods, an initial list waits at low priority, the others trickle.
     Mixed,
@@ -119,7 +115,8 @@ impl Scenario {
 }
 
 /// A workqueue order (`--queues`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum QueueKind {
     /// The engine's rate-limiting workqueue: first in, first out.
     Fifo,
@@ -155,7 +152,7 @@ impl QueueKind {
 }
 
 /// W8's own knobs, on top of W6's workers and reconcile cost.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SchedulingConfig {
     /// Which scenario.
     pub scenario: Scenario,
@@ -570,13 +567,12 @@ pub fn measure(
     w8: &SchedulingConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    check(spec, ctl, w8)?;
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    crate::runs::check_spec(spec)?;
+    check(ctl, w8)?;
+    let meter = Meter::start();
     let plan = Plan::of(spec, w8, capacity(ctl));
     let done = execute(plan, engine, queue, spec.seed, cfg, ctl, w8, progress);
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let plan = &done.plan;
     let tally = &done.tally;
     let classes = plan
@@ -617,13 +613,7 @@ pub fn measure(
         })
         .collect();
     let reconciles: u64 = tally.reconciles.iter().sum();
-    let mut failures = Vec::new();
-    if tally.overlaps > 0 {
-        failures.push(format!(
-            "{} reconciles found their key held by another worker",
-            tally.overlaps
-        ));
-    }
+    let mut failures: Vec<String> = overlapped(tally.overlaps).into_iter().collect();
     if tally.done_errors > 0 {
         failures.push(format!(
             "{} keys handed out were not the plan's or were refused by done",
@@ -634,32 +624,14 @@ pub fn measure(
         failures.push("no key was reconciled".to_string());
     }
     let verdict = Verdict::from_failures(failures);
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, done.adds);
+    let label = label(w8.scenario, queue);
+    let row = spent.row(engine.name(), &label, plan.keys.len(), done.adds, done.wall);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: label(w8.scenario, queue),
-        keys: plan.keys.len(),
-        events: done.adds,
-        wall_s,
-        events_per_s: done.adds as f64 / wall_s,
         // The first class's waits (the flood's live changes, or tenant `a`'s), in µs.
         latency_us: LatencyUs::of(&tally.waits[0]),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
         threads: ctl.workers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
-        controller: Some(ControllerFigures {
-            workers: ctl.workers,
-            reconcile_us: u64::try_from(ctl.reconcile_cost.as_micros()).unwrap_or(u64::MAX),
-            reconciles,
-            reconciles_per_s: reconciles as f64 / wall_s,
-            reconciles_per_event: reconciles as f64 / done.adds.max(1) as f64,
-            retries: 0,
-        }),
+        controller: Some(figures(ctl, reconciles, 0, &row)),
         scheduling: Some(SchedulingFigures {
             scenario: w8.scenario.name().to_string(),
             queue: queue.name().to_string(),
@@ -673,17 +645,12 @@ pub fn measure(
         }),
         verdict: verdict.summary(),
         failures: verdict.failures().to_vec(),
-        ..Default::default()
+        ..row
     })
 }
 
 /// Refuses knobs that make no W8 run.
-fn check(
-    spec: &WorkloadSpec,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-) -> Result<(), RunError> {
-    crate::runs::check_spec(spec)?;
+pub fn check(ctl: &ControllerConfig, w8: &SchedulingConfig) -> Result<(), RunError> {
     if ctl.reconcile_cost.is_zero() {
         return Err(RunError::Invalid(
             "w8 needs --reconcile-us of at least 1: its offered rates are multiples of what the \
@@ -697,63 +664,4 @@ fn check(
         ));
     }
     Ok(())
-}
-
-/// The command line of a child that runs one W8 row.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    (engine, queue): (EngineKind, QueueKind),
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-) -> Vec<String> {
-    let mut args = w6_child_args(spec, engine, cfg, ctl);
-    args.extend([
-        "--scenario".to_string(),
-        w8.scenario.name().to_string(),
-        "--queues".to_string(),
-        queue.name().to_string(),
-        "--duration-ms".to_string(),
-        w8.duration.as_millis().to_string(),
-        "--max-wait-ms".to_string(),
-        w8.max_wait.as_millis().to_string(),
-        "--backlog".to_string(),
-        w8.backlog.to_string(),
-    ]);
-    args
-}
-
-/// `loadgen run --workload w8`: every chosen engine with each chosen order, each in a child
-/// process unless `in_process`.
-#[allow(clippy::too_many_arguments)]
-pub fn run_spec(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    queues: &[QueueKind],
-    cfg: &EngineConfig,
-    ctl: &ControllerConfig,
-    w8: &SchedulingConfig,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    check(spec, ctl, w8)?;
-    let subjects: Vec<(EngineKind, QueueKind)> = engines
-        .iter()
-        .flat_map(|&e| queues.iter().map(move |&q| (e, q)))
-        .collect();
-    crate::isolate::run_each(
-        &subjects,
-        in_process,
-        |subject| child_args(spec, subject, cfg, ctl, w8),
-        |subjects| {
-            let mut results = Vec::with_capacity(subjects.len());
-            for &(engine, queue) in subjects {
-                let phase = ui.phase(format!("{} {engine}", label(w8.scenario, queue)), 0);
-                let result = measure(engine, queue, spec, cfg, ctl, w8, &phase)?;
-                phase.finish(&phase_summary(&result));
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }

@@ -5,8 +5,9 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::cpu::{cpu_figures, CpuProbe};
 use crate::latency::Percentiles;
-use crate::rss::PeakSource;
+use crate::rss::{PeakSource, RssProbe};
 use crate::timeline::Interval;
 
 /// Enqueue-to-pop latency percentiles in microseconds; all `null` where nothing was queued (W4).
@@ -231,6 +232,67 @@ pub fn peak_rss(peak: Option<(u64, PeakSource)>) -> (Option<u64>, Option<String>
         .to_string()
     });
     (peak.map(|(bytes, _)| bytes), source)
+}
+
+/// What a run costs the machine: started right before the run, finished right after it.
+pub struct Meter {
+    rss: RssProbe,
+    cpu: CpuProbe,
+}
+
+impl Meter {
+    /// Starts measuring peak memory and CPU.
+    pub fn start() -> Self {
+        Self {
+            rss: RssProbe::start(),
+            cpu: CpuProbe::start(),
+        }
+    }
+
+    /// Stops measuring: what the run spent.
+    pub fn finish(self) -> Spent {
+        Spent {
+            peak: self.rss.finish(),
+            cpu: self.cpu.finish(),
+        }
+    }
+}
+
+/// The peak memory and CPU a run spent ([`Meter`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Spent {
+    peak: Option<(u64, PeakSource)>,
+    cpu: Option<std::time::Duration>,
+}
+
+impl Spent {
+    /// The row every path starts from: who ran (`engine`), what (`workload`, its `keys` and
+    /// `events`), for how long (`wall`) and at what cost; every other field empty.
+    pub fn row(
+        self,
+        engine: &str,
+        workload: &str,
+        keys: usize,
+        events: u64,
+        wall: std::time::Duration,
+    ) -> RunResult {
+        let wall_s = wall.as_secs_f64().max(1e-9);
+        let (peak_rss_bytes, peak_rss_source) = peak_rss(self.peak);
+        let (cpu_s, cpu_us_per_event) = cpu_figures(self.cpu, events);
+        RunResult {
+            engine: engine.to_string(),
+            workload: workload.to_string(),
+            keys,
+            events,
+            wall_s,
+            events_per_s: events as f64 / wall_s,
+            peak_rss_bytes,
+            peak_rss_source,
+            cpu_s,
+            cpu_us_per_event,
+            ..RunResult::default()
+        }
+    }
 }
 
 impl RunResult {

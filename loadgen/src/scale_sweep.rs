@@ -13,7 +13,7 @@ use serde::Serialize;
 use crate::engines::{EngineConfig, EngineKind};
 use crate::machine::Machine;
 use crate::result::RunResult;
-use crate::runs::child_args;
+use crate::run_spec::RunSpec;
 use crate::ui::Ui;
 use crate::units::si;
 use workloads::{Workload, WorkloadSpec};
@@ -144,9 +144,9 @@ pub enum ScaleError {
     /// The arguments make no sweep.
     #[error("invalid arguments: {0}")]
     Invalid(String),
-    /// A child run failed.
+    /// A run failed (its child, or its arguments).
     #[error(transparent)]
-    Isolate(#[from] crate::isolate::IsolateError),
+    Run(#[from] crate::runs::RunError),
     /// A file could not be written.
     #[error("{0}")]
     Write(String),
@@ -217,10 +217,8 @@ fn one_run(
     engine: EngineKind,
     cfg: &EngineConfig,
 ) -> Result<RunResult, ScaleError> {
-    let mut results = crate::isolate::run_child_quietly(&child_args(spec, engine, cfg))?;
-    results
-        .pop()
-        .ok_or_else(|| ScaleError::Invalid("a child run reported no result".to_string()))
+    let rows = RunSpec::bare(spec, &[engine], cfg);
+    Ok(rows[0].probe(false)?)
 }
 
 fn line(r: &RunResult) -> String {

@@ -38,29 +38,22 @@ use kcache::informer::{Backoff, SharedInformer, SharedInformerBuilder};
 use kcache::{DeltaQueue, Indexer};
 use kcache_sim::MemoryListerWatcher;
 
-use crate::cpu::{cpu_figures, CpuProbe};
 use crate::driver::SHARDED_BATCH;
 use crate::engines::{EngineConfig, EngineKind};
-use crate::harness_floor::{
-    child_args as floor_child_args, row as floor_row, subjects, FloorChoice, Subject,
-};
 use crate::informer_handlers::{recorders, AsyncRecorder, Delivery, InformerConfig, Progressing};
-use crate::informer_verdict::{judge, same_state, HandlerRecord, KeyView, Plan};
+use crate::informer_verdict::{handler_result, same_state, HandlerRecord, KeyView, Plan};
 use crate::latency::new_histogram;
-use crate::pacing::kept_schedule;
+use crate::pacing::record_pacing;
 use crate::progress::Progress;
-use crate::result::{peak_rss, HandlerResult, InformerStats, LatencyUs, RunResult};
-use crate::rss::RssProbe;
-use crate::runs::{child_args as queue_child_args, generate_with_progress, RunError};
+use crate::result::{HandlerResult, InformerStats, LatencyUs, Meter, RunResult};
+use crate::runs::RunError;
 use crate::server_feed::{
     millis, parse_version, produce, serve_initial, served_indexers, served_key_fn, server_views,
     Produced, ServedPod,
 };
 use crate::sync::lock;
-use crate::ui::Ui;
-use crate::units::si;
 use crate::verdict::Verdict;
-use workloads::{Generated, Workload, WorkloadSpec, NODE_INDEX};
+use workloads::{Generated, Workload, NODE_INDEX};
 
 /// A handler that hears nothing for this long, while its view is not final, has stalled.
 const STALL: Duration = Duration::from_secs(60);
@@ -158,10 +151,7 @@ pub fn execute(
     icfg: &InformerConfig,
     progress: &dyn Progress,
 ) -> Result<InformerFinished, RunError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(crate::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into());
-    }
-    gen.reset_delivery();
+    crate::driver::prepare(gen)?;
     let plan = Arc::new(Plan::of(gen));
     let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
@@ -180,6 +170,81 @@ pub fn execute(
     };
     done.reflector_errors = errors.load(Ordering::Relaxed);
     Ok(done)
+}
+
+/// The producer of a run through the informer, and the flags it raises for the thread that
+/// waits for the handlers.
+pub(crate) struct Feeder<'a> {
+    /// The in-memory API server it writes into.
+    server: &'a MemoryListerWatcher<ServedPod>,
+    /// The events; those after the plan's initial population are written.
+    gen: &'a Generated,
+    /// The run's plan.
+    plan: &'a Plan,
+    /// Raised (Release) once the producer's last write is in the server.
+    produced: AtomicBool,
+    /// Raised with `produced` when the producer failed (read only to stop waiting).
+    failed: AtomicBool,
+}
+
+impl<'a> Feeder<'a> {
+    /// A producer of `gen`'s events into `server` after `plan`'s initial population; nothing
+    /// started yet.
+    pub(crate) fn new(
+        server: &'a MemoryListerWatcher<ServedPod>,
+        gen: &'a Generated,
+        plan: &'a Plan,
+    ) -> Self {
+        Self {
+            server,
+            gen,
+            plan,
+            produced: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts `informer` and waits for its sync (the initial list), then starts the producer on
+    /// a thread of `scope`, on the schedule of `rate` from `start` and held back by how far the
+    /// informer has read.
+    pub(crate) fn start<'scope, 'env, Q, I>(
+        &'env self,
+        scope: &'scope thread::Scope<'scope, 'env>,
+        runtime: &tokio::runtime::Runtime,
+        informer: &'env SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+        (start, rate): (Instant, Option<u64>),
+        progress: &'env dyn Progress,
+    ) -> Result<thread::ScopedJoinHandle<'scope, Result<Produced, String>>, String>
+    where
+        Q: DeltaQueue<ServedPod> + 'static,
+        I: Indexer<ServedPod> + 'static,
+    {
+        runtime
+            .block_on(async {
+                informer.start()?;
+                informer.wait_for_sync().await;
+                Ok::<_, kcache::informer::InformerError>(())
+            })
+            .map_err(|e| format!("the informer did not start: {e}"))?;
+        Ok(scope.spawn(move || {
+            let client_version = || parse_version(&informer.last_sync_resource_version());
+            let from = self.plan.initial_ops;
+            let result = produce(
+                self.server,
+                self.gen,
+                from,
+                start,
+                rate,
+                &client_version,
+                progress,
+            );
+            // Relaxed: read only to stop waiting; the error itself comes back through join.
+            self.failed.store(result.is_err(), Ordering::Relaxed);
+            // Release pairs with `wait_until_final`'s Acquire: the last write is in the server.
+            self.produced.store(true, Ordering::Release);
+            result
+        }))
+    }
 }
 
 /// Starts `informer` with its handlers, feeds the server, waits for every handler to reach the
@@ -219,37 +284,13 @@ where
         registrations.push(registration);
     }
     let mut failures = Vec::new();
-    let produced = AtomicBool::new(false);
-    let producer_failed = AtomicBool::new(false);
-    let client_version = || parse_version(&informer.last_sync_resource_version());
+    let feeder = Feeder::new(server, gen, plan);
     let (produced, wall) = thread::scope(|scope| {
-        runtime
-            .block_on(async {
-                informer.start()?;
-                informer.wait_for_sync().await;
-                Ok::<_, kcache::informer::InformerError>(())
-            })
-            .map_err(|e| RunError::Informer(format!("the informer did not start: {e}")))?;
-        let producer = scope.spawn(|| {
-            let result = produce(
-                server,
-                gen,
-                plan.initial_ops,
-                start,
-                cfg.rate,
-                &client_version,
-                progress,
-            );
-            // Relaxed: read only to stop waiting; the error itself comes back through join.
-            producer_failed.store(result.is_err(), Ordering::Relaxed);
-            produced.store(true, Ordering::Release);
-            result
-        });
+        let producer = (feeder.start(scope, &runtime, &informer, (start, cfg.rate), progress))
+            .map_err(RunError::Informer)?;
         runtime.block_on(wait_until_final(
             &handlers,
-            &produced,
-            &producer_failed,
-            server,
+            &feeder,
             &informer,
             &mut failures,
         ));
@@ -265,23 +306,7 @@ where
         Ok::<_, RunError>((produced, wall))
     })?;
     runtime.block_on(informer.shutdown());
-    if let Some(why) = informer.failure() {
-        failures.push(format!("the informer failed: {why}"));
-    }
-    let server_final = server_views(server, gen.universe.keys.len());
-    if server_final != plan.final_views {
-        let differ = server_final
-            .iter()
-            .zip(&plan.final_views)
-            .filter(|(a, b)| !same_state(**a, **b))
-            .count();
-        if differ > 0 {
-            failures.push(format!(
-                "the server's final state differs from the workload's model on {differ} keys"
-            ));
-        }
-    }
-    check_store(&informer.store(), &server_final, &mut failures);
+    let server_final = check_final(&informer, server, plan, &mut failures);
     let mut latency = new_histogram();
     let mut records = Vec::with_capacity(handlers.len());
     let mut buffers = Vec::with_capacity(handlers.len());
@@ -323,9 +348,7 @@ where
 /// or the producer or the informer failed.
 pub(crate) async fn wait_until_final<Q, I>(
     handlers: &[Arc<Progressing>],
-    produced: &AtomicBool,
-    producer_failed: &AtomicBool,
-    server: &MemoryListerWatcher<ServedPod>,
+    feeder: &Feeder<'_>,
     informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
     failures: &mut Vec<String>,
 ) where
@@ -336,13 +359,13 @@ pub(crate) async fn wait_until_final<Q, I>(
     loop {
         tokio::time::sleep(Duration::from_millis(1)).await;
         // Either way the run is over: the error is reported after this returns.
-        if informer.failure().is_some() || producer_failed.load(Ordering::Relaxed) {
+        if informer.failure().is_some() || feeder.failed.load(Ordering::Relaxed) {
             return;
         }
         // Acquire pairs with the producer's Release: its last write is in the server.
-        let all_written = produced.load(Ordering::Acquire);
+        let all_written = feeder.produced.load(Ordering::Acquire);
         let server_rv = if all_written {
-            server.resource_version()
+            feeder.server.resource_version()
         } else {
             String::new()
         };
@@ -373,9 +396,38 @@ pub(crate) async fn wait_until_final<Q, I>(
     }
 }
 
+/// After `informer` shut down: its own failure, the server's final state against `plan`'s,
+/// and the informer's store against the server ([`check_store`]). Returns the server's final
+/// state, by pod id.
+pub(crate) fn check_final<Q, I>(
+    informer: &SharedInformer<ServedPod, MemoryListerWatcher<ServedPod>, Q, I>,
+    server: &MemoryListerWatcher<ServedPod>,
+    plan: &Plan,
+    failures: &mut Vec<String>,
+) -> Vec<KeyView>
+where
+    Q: DeltaQueue<ServedPod> + 'static,
+    I: Indexer<ServedPod> + 'static,
+{
+    if let Some(why) = informer.failure() {
+        failures.push(format!("the informer failed: {why}"));
+    }
+    let server_final = server_views(server, plan.final_views.len());
+    let differ = (server_final.iter().zip(&plan.final_views))
+        .filter(|(a, b)| !same_state(**a, **b))
+        .count();
+    if differ > 0 {
+        failures.push(format!(
+            "the server's final state differs from the workload's model on {differ} keys"
+        ));
+    }
+    check_store(&informer.store(), &server_final, failures);
+    server_final
+}
+
 /// The informer's store must hold exactly the server's objects, each at its version, with both
 /// indexes answering for them.
-pub(crate) fn check_store<I: Indexer<ServedPod>>(
+fn check_store<I: Indexer<ServedPod>>(
     store: &kcache::informer::StoreReader<ServedPod, I>,
     server_final: &[KeyView],
     failures: &mut Vec<String>,
@@ -421,63 +473,35 @@ pub fn measure(
     icfg: &InformerConfig,
     progress: &dyn Progress,
 ) -> Result<RunResult, RunError> {
-    let probe = RssProbe::start();
-    let cpu = CpuProbe::start();
+    let meter = Meter::start();
     let done = execute(engine, gen, cfg, icfg, progress)?;
-    let peak = probe.finish();
-    let cpu_spent = cpu.finish();
+    let spent = meter.finish();
     let mut failures = done.failures.clone();
     let mut handlers = Vec::with_capacity(done.handlers.len());
-    for (h, (record, caught_up)) in done.handlers.iter().enumerate() {
-        let verdict = judge(record, &done.plan.in_initial_list, &done.server_final);
-        let slow = h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero();
+    for (h, handler) in done.handlers.iter().enumerate() {
+        let (plan, server) = (&done.plan, &done.server_final);
+        let prefix = format!("handler {h}: ");
+        let result = handler_result(h, handler, plan, server, &prefix, &mut failures);
         let buffer = done.buffers.get(h).copied().unwrap_or_default();
-        failures.extend(
-            verdict
-                .failures()
-                .iter()
-                .map(|f| format!("handler {h}: {f}")),
-        );
         handlers.push(HandlerResult {
-            handler: h,
-            slow,
-            notifications: record.notifications,
-            tombstones: record.tombstones,
-            caught_up_s: caught_up.map(|d| d.as_secs_f64()),
+            slow: h + 1 == done.handlers.len() && !icfg.slow_handler.is_zero(),
             peak_pending: buffer.peak_pending as u64,
             waits: buffer.waits,
             merged: buffer.merged,
-            verdict: verdict.summary(),
-            failures: verdict.failures().to_vec(),
+            ..result
         });
     }
-    let wall_s = done.wall.as_secs_f64().max(1e-9);
-    let events = gen.event_count();
-    let (peak_rss_bytes, peak_rss_source) = peak_rss(peak);
-    let (cpu_s, cpu_us_per_event) = cpu_figures(cpu_spent, events);
     let summary = Verdict::from_failures(failures.clone()).summary();
+    let label = format!("{workload}/informer");
+    let keys = gen.universe.keys.len();
+    let mut row = spent.row(engine.name(), &label, keys, gen.event_count(), done.wall);
+    let lag = cfg.rate.map(|_| done.produced.lag);
+    record_pacing(&mut row, cfg.rate, lag, done.produced.paced_ops);
     Ok(RunResult {
-        engine: engine.name().to_string(),
-        workload: format!("{workload}/informer"),
-        keys: gen.universe.keys.len(),
-        events,
-        wall_s,
-        events_per_s: events as f64 / wall_s,
-        pops: 0,
-        deltas_per_pop: None,
         latency_us: LatencyUs::of(&done.latency),
-        peak_rss_bytes,
-        peak_rss_source,
-        cpu_s,
-        cpu_us_per_event,
-        offered_rate: cfg.rate,
-        producer_lag_ms: cfg.rate.map(|_| done.produced.lag.as_secs_f64() * 1e3),
-        kept_up: cfg
-            .rate
-            .map(|rate| kept_schedule(done.produced.lag, done.produced.paced_ops, rate)),
         threads: cfg.consumers + icfg.handlers,
         shards: (engine == EngineKind::Sharded).then_some(cfg.shards),
-        deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications),
+        deltas: done.handlers.first().map_or(0, |(r, _)| r.notifications()),
         verdict: summary,
         failures,
         handlers,
@@ -489,93 +513,6 @@ pub fn measure(
             skipped_resyncs: done.produced.skipped_resyncs,
             producer_held_ms: millis(done.produced.held),
         }),
-        ..Default::default()
+        ..row
     })
-}
-
-/// The command line of a child that runs `engine` alone through the informer.
-pub fn child_args(
-    spec: &WorkloadSpec,
-    engine: EngineKind,
-    cfg: &EngineConfig,
-    icfg: &InformerConfig,
-) -> Vec<String> {
-    let mut args = queue_child_args(spec, engine, cfg);
-    args.extend([
-        "--through".to_string(),
-        "informer".to_string(),
-        "--handlers".to_string(),
-        icfg.handlers.to_string(),
-        "--slow-handler-us".to_string(),
-        icfg.slow_handler.as_micros().to_string(),
-        "--delivery".to_string(),
-        icfg.delivery.name().to_string(),
-    ]);
-    if icfg.slow_handler_waits {
-        args.push("--slow-handler-waits".to_string());
-    }
-    if icfg.slow_handler_coalesces {
-        args.push("--slow-handler-coalesces".to_string());
-    }
-    if let Some(bound) = icfg.slow_handler_buffer {
-        args.extend(["--slow-handler-buffer".to_string(), bound.to_string()]);
-    }
-    args
-}
-
-/// `loadgen run --through informer`: every chosen engine and the harness floor (as `floor`
-/// asks), each in a child process unless `--in-process`.
-pub fn run(
-    spec: &WorkloadSpec,
-    engines: &[EngineKind],
-    cfg: &EngineConfig,
-    icfg: &InformerConfig,
-    floor: FloorChoice,
-    in_process: bool,
-    ui: Ui,
-) -> Result<Vec<RunResult>, RunError> {
-    if !spec.workload.uses_queue() {
-        return Err(RunError::Invalid(format!(
-            "{} writes straight into the indexer: it has no informer path (use w1, w2, w3 or w5)",
-            spec.workload
-        )));
-    }
-    if spec.workload == Workload::W6 {
-        return Err(RunError::Invalid(
-            "w6 through the informer is its own pipeline (informer, workqueue, workers): \
-             run it with `loadgen run --workload w6`"
-                .into(),
-        ));
-    }
-    crate::runs::check_spec(spec)?;
-    crate::isolate::run_each(
-        &subjects(engines, floor),
-        in_process,
-        |subject| floor_child_args(subject, |engine| child_args(spec, engine, cfg, icfg)),
-        |subjects| {
-            let gen = generate_with_progress(spec, ui)?;
-            let label = format!("{}/informer", spec.workload);
-            let mut results = Vec::with_capacity(subjects.len());
-            for &subject in subjects {
-                let result = match subject {
-                    Subject::Engine(engine) => {
-                        let phase = ui.phase(
-                            format!("{} {engine} informer", spec.workload),
-                            gen.ops.len() as u64,
-                        );
-                        let result = measure(engine, &gen, spec.workload, cfg, icfg, &phase)?;
-                        phase.finish(&format!(
-                            "{} events/s, verdict {}",
-                            si(result.events_per_s),
-                            result.verdict
-                        ));
-                        result
-                    }
-                    Subject::HarnessFloor => floor_row(&gen, &label, cfg.rate, Some(icfg), ui)?,
-                };
-                results.push(result);
-            }
-            Ok(results)
-        },
-    )
 }

@@ -18,24 +18,7 @@ use workloads::{generate, Workload, WorkloadSpec};
 
 #[test]
 fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
-    let dir = std::env::temp_dir().join(format!("loadgen-w6-informer-{}", std::process::id()));
-    let json = dir.join("w6.json");
-    let (stdout, report) = common::run_with_report(
-        &[
-            "run",
-            "--workload",
-            "w6",
-            "--keys",
-            "500",
-            "--events",
-            "5000",
-            "--shards",
-            "4",
-            "--json",
-            json.to_str().expect("utf-8 temp path"),
-        ],
-        &json,
-    );
+    let (stdout, report) = common::run_with_json("w6-informer", &common::SMALL_W6);
     assert!(stdout.contains("CPU µs/ev"), "{stdout}");
     let rows = report["results"].as_array().expect("results");
     assert_eq!(common::engines(rows), ["reference", "sharded", FLOOR_NAME]);
@@ -68,7 +51,6 @@ fn w6_through_the_informer_passes_on_both_engines_beside_the_harness_floor() {
         "the floor receives every event: {floor}"
     );
     assert!(floor["controller"].is_null());
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn small_w6() -> workloads::Generated {
@@ -88,8 +70,16 @@ fn every_engine_reconciles_every_keys_last_event_in_process() {
     let gen = small_w6();
     for engine in EngineKind::ALL {
         let ctl = ControllerConfig::default();
-        let row = measure(engine, &gen, &config(), &ctl, drops_none(), &NoProgress)
-            .expect("the run completes");
+        let row = measure(
+            engine,
+            &gen,
+            &config(),
+            &ctl,
+            drops_none(),
+            None,
+            &NoProgress,
+        )
+        .expect("the run completes");
         assert!(row.is_ok(), "{engine}: {:?}", row.failures);
         let c = row.controller.expect("W6 reports its controller figures");
         assert!(c.reconciles >= 300, "{engine}: {c:?}");
@@ -116,6 +106,7 @@ fn a_handler_that_drops_a_key_fails_the_verdict() {
             &config(),
             &ControllerConfig::default(),
             drops,
+            None,
             &NoProgress,
         )
         .expect("the run completes");

@@ -19,30 +19,14 @@ use workloads::{generate, Generated, Op, Workload, WorkloadSpec};
 const KEYS: usize = 300;
 const EVENTS: usize = 3_000;
 
+/// W6 on the bare queue, small: the first arguments of the runs through the binary.
+fn bare_w6() -> impl Iterator<Item = &'static str> {
+    common::SMALL_W6.into_iter().chain(["--through", "queue"])
+}
 #[test]
 fn w6_through_the_binary_passes_with_both_pipelines() {
-    let dir = std::env::temp_dir().join(format!("loadgen-w6-{}", std::process::id()));
-    let json = dir.join("w6.json");
-    let (_, report) = common::run_with_report(
-        &[
-            "run",
-            "--workload",
-            "w6",
-            "--through",
-            "queue",
-            "--engine",
-            "all",
-            "--keys",
-            "500",
-            "--events",
-            "5000",
-            "--shards",
-            "4",
-            "--json",
-            json.to_str().expect("utf-8 temp path"),
-        ],
-        &json,
-    );
+    let args: Vec<&str> = bare_w6().chain(["--engine", "all"]).collect();
+    let (_, report) = common::run_with_json("w6", &args);
     let rows = report["results"].as_array().expect("results");
     assert_eq!(common::engines(rows), ["reference", "sharded"]);
     for row in rows {
@@ -54,7 +38,6 @@ fn w6_through_the_binary_passes_with_both_pipelines() {
         let reconciles = c["reconciles"].as_u64().expect("reconciles");
         assert!(reconciles > 0 && reconciles <= 5_500 + c["retries"].as_u64().unwrap());
     }
-    std::fs::remove_dir_all(&dir).ok();
 }
 
 fn args(engine: EngineChoice) -> RunArgs {
@@ -192,36 +175,57 @@ fn a_workqueue_not_empty_at_the_end_fails_the_verdict() {
 }
 
 #[test]
-fn a_w6_child_command_line_asks_for_the_parents_workers_and_reconcile_cost() {
+fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
     use clap::Parser;
+    use loadgen::run_spec::{Pipeline, RunSpec};
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]
         run: RunArgs,
     }
-    let parent = Cli::parse_from([
-        "run",
-        "--workload",
-        "w6",
+    let own = [
+        "--engine",
+        "sharded",
         "--workers",
         "7",
         "--reconcile-us",
         "11",
         "--seed",
         "3",
-    ])
-    .run;
-    let args = loadgen::controller_loop::child_args(
-        &parent.spec(),
-        loadgen::engines::EngineKind::Sharded,
-        &parent.config(),
-        &parent.controller(),
+    ];
+    let parent = Cli::parse_from(bare_w6().chain(own)).run;
+    let rows = loadgen::commands::run::specs(&parent).expect("rows");
+    assert_eq!(rows.len(), 1);
+    let json = serde_json::to_string(&rows[0]).expect("a spec serialises");
+    let child: RunSpec = serde_json::from_str(&json).expect("a spec deserialises");
+    assert_eq!(child, rows[0]);
+    assert_eq!(
+        child.pipeline,
+        Pipeline::ControllerLoop(parent.controller())
     );
-    let child =
-        Cli::parse_from(std::iter::once("run").chain(args.iter().skip(1).map(String::as_str))).run;
-    assert_eq!(child.controller(), parent.controller());
-    assert_eq!(child.spec(), parent.spec());
-    assert!(child.in_process);
+    // The child process runs what it was handed, as the parent's own children do.
+    let dir = std::env::temp_dir().join(format!("loadgen-w6-child-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let report = dir.join("report.json");
+    let output = common::run_loadgen(
+        &["child", "--report", report.to_str().expect("a UTF-8 path")],
+        json.as_bytes(),
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&report).expect("the child's report");
+    let _ = std::fs::remove_dir_all(&dir);
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let row = &report["results"][0];
+    assert_eq!(row["engine"], "sharded");
+    assert_eq!(row["workload"], "w6");
+    assert_eq!(row["keys"], 500);
+    assert_eq!(row["controller"]["workers"], 7);
+    assert_eq!(row["controller"]["reconcile_us"], 11);
     let zero = Cli::try_parse_from(["run", "--workload", "w6", "--workers", "0"]);
     assert!(zero.is_err(), "no worker would never drain the workqueue");
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use loadgen::controller_informer::{drops_none, measure_with, Storm};
+use loadgen::controller_informer::{drops_none, measure, Storm};
 use loadgen::controller_loop::ControllerConfig;
 use loadgen::engines::{EngineConfig, EngineKind};
 use loadgen::progress::NoProgress;
@@ -29,7 +29,7 @@ fn w7_reconciles_every_live_change_under_resyncs_with_and_without_priority() {
                 resync: Duration::from_secs(1),
                 priority,
             };
-            let row = measure_with(
+            let row = measure(
                 engine,
                 &gen,
                 &cfg,

@@ -250,7 +250,7 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let bytes = std::fs::read(&trace).unwrap();
-        let parsed = loadgen::commands::replay::parse_trace(&bytes);
+        let parsed = loadgen::watch_trace::parse_trace(&bytes);
         if parsed.events.iter().any(|e| e.resource_version == 1_900) {
             break;
         }
@@ -264,14 +264,14 @@ fn a_recorded_kubectl_watch_replays_with_verdict_ok() {
     let _ = watch.wait();
 
     let bytes = std::fs::read(&trace).unwrap();
-    let parsed = loadgen::commands::replay::parse_trace(&bytes);
+    let parsed = loadgen::watch_trace::parse_trace(&bytes);
     assert!(parsed.bad.is_empty(), "{:?}", parsed.bad.first());
     assert!(parsed.errors.is_empty());
     // The trace's final state is the server's.
     let mut state = BTreeMap::new();
     for e in &parsed.events {
         match e.kind {
-            loadgen::commands::replay::WatchType::Deleted => {
+            loadgen::watch_trace::WatchType::Deleted => {
                 state.remove(&e.key());
             }
             _ => {

@@ -6,11 +6,11 @@ mod common;
 
 use std::path::PathBuf;
 
-use loadgen::commands::replay::{parse_trace, to_workload, ParsedTrace, WatchType};
 use loadgen::driver::execute;
 use loadgen::engines::{EngineConfig, EngineKind, Mode};
 use loadgen::progress::NoProgress;
 use loadgen::verdict::check;
+use loadgen::watch_trace::{parse_trace, to_workload, ParsedTrace, WatchType};
 
 fn testdata_path(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -26,15 +26,15 @@ use crate::capacity_search::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
 use crate::chart::{capacity_svg, latency_svg, throughput_svg};
-use crate::controller_informer;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{parse_consumers, EngineConfig, EngineKind};
-use crate::harness_floor::FloorChoice;
+use crate::harness_floor::Subject;
 use crate::informer_handlers::InformerConfig;
 use crate::machine::{command_line, Machine};
 use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
 use crate::result::RunResult;
-use crate::runs::{run_spec, RunError};
+use crate::run_spec::{run_all, Pipeline, RunSpec, Source};
+use crate::runs::RunError;
 use crate::scale_report::{table as scale_table, write};
 use crate::scale_sweep::{
     parse_key_counts, sweep, ScaleError, ScaleReport, SweepPlan, DEFAULT_KEYS, DEFAULT_RATE,
@@ -252,24 +252,18 @@ pub fn compare(args: &CompareArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
             compact_updates: args.compact_updates,
             ..own
         };
-        let mut rows = if spec.workload == Workload::W6 {
-            let ctl = ControllerConfig {
+        let pipeline = if spec.workload == Workload::W6 {
+            // The default W6: a whole controller on the shared informer.
+            Pipeline::ControllerInformer(ControllerConfig {
                 seed: spec.seed,
                 ..ControllerConfig::default()
-            };
-            // The default W6: a whole controller on the shared informer.
-            controller_informer::run_spec(
-                &spec,
-                &EngineKind::ALL,
-                &cfg,
-                &ctl,
-                FloorChoice::None,
-                args.in_process,
-                ui,
-            )?
+            })
         } else {
-            run_spec(&spec, &EngineKind::ALL, &cfg, args.in_process, ui)?
+            Pipeline::Queue
         };
+        let subjects = EngineKind::ALL.map(Subject::Engine);
+        let specs = RunSpec::rows(&Source::Workload(spec), subjects, &cfg, &[pipeline]);
+        let mut rows = run_all(&specs, args.in_process, ui)?;
         if let Some(label) = &label {
             for row in &mut rows {
                 row.workload.clone_from(label);

@@ -2,6 +2,7 @@
 //! imports another.
 
 pub mod capacity;
+pub mod child;
 #[cfg(feature = "wire")]
 pub mod churn;
 pub mod compare;

@@ -5,15 +5,18 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::args::parse_workload;
+use crate::controller_informer::Storm;
 use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
+use crate::harness_floor::{subjects, Subject};
 use crate::informer_handlers::{InformerArgs, InformerConfig};
 use crate::report::{
     finish, handler_table, refuse, scheduling_table, table, write_file, write_json, Report,
 };
 use crate::result::RunResult;
-use crate::runs::{run_spec, RunError};
+use crate::run_spec::{run_all, Pipeline, RunSpec, Source};
+use crate::runs::RunError;
 use crate::through_informer::Through;
 use crate::ui::Ui;
 use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
@@ -210,81 +213,59 @@ impl RunArgs {
     }
 }
 
-/// Generates the workload of `args` and runs the chosen engines on it (see [`run_spec`]).
-pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
-    if args.workload == Workload::W8 {
-        return crate::priority_scheduling::run_spec(
-            &args.spec(),
-            &args.engine.engines(),
-            &args.queues(),
-            &args.config(),
-            &args.controller(),
-            &args.scheduling(),
-            args.in_process,
-            ui,
-        );
-    }
-    if args.workload == Workload::W7 {
-        return crate::controller_resync::run_spec(
-            &args.spec(),
-            &args.engine.engines(),
-            &args.config(),
-            &args.controller(),
-            &crate::controller_resync::ResyncConfig {
-                resync: Duration::from_millis(args.resync_ms),
-                priority: args.priority,
-            },
-            args.in_process,
-            ui,
-        );
-    }
+/// The rows `args` ask for, in order: every chosen engine (and the harness floor, through the
+/// in-memory server) through the workload's pipeline, once per W7 workqueue or W8 order.
+pub fn specs(args: &RunArgs) -> Result<Vec<RunSpec>, RunError> {
+    let source = Source::Workload(args.spec());
+    let engines = args.engine.engines();
+    let cfg = args.config();
+    let ctl = args.controller();
     let through = args.through();
-    if args.workload == Workload::W6 && through == Through::Informer {
-        return crate::controller_informer::run_spec(
-            &args.spec(),
-            &args.engine.engines(),
-            &args.config(),
-            &args.controller(),
-            args.harness_floor,
-            args.in_process,
-            ui,
-        );
-    }
-    if through == Through::Informer {
-        return crate::through_informer::run(
-            &args.spec(),
-            &args.engine.engines(),
-            &args.config(),
-            &args.informer(),
-            args.harness_floor,
-            args.in_process,
-            ui,
-        );
-    }
-    if args.harness_floor == FloorChoice::Only {
-        return Err(RunError::Invalid(
-            "--harness-floor only needs a run through the in-memory server: add \
-             --through informer"
-                .into(),
-        ));
-    }
-    if args.workload == Workload::W6 {
-        return crate::controller_loop::run_spec(
-            &args.spec(),
-            &args.engine.engines(),
-            &args.config(),
-            &args.controller(),
-            args.in_process,
-            ui,
-        );
-    }
-    run_spec(
-        &args.spec(),
-        &args.engine.engines(),
-        &args.config(),
-        args.in_process,
-        ui,
-    )
+    let pipelines: Vec<Pipeline> = match args.workload {
+        Workload::W8 => {
+            let scheduling = args.scheduling();
+            let queues = args.queues();
+            let pipelines = queues.iter().map(|&queue| Pipeline::Scheduling {
+                controller: ctl,
+                scheduling,
+                queue,
+            });
+            let subjects = engines.iter().map(|&e| Subject::Engine(e));
+            return Ok(RunSpec::rows(
+                &source,
+                subjects,
+                &cfg,
+                &pipelines.collect::<Vec<_>>(),
+            ));
+        }
+        Workload::W7 => {
+            let resync = Duration::from_millis(args.resync_ms);
+            let pipelines: Vec<Pipeline> = (args.priority.settings().iter())
+                .map(|&priority| Pipeline::Resync {
+                    controller: ctl,
+                    storm: Storm { resync, priority },
+                })
+                .collect();
+            let subjects = engines.iter().map(|&e| Subject::Engine(e));
+            return Ok(RunSpec::rows(&source, subjects, &cfg, &pipelines));
+        }
+        Workload::W6 if through == Through::Informer => vec![Pipeline::ControllerInformer(ctl)],
+        _ if through == Through::Informer => vec![Pipeline::Informer(args.informer())],
+        Workload::W6 => vec![Pipeline::ControllerLoop(ctl)],
+        _ => vec![Pipeline::Queue],
+    };
+    let subjects = match through {
+        Through::Informer => subjects(&engines, args.harness_floor),
+        Through::Queue if args.harness_floor == FloorChoice::Only => vec![Subject::HarnessFloor],
+        Through::Queue => engines.iter().map(|&e| Subject::Engine(e)).collect(),
+    };
+    Ok(RunSpec::rows(&source, subjects, &cfg, &pipelines))
+}
+
+/// Generates the workload of `args` and runs the rows it asks for ([`specs`]), each in a
+/// child process unless `--in-process` (see [`run_all`]).
+pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
+    run_all(&specs(args)?, args.in_process, ui)
 }
 
 /// Runs `loadgen run`.
@@ -330,7 +311,7 @@ pub fn main(args: RunArgs) -> ExitCode {
 /// `loadgen run`'s arguments parsed from `args` (without the command name) as the command line
 /// parses them; for the tests of every path `run` dispatches to.
 #[cfg(test)]
-pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
+pub(crate) fn parse_args(args: &str) -> RunArgs {
     use clap::Parser;
 
     #[derive(Debug, Parser)]
@@ -339,7 +320,7 @@ pub(crate) fn parse_args(args: &[&str]) -> RunArgs {
         run: RunArgs,
     }
 
-    Cli::parse_from(std::iter::once("run").chain(args.iter().copied())).run
+    Cli::parse_from(std::iter::once("run").chain(args.split_whitespace())).run
 }
 
 #[cfg(test)]
@@ -347,90 +328,69 @@ mod tests {
     use super::parse_args as parse;
     use super::*;
     use crate::engines::EngineKind;
-    use crate::runs::child_args;
+
+    /// What the child reads back from the JSON the parent writes on its stdin.
+    fn round_trip(spec: &RunSpec) -> RunSpec {
+        let json = serde_json::to_string(spec).expect("a spec serialises");
+        let child: RunSpec = serde_json::from_str(&json).expect("a spec deserialises");
+        assert_eq!(
+            &child, spec,
+            "the child runs exactly the parent's row: {json}"
+        );
+        child
+    }
 
     #[test]
-    fn a_child_command_line_asks_for_exactly_the_parents_run() {
-        let parent = parse(&[
-            "--workload",
-            "w5",
-            "--keys",
-            "123",
-            "--events",
-            "4567",
-            "--seed",
-            "9",
-            "--shards",
-            "8",
-            "--consumers",
-            "3",
-            "--readers",
-            "4",
-        ]);
-        let (spec, cfg) = (parent.spec(), parent.config());
-        let args = child_args(&spec, EngineKind::Sharded, &cfg);
-        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.spec(), spec);
-        assert_eq!(child.config(), cfg);
-        assert_eq!(child.engine, EngineChoice::Sharded);
-        assert!(
-            child.in_process,
-            "a child must not spawn children of its own"
-        );
+    fn a_child_spec_asks_for_exactly_the_parents_run() {
+        let parent = parse(concat!(
+            "--workload w5 --keys 123 --events 4567 --seed 9 ",
+            "--shards 8 --consumers 3 --readers 4"
+        ));
+        let rows = specs(&parent).expect("rows");
+        assert_eq!(rows.len(), 2, "both engines");
+        let child = round_trip(&rows[1]);
+        assert_eq!(child.source, Source::Workload(parent.spec()));
+        assert_eq!(child.engine, parent.config());
+        assert_eq!(child.subject, Subject::Engine(EngineKind::Sharded));
+        assert_eq!(child.pipeline, Pipeline::Queue);
     }
 
     #[test]
     fn a_child_gets_the_queue_modes_of_its_parent() {
-        let parent = parse(&["--workload", "w2"]);
+        let parent = parse("--workload w2");
         assert_eq!(parent.config().max_queued_deltas, 0, "unbounded by default");
         assert!(!parent.config().compact_updates, "no compaction by default");
-        let parent = parse(&[
-            "--workload",
-            "w2",
-            "--max-queued-deltas",
-            "100000",
-            "--compact-updates",
-        ]);
+        let parent = parse("--workload w2 --max-queued-deltas 100000 --compact-updates");
         let cfg = parent.config();
         assert_eq!(
             (cfg.max_queued_deltas, cfg.compact_updates),
             (100_000, true)
         );
-        let args = child_args(&parent.spec(), EngineKind::Reference, &cfg);
-        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.config(), cfg);
+        let child = round_trip(&specs(&parent).expect("rows")[0]);
+        assert_eq!(child.engine, cfg);
     }
 
     #[test]
     fn w5_burns_two_microseconds_per_delta_unless_told_otherwise() {
-        let w5 = parse(&["--workload", "w5"]);
+        let w5 = parse("--workload w5");
         assert_eq!(w5.config().handler_cost, Duration::from_micros(2));
-        let w1 = parse(&["--workload", "w1"]);
+        let w1 = parse("--workload w1");
         assert_eq!(w1.config().handler_cost, Duration::ZERO);
-        let slow_w1 = parse(&["--workload", "w1", "--handler-us", "7"]);
+        let slow_w1 = parse("--workload w1 --handler-us 7");
         assert_eq!(slow_w1.config().handler_cost, Duration::from_micros(7));
     }
 
     #[test]
     fn consumers_default_to_one_and_two_for_w5_unless_told_otherwise() {
-        assert_eq!(parse(&["--workload", "w1"]).config().consumers, 1);
-        assert_eq!(parse(&["--workload", "w5"]).config().consumers, 2);
-        let w1 = parse(&["--workload", "w1", "--consumers", "3"]);
+        assert_eq!(parse("--workload w1").config().consumers, 1);
+        assert_eq!(parse("--workload w5").config().consumers, 2);
+        let w1 = parse("--workload w1 --consumers 3");
         assert_eq!(w1.config().consumers, 3);
     }
 
     #[test]
     fn one_engine_runs_in_this_process_and_reports_one_row() {
-        let args = parse(&[
-            "--workload",
-            "w1",
-            "--engine",
-            "reference",
-            "--keys",
-            "50",
-            "--events",
-            "300",
-        ]);
+        let args = parse("--workload w1 --engine reference --keys 50 --events 300");
         let results = run(&args, Ui::Quiet).expect("tiny run");
         assert_eq!(results.len(), 1);
         assert_eq!(results[0].engine, "reference");
@@ -439,47 +399,46 @@ mod tests {
 
     #[test]
     fn zero_keys_are_refused_before_any_engine_runs() {
-        let args = parse(&["--workload", "w1", "--keys", "0"]);
+        let args = parse("--workload w1 --keys 0");
         assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 
     #[test]
-    fn a_child_command_line_asks_for_exactly_the_parents_informer_run() {
-        let parent = parse(&[
-            "--workload",
-            "w3",
-            "--through",
-            "informer",
-            "--handlers",
-            "5",
-            "--slow-handler-us",
-            "7",
-            "--slow-handler-waits",
-            "--slow-handler-coalesces",
-            "--slow-handler-buffer",
-            "64",
-            "--keys",
-            "300",
-            "--rate",
-            "1000",
-        ]);
-        let (spec, cfg, icfg) = (parent.spec(), parent.config(), parent.informer());
+    fn a_child_spec_asks_for_exactly_the_parents_informer_run() {
+        let parent = parse(concat!(
+            "--workload w3 --through informer --handlers 5 --slow-handler-us 7 ",
+            "--slow-handler-waits --slow-handler-coalesces --slow-handler-buffer 64 ",
+            "--delivery async --keys 300 --rate 1000"
+        ));
+        let icfg = parent.informer();
         assert_eq!(icfg.handlers, 5);
-        let args = crate::through_informer::child_args(&spec, EngineKind::Reference, &cfg, &icfg);
-        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.through(), Through::Informer);
+        let rows = specs(&parent).expect("rows");
+        let subjects: Vec<Subject> = rows.iter().map(|r| round_trip(r).subject).collect();
         assert_eq!(
-            (child.spec(), child.config(), child.informer()),
-            (spec, cfg, icfg)
+            subjects,
+            [
+                Subject::Engine(EngineKind::Reference),
+                Subject::Engine(EngineKind::Sharded),
+                Subject::HarnessFloor
+            ]
         );
-        assert!(child.in_process);
+        for row in &rows {
+            assert_eq!(
+                (&row.source, row.engine, row.pipeline),
+                (
+                    &Source::Workload(parent.spec()),
+                    parent.config(),
+                    Pipeline::Informer(icfg)
+                )
+            );
+        }
     }
 
     #[test]
     fn defaults_are_three_handlers_one_slow_by_a_microsecond_through_the_queue() {
-        let args = parse(&["--workload", "w1"]);
+        let args = parse("--workload w1");
         assert_eq!(args.through(), Through::Queue);
-        assert_eq!(parse(&["--workload", "w6"]).through(), Through::Informer);
+        assert_eq!(parse("--workload w6").through(), Through::Informer);
         assert_eq!(args.harness_floor, FloorChoice::Row);
         assert_eq!(args.informer(), InformerConfig::default());
         assert!(crate::informer_handlers::parse_handlers("65").is_err());
@@ -487,87 +446,76 @@ mod tests {
 
     #[test]
     fn a_w6_child_is_told_which_form_of_w6_it_runs() {
-        let parent = parse(&["--workload", "w6", "--keys", "300", "--workers", "3"]);
-        let (spec, cfg, ctl) = (parent.spec(), parent.config(), parent.controller());
-        let bare = crate::controller_loop::queue_child_args(&spec, EngineKind::Sharded, &cfg, &ctl);
-        let child = parse(&bare.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
-        assert_eq!(child.through(), Through::Queue);
-        assert_eq!((child.spec(), child.controller()), (spec, ctl));
-        let informer =
-            crate::controller_informer::child_args(&spec, EngineKind::Sharded, &cfg, &ctl);
-        let child = parse(
-            &informer
-                .iter()
-                .skip(1)
-                .map(String::as_str)
-                .collect::<Vec<_>>(),
-        );
-        assert_eq!(child.through(), Through::Informer);
-        assert_eq!((child.spec(), child.controller()), (spec, ctl));
+        let parent = parse("--workload w6 --keys 300 --workers 3 --through queue");
+        let ctl = parent.controller();
+        let bare = round_trip(&specs(&parent).expect("rows")[1]);
+        assert_eq!(bare.pipeline, Pipeline::ControllerLoop(ctl));
+        assert_eq!(bare.source, Source::Workload(parent.spec()));
+        let parent = parse("--workload w6 --keys 300 --workers 3");
+        let rows = specs(&parent).expect("rows");
+        assert_eq!(rows.len(), 3, "both engines and the harness floor");
+        let informer = round_trip(&rows[1]);
+        assert_eq!(informer.pipeline, Pipeline::ControllerInformer(ctl));
+        assert_eq!(ctl.seed, parent.spec().seed);
     }
 
     #[test]
     fn a_w8_child_is_told_its_scenario_order_and_bounds() {
-        use crate::priority_scheduling::{child_args, QueueKind, Scenario};
-        let parent = parse(&[
-            "--workload",
-            "w8",
-            "--scenario",
-            "tenants",
-            "--max-wait-ms",
-            "700",
-            "--duration-ms",
-            "1234",
-            "--backlog",
-            "55",
-            "--keys",
-            "300",
-        ]);
+        use crate::priority_scheduling::{QueueKind, Scenario};
+        let parent = parse(concat!(
+            "--workload w8 --scenario tenants --max-wait-ms 700 ",
+            "--duration-ms 1234 --backlog 55 --keys 300"
+        ));
         assert_eq!(
             parent.controller().reconcile_cost,
             Duration::from_micros(crate::priority_scheduling::DEFAULT_RECONCILE_US)
         );
         assert_eq!(parent.queues(), [QueueKind::Priority, QueueKind::Fair]);
-        let (spec, cfg, ctl, w8) = (
-            parent.spec(),
-            parent.config(),
-            parent.controller(),
-            parent.scheduling(),
-        );
+        let (ctl, w8) = (parent.controller(), parent.scheduling());
         assert_eq!(w8.scenario, Scenario::Tenants);
-        let args = child_args(
-            &spec,
-            (EngineKind::Sharded, QueueKind::Fair),
-            &cfg,
-            &ctl,
-            &w8,
-        );
-        let child = parse(&args.iter().skip(1).map(String::as_str).collect::<Vec<_>>());
+        let rows = specs(&parent).expect("rows");
+        assert_eq!(rows.len(), 4, "two engines by two orders");
+        let child = round_trip(&rows[3]);
+        assert_eq!(child.subject, Subject::Engine(EngineKind::Sharded));
         assert_eq!(
-            (child.spec(), child.controller(), child.scheduling()),
-            (spec, ctl, w8)
+            child.pipeline,
+            Pipeline::Scheduling {
+                controller: ctl,
+                scheduling: w8,
+                queue: QueueKind::Fair
+            }
         );
-        assert_eq!(child.queues(), [QueueKind::Fair]);
-        assert!(child.in_process);
-        let mixed = parse(&["--workload", "w8", "--queues", "fifo,aging-fair"]);
+        let mixed = parse("--workload w8 --queues fifo,aging-fair");
         assert_eq!(mixed.queues(), [QueueKind::Fifo, QueueKind::AgingFair]);
     }
 
     #[test]
+    fn a_w7_child_is_told_its_resync_and_workqueue() {
+        let parent = parse("--workload w7 --resync-ms 2000 --engine sharded");
+        let rows = specs(&parent).expect("rows");
+        let storms: Vec<Pipeline> = rows.iter().map(|r| round_trip(r).pipeline).collect();
+        let storm = |priority| Pipeline::Resync {
+            controller: parent.controller(),
+            storm: crate::controller_informer::Storm {
+                resync: Duration::from_secs(2),
+                priority,
+            },
+        };
+        assert_eq!(storms, [storm(false), storm(true)]);
+    }
+
+    #[test]
+    fn the_floor_alone_needs_the_informer_path() {
+        let args = parse("--workload w1 --harness-floor only");
+        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
+    }
+
+    #[test]
     fn one_engine_in_process_passes_with_every_handler_ok() {
-        let args = parse(&[
-            "--workload",
-            "w5",
-            "--through",
-            "informer",
-            "--engine",
-            "reference",
-            "--keys",
-            "100",
-            "--events",
-            "1000",
-            "--in-process",
-        ]);
+        let args = parse(concat!(
+            "--workload w5 --through informer --engine reference ",
+            "--keys 100 --events 1000 --in-process"
+        ));
         let results = run(&args, Ui::Quiet).expect("tiny run");
         assert_eq!(results.len(), 2, "the engine's row and the harness floor's");
         assert!(results.iter().all(RunResult::is_ok), "{results:#?}");

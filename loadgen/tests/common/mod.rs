@@ -24,6 +24,31 @@ pub fn run_loadgen(args: &[&str], stdin: &[u8]) -> Output {
     output
 }
 
+/// `loadgen run` of W6, small: the first arguments of the W6 runs through the binary.
+pub const SMALL_W6: [&str; 9] = [
+    "run",
+    "--workload",
+    "w6",
+    "--keys",
+    "500",
+    "--events",
+    "5000",
+    "--shards",
+    "4",
+];
+
+/// Runs the `loadgen` binary with `args` and `--json` into a fresh temporary directory named
+/// after `name`, asserts that it exits 0, and returns its stdout and the JSON report.
+pub fn run_with_json(name: &str, args: &[&str]) -> (String, serde_json::Value) {
+    let dir = std::env::temp_dir().join(format!("loadgen-{name}-{}", std::process::id()));
+    let json = dir.join("report.json");
+    let path = json.to_str().expect("utf-8 temp path");
+    let args: Vec<&str> = args.iter().copied().chain(["--json", path]).collect();
+    let out = run_with_report(&args, &json);
+    std::fs::remove_dir_all(&dir).ok();
+    out
+}
+
 /// Runs the `loadgen` binary with `args` (which tell it to write a JSON report to `report`),
 /// asserts that it exits 0, and returns its stdout and the report.
 pub fn run_with_report(args: &[&str], report: &std::path::Path) -> (String, serde_json::Value) {

@@ -9,7 +9,10 @@ pub const DEFAULT_SEED: u64 = 42;
 pub const W3_ROUNDS: usize = 10;
 
 /// The workloads of docs/workloads.md.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Workload {
     /// Steady churn: adds, updates (95%) and deletes (5%) over K keys.
     W1,
@@ -127,7 +130,7 @@ impl FromStr for Workload {
 }
 
 /// What to generate.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WorkloadSpec {
     /// Which workload.
     pub workload: Workload,
