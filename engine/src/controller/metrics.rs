@@ -218,9 +218,9 @@ mod prometheus {
     use prometheus_client::registry::Registry;
 
     use super::{ReconcileMetricsProvider, ReconcileResult};
+    // The workqueue exporter's adapters from `prometheus_client` types to the metric traits.
+    use crate::workqueue::prometheus::{counter, histogram, label, registered, Labels};
     use crate::workqueue::{CounterMetric, HistogramMetric};
-
-    type Labels = Vec<(String, String)>;
 
     /// controller-runtime's buckets for `reconcile_time_seconds`, 5 ms to 60 s.
     const RECONCILE_TIME_BUCKETS: [f64; 40] = [
@@ -255,57 +255,41 @@ mod prometheus {
     impl ControllerPrometheus {
         /// Registers the metrics in `registry` under the `controller_runtime` prefix.
         pub fn new(registry: &mut Registry) -> Self {
-            let metrics = Self {
-                totals: Family::default(),
-                errors: Family::default(),
-                time: Family::new_with_constructor(reconcile_time_histogram),
-                cache_wait_timeouts: Family::default(),
-            };
             // kcache's own, beside controller-runtime's names.
-            registry
-                .sub_registry_with_prefix("kcache_controller")
-                .register(
-                    "cache_wait_timeouts",
-                    "Reconciles that started before the cache applied their key's last write",
-                    metrics.cache_wait_timeouts.clone(),
-                );
+            let cache_wait_timeouts = registered(
+                registry.sub_registry_with_prefix("kcache_controller"),
+                "cache_wait_timeouts",
+                "Reconciles that started before the cache applied their key's last write",
+                Family::default(),
+            );
             let r = registry.sub_registry_with_prefix("controller_runtime");
             // prometheus_client appends `_total` to counters.
-            r.register(
-                "reconcile",
-                "Total number of reconciliations per controller",
-                metrics.totals.clone(),
-            );
-            r.register(
-                "reconcile_errors",
-                "Total number of reconciliation errors per controller",
-                metrics.errors.clone(),
-            );
-            r.register(
-                "reconcile_time_seconds",
-                "Length of time per reconciliation per controller",
-                metrics.time.clone(),
-            );
-            metrics
-        }
-    }
-
-    struct Count(Counter);
-    impl CounterMetric for Count {
-        fn inc(&self) {
-            self.0.inc();
-        }
-    }
-
-    struct Hist(Histogram);
-    impl HistogramMetric for Hist {
-        fn observe(&self, value: f64) {
-            self.0.observe(value);
+            Self {
+                totals: registered(
+                    r,
+                    "reconcile",
+                    "Total number of reconciliations per controller",
+                    Family::default(),
+                ),
+                errors: registered(
+                    r,
+                    "reconcile_errors",
+                    "Total number of reconciliation errors per controller",
+                    Family::default(),
+                ),
+                time: registered(
+                    r,
+                    "reconcile_time_seconds",
+                    "Length of time per reconciliation per controller",
+                    Family::new_with_constructor(reconcile_time_histogram),
+                ),
+                cache_wait_timeouts,
+            }
         }
     }
 
     fn controller_label(controller: &str) -> Labels {
-        vec![("controller".to_string(), controller.to_string())]
+        label("controller", controller)
     }
 
     impl ReconcileMetricsProvider for ControllerPrometheus {
@@ -316,31 +300,22 @@ mod prometheus {
         ) -> Arc<dyn CounterMetric> {
             let mut labels = controller_label(controller);
             labels.push(("result".to_string(), result.label().to_string()));
-            Arc::new(Count(self.totals.get_or_create(&labels).clone()))
+            counter(&self.totals, &labels)
         }
         fn new_reconcile_errors_metric(&self, controller: &str) -> Arc<dyn CounterMetric> {
-            Arc::new(Count(
-                self.errors
-                    .get_or_create(&controller_label(controller))
-                    .clone(),
-            ))
+            counter(&self.errors, &controller_label(controller))
         }
         fn new_reconcile_time_metric(&self, controller: &str) -> Arc<dyn HistogramMetric> {
-            Arc::new(Hist(
-                self.time
-                    .get_or_create(&controller_label(controller))
-                    .clone(),
-            ))
+            histogram(&self.time, &controller_label(controller))
         }
         fn new_cache_wait_timeouts_metric(
             &self,
             controller: &str,
         ) -> Option<Arc<dyn CounterMetric>> {
-            Some(Arc::new(Count(
-                self.cache_wait_timeouts
-                    .get_or_create(&controller_label(controller))
-                    .clone(),
-            )))
+            Some(counter(
+                &self.cache_wait_timeouts,
+                &controller_label(controller),
+            ))
         }
     }
 }

@@ -503,6 +503,45 @@ fn next_step<T>(
     }
 }
 
+/// A coalescing delivery's next move: `None` to stop; else the oldest key's notifications to
+/// call, each only while the registration is not removed (none when batches arrived: they
+/// went into the table). `waited` is what the delivery blocked for (it does only when the
+/// table is empty); without it, this polls the buffer.
+fn next_due<'a, T>(
+    table: &'a mut Coalesced<T>,
+    waited: Option<Option<VecDeque<Vec<Notification<T>>>>>,
+    buffer: &Buffer<T>,
+    shared: &'a RegistrationState,
+) -> Option<impl Iterator<Item = Notification<T>> + 'a> {
+    let got = match waited {
+        Some(batches) => batches.map_or(TryRecv::Ended, TryRecv::Batches),
+        None => buffer.poll(),
+    };
+    let due = match next_step(table, got, shared) {
+        Next::Batches(batches) => {
+            absorb_batches(table, batches, buffer, shared);
+            None
+        }
+        Next::Deliver => table.pop(),
+        Next::Stop => return None,
+    };
+    Some(
+        due.into_iter()
+            .flatten()
+            .take_while(|_| !shared.is_removed()),
+    )
+}
+
+/// After a key's calls: false if the registration was removed meanwhile (the delivery stops),
+/// else the table's size is published.
+fn delivered<T>(table: &Coalesced<T>, shared: &RegistrationState) -> bool {
+    if shared.is_removed() {
+        return false;
+    }
+    shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
+    true
+}
+
 /// A coalescing delivery thread: between handler calls it takes in whatever arrived, so its
 /// buffer drains as fast as the consumers fill it and only the table (one entry per key)
 /// waits for the handler. It blocks for more only when the table is empty.
@@ -513,24 +552,15 @@ fn coalesce_thread<T, H: EventHandler<T>>(
     handler: &mut H,
 ) {
     loop {
-        let got = if table.is_empty() {
-            buffer.recv().map_or(TryRecv::Ended, TryRecv::Batches)
-        } else {
-            buffer.poll()
+        let waited = table.is_empty().then(|| buffer.recv());
+        let Some(due) = next_due(&mut table, waited, buffer, shared) else {
+            return;
         };
-        match next_step(&table, got, shared) {
-            Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
-            Next::Deliver => {
-                for notification in table.pop().into_iter().flatten() {
-                    if shared.is_removed() {
-                        return;
-                    }
-                    let initial = notification.is_initial();
-                    shared.count_call(notification.call(handler), initial);
-                }
-                shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
-            }
-            Next::Stop => return,
+        for notification in due {
+            shared.count_call(notification.call(handler), notification.is_initial());
+        }
+        if !delivered(&table, shared) {
+            return;
         }
     }
 }
@@ -545,27 +575,20 @@ async fn coalesce_task<T, H: AsyncEventHandler<T>>(
     T: Send + Sync,
 {
     loop {
-        let got = if table.is_empty() {
-            buffer
-                .recv_async()
-                .await
-                .map_or(TryRecv::Ended, TryRecv::Batches)
+        let waited = if table.is_empty() {
+            Some(buffer.recv_async().await)
         } else {
-            buffer.poll()
+            None
         };
-        match next_step(&table, got, shared) {
-            Next::Batches(batches) => absorb_batches(&mut table, batches, buffer, shared),
-            Next::Deliver => {
-                for notification in table.pop().into_iter().flatten() {
-                    if shared.is_removed() {
-                        return;
-                    }
-                    let initial = notification.is_initial();
-                    shared.count_call(call_async(handler, notification).await.is_err(), initial);
-                }
-                shared.coalesced_keys.store(table.len(), Ordering::Relaxed);
-            }
-            Next::Stop => return,
+        let Some(due) = next_due(&mut table, waited, buffer, shared) else {
+            return;
+        };
+        for notification in due {
+            let initial = notification.is_initial();
+            shared.count_call(call_async(handler, notification).await.is_err(), initial);
+        }
+        if !delivered(&table, shared) {
+            return;
         }
     }
 }

@@ -226,15 +226,9 @@ impl QueueConfig {
     /// The queue's own metrics, or `None` when metrics are off.
     pub(crate) fn queue_metrics(&self) -> Option<QueueMetrics> {
         self.metrics_enabled().then(|| QueueMetrics {
-            clock: Arc::clone(&self.clock),
             depth: self.provider.new_depth_metric(&self.name),
             adds: self.provider.new_adds_metric(&self.name),
-            latency: self.provider.new_latency_metric(&self.name),
-            work_duration: self.provider.new_work_duration_metric(&self.name),
-            unfinished_work: self.provider.new_unfinished_work_seconds_metric(&self.name),
-            longest_running: self
-                .provider
-                .new_longest_running_processor_seconds_metric(&self.name),
+            timings: Timings::new(&*self.provider, &self.name, &self.clock),
         })
     }
 
@@ -270,46 +264,49 @@ impl fmt::Debug for QueueConfig {
 /// A queue's metrics. The queue keeps, per item, when it was first added (until `get`) and
 /// when it was handed out (until `done`), as client-go's `addTimes`/`processingStartTimes`.
 pub(crate) struct QueueMetrics {
-    clock: Arc<dyn Clock>,
     depth: Arc<dyn GaugeMetric>,
     adds: Arc<dyn CounterMetric>,
+    timings: Timings,
+}
+
+/// The time-based metrics every queue keeps the same way, the plain queues and the priority
+/// queues (priority/metrics.rs) alike: how long items waited and were worked on, and the work
+/// in progress.
+pub(crate) struct Timings {
+    pub(crate) clock: Arc<dyn Clock>,
     latency: Arc<dyn HistogramMetric>,
     work_duration: Arc<dyn HistogramMetric>,
     unfinished_work: Arc<dyn SettableGaugeMetric>,
     longest_running: Arc<dyn SettableGaugeMetric>,
 }
 
-/// Seconds as client-go reports them: float64 nanoseconds over 1e9 (not
-/// `Duration::as_secs_f64`, which can differ in the last bit).
-pub(crate) fn seconds(elapsed: Duration) -> f64 {
-    elapsed.as_nanos() as f64 / 1e9
-}
-
-impl QueueMetrics {
-    /// An item was marked dirty; returns the time to keep as its add time (if it has none).
-    pub(crate) fn added(&self) -> Time {
-        self.adds.inc();
-        self.depth.inc();
-        self.clock.now()
+impl Timings {
+    pub(crate) fn new(provider: &dyn MetricsProvider, name: &str, clock: &Arc<dyn Clock>) -> Self {
+        Self {
+            clock: Arc::clone(clock),
+            latency: provider.new_latency_metric(name),
+            work_duration: provider.new_work_duration_metric(name),
+            unfinished_work: provider.new_unfinished_work_seconds_metric(name),
+            longest_running: provider.new_longest_running_processor_seconds_metric(name),
+        }
     }
 
-    /// An item was handed out; `added_at` is its kept add time. Returns its start time.
-    pub(crate) fn got(&self, added_at: Option<Time>) -> Time {
-        self.depth.dec();
+    /// An item waiting since `since` (if known) was handed out; returns its start time.
+    pub(crate) fn handed_out(&self, since: Option<Time>) -> Time {
         let now = self.clock.now();
-        if let Some(added_at) = added_at {
+        if let Some(since) = since {
             self.latency
-                .observe(seconds(now.saturating_duration_since(added_at)));
+                .observe(seconds(now.saturating_duration_since(since)));
         }
         now
     }
 
-    /// An item was done; `started_at` is its kept start time.
-    pub(crate) fn done(&self, started_at: Option<Time>) {
-        if let Some(started_at) = started_at {
+    /// An item handed out at `started` (if known) is done.
+    pub(crate) fn done(&self, started: Option<Time>) {
+        if let Some(started) = started {
             let now = self.clock.now();
             self.work_duration
-                .observe(seconds(now.saturating_duration_since(started_at)));
+                .observe(seconds(now.saturating_duration_since(started)));
         }
     }
 
@@ -321,9 +318,40 @@ impl QueueMetrics {
     }
 }
 
+/// Seconds as client-go reports them: float64 nanoseconds over 1e9 (not
+/// `Duration::as_secs_f64`, which can differ in the last bit).
+fn seconds(elapsed: Duration) -> f64 {
+    elapsed.as_nanos() as f64 / 1e9
+}
+
+impl QueueMetrics {
+    /// An item was marked dirty; returns the time to keep as its add time (if it has none).
+    pub(crate) fn added(&self) -> Time {
+        self.adds.inc();
+        self.depth.inc();
+        self.timings.clock.now()
+    }
+
+    /// An item was handed out; `added_at` is its kept add time. Returns its start time.
+    pub(crate) fn got(&self, added_at: Option<Time>) -> Time {
+        self.depth.dec();
+        self.timings.handed_out(added_at)
+    }
+
+    /// An item was done; `started_at` is its kept start time.
+    pub(crate) fn done(&self, started_at: Option<Time>) {
+        self.timings.done(started_at);
+    }
+
+    /// Sets the unfinished-work gauges from the start times of the items being processed.
+    pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
+        self.timings.update_unfinished(started);
+    }
+}
+
 /// The work in progress at `now`, from its start times: the seconds of all of it, and of the
 /// oldest (client-go's `unfinished_work_seconds` and `longest_running_processor_seconds`).
-pub(crate) fn unfinished_seconds(now: Time, started: impl IntoIterator<Item = Time>) -> (f64, f64) {
+fn unfinished_seconds(now: Time, started: impl IntoIterator<Item = Time>) -> (f64, f64) {
     let (mut total, mut oldest) = (0.0, 0.0);
     for started_at in started {
         let age = seconds(now.saturating_duration_since(started_at));

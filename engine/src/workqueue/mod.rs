@@ -91,7 +91,7 @@ mod limiter;
 mod metrics;
 pub mod priority;
 #[cfg(feature = "prometheus")]
-mod prometheus;
+pub(crate) mod prometheus;
 mod queue;
 mod rate_limiting;
 mod ready;

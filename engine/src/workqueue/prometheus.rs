@@ -10,7 +10,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 use super::metrics::{
     CounterMetric, DepthWithPriorityMetric, GaugeMetric, HistogramMetric, MetricsProvider,
@@ -18,8 +18,9 @@ use super::metrics::{
 };
 use super::priority::Priority;
 
-/// The `name` label.
-type Labels = Vec<(String, String)>;
+/// A series' labels: `name` here, `controller` (and `result`) in the controller's exporter
+/// (controller/metrics.rs), which shares these adapters.
+pub(crate) type Labels = Vec<(String, String)>;
 
 /// A gauge holding an `f64` (the settable ones).
 type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
@@ -35,7 +36,7 @@ fn duration_histogram() -> Histogram {
 /// use std::sync::Arc;
 /// use kcache::Key;
 /// use kcache::workqueue::{PrometheusMetrics, QueueConfig, ShardedQueue, WorkQueue};
-/// use prometheus_client::registry::Registry;
+/// use prometheus_client::registry::{Metric, Registry};
 ///
 /// let mut registry = Registry::default();
 /// let metrics = Arc::new(PrometheusMetrics::new(&mut registry));
@@ -60,55 +61,70 @@ pub struct PrometheusMetrics {
 impl PrometheusMetrics {
     /// Registers the metrics in `registry` under the `workqueue` prefix.
     pub fn new(registry: &mut Registry) -> Self {
-        let metrics = Self {
-            depth: Family::default(),
-            adds: Family::default(),
-            latency: Family::new_with_constructor(duration_histogram),
-            work_duration: Family::new_with_constructor(duration_histogram),
-            unfinished_work: Family::default(),
-            longest_running: Family::default(),
-            retries: Family::default(),
-        };
         let r = registry.sub_registry_with_prefix("workqueue");
-        r.register("depth", "Current depth of workqueue", metrics.depth.clone());
         // prometheus_client appends `_total` to counters.
-        r.register(
-            "adds",
-            "Total number of adds handled by workqueue",
-            metrics.adds.clone(),
-        );
-        r.register(
-            "queue_duration_seconds",
-            "How long in seconds an item stays in workqueue before being requested.",
-            metrics.latency.clone(),
-        );
-        r.register(
-            "work_duration_seconds",
-            "How long in seconds processing an item from workqueue takes.",
-            metrics.work_duration.clone(),
-        );
-        r.register(
-            "unfinished_work_seconds",
-            "How many seconds of work has done that is in progress and hasn't been observed by \
-             work_duration. Large values indicate stuck threads.",
-            metrics.unfinished_work.clone(),
-        );
-        r.register(
-            "longest_running_processor_seconds",
-            "How many seconds has the longest running processor for workqueue been running.",
-            metrics.longest_running.clone(),
-        );
-        r.register(
-            "retries",
-            "Total number of retries handled by workqueue",
-            metrics.retries.clone(),
-        );
-        metrics
+        Self {
+            depth: registered(r, "depth", "Current depth of workqueue", Family::default()),
+            adds: registered(
+                r,
+                "adds",
+                "Total number of adds handled by workqueue",
+                Family::default(),
+            ),
+            latency: registered(
+                r,
+                "queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested.",
+                Family::new_with_constructor(duration_histogram),
+            ),
+            work_duration: registered(
+                r,
+                "work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes.",
+                Family::new_with_constructor(duration_histogram),
+            ),
+            unfinished_work: registered(
+                r,
+                "unfinished_work_seconds",
+                "How many seconds of work has done that is in progress and hasn't been observed by \
+                 work_duration. Large values indicate stuck threads.",
+                Family::default(),
+            ),
+            longest_running: registered(
+                r,
+                "longest_running_processor_seconds",
+                "How many seconds has the longest running processor for workqueue been running.",
+                Family::default(),
+            ),
+            retries: registered(
+                r,
+                "retries",
+                "Total number of retries handled by workqueue",
+                Family::default(),
+            ),
+        }
     }
 }
 
+/// `metric`, once registered in `registry` as `name` (the families are handles: the registry
+/// and the exporter share the series).
+pub(crate) fn registered<M: Metric + Clone>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
+
+/// The one label `key=value`.
+pub(crate) fn label(key: &str, value: &str) -> Labels {
+    vec![(key.to_string(), value.to_string())]
+}
+
 fn labels(name: &str) -> Labels {
-    vec![("name".to_string(), name.to_string())]
+    label("name", name)
 }
 
 struct IntGauge(Gauge);
@@ -130,10 +146,8 @@ struct PriorityDepth {
 
 impl PriorityDepth {
     fn at(&self, priority: Priority) -> Gauge {
-        let labels = vec![
-            ("name".to_string(), self.name.clone()),
-            ("priority".to_string(), priority.to_string()),
-        ];
+        let mut labels = labels(&self.name);
+        labels.push(("priority".to_string(), priority.to_string()));
         self.family.get_or_create(&labels).clone()
     }
 }
@@ -168,36 +182,47 @@ impl HistogramMetric for Hist {
     }
 }
 
+/// The counter of `family` labelled `labels`, behind the queue's metric trait.
+pub(crate) fn counter(family: &Family<Labels, Counter>, labels: &Labels) -> Arc<dyn CounterMetric> {
+    Arc::new(Count(family.get_or_create(labels).clone()))
+}
+
+/// The histogram of `family` labelled `labels`, behind the queue's metric trait.
+pub(crate) fn histogram(
+    family: &Family<Labels, Histogram, fn() -> Histogram>,
+    labels: &Labels,
+) -> Arc<dyn HistogramMetric> {
+    Arc::new(Hist(family.get_or_create(labels).clone()))
+}
+
+fn float_gauge(family: &Family<Labels, FloatGauge>, name: &str) -> Arc<dyn SettableGaugeMetric> {
+    Arc::new(SetGauge(family.get_or_create(&labels(name)).clone()))
+}
+
 impl MetricsProvider for PrometheusMetrics {
     fn new_depth_metric(&self, name: &str) -> Arc<dyn GaugeMetric> {
         Arc::new(IntGauge(self.depth.get_or_create(&labels(name)).clone()))
     }
     fn new_adds_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
-        Arc::new(Count(self.adds.get_or_create(&labels(name)).clone()))
+        counter(&self.adds, &labels(name))
     }
     fn new_latency_metric(&self, name: &str) -> Arc<dyn HistogramMetric> {
-        Arc::new(Hist(self.latency.get_or_create(&labels(name)).clone()))
+        histogram(&self.latency, &labels(name))
     }
     fn new_work_duration_metric(&self, name: &str) -> Arc<dyn HistogramMetric> {
-        Arc::new(Hist(
-            self.work_duration.get_or_create(&labels(name)).clone(),
-        ))
+        histogram(&self.work_duration, &labels(name))
     }
     fn new_unfinished_work_seconds_metric(&self, name: &str) -> Arc<dyn SettableGaugeMetric> {
-        Arc::new(SetGauge(
-            self.unfinished_work.get_or_create(&labels(name)).clone(),
-        ))
+        float_gauge(&self.unfinished_work, name)
     }
     fn new_longest_running_processor_seconds_metric(
         &self,
         name: &str,
     ) -> Arc<dyn SettableGaugeMetric> {
-        Arc::new(SetGauge(
-            self.longest_running.get_or_create(&labels(name)).clone(),
-        ))
+        float_gauge(&self.longest_running, name)
     }
     fn new_retries_metric(&self, name: &str) -> Arc<dyn CounterMetric> {
-        Arc::new(Count(self.retries.get_or_create(&labels(name)).clone()))
+        counter(&self.retries, &labels(name))
     }
     fn new_depth_with_priority_metric(&self, name: &str) -> Arc<dyn DepthWithPriorityMetric> {
         Arc::new(PriorityDepth {
@@ -216,6 +241,15 @@ mod tests {
     use crate::Key;
     use prometheus_client::encoding::text::encode;
     use std::time::Duration;
+
+    /// Asserts that the text exposition of `registry` holds every one of `lines`.
+    fn assert_exports(registry: &Registry, lines: &[&str]) {
+        let mut text = String::new();
+        encode(&mut text, registry).unwrap();
+        for line in lines {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
 
     #[test]
     fn exports_every_metric_in_the_text_format_per_queue_name() {
@@ -243,24 +277,23 @@ mod tests {
             q.done(&a).unwrap();
         }
         sharded.add_after(Key::new("c"), Duration::from_millis(1));
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        for line in [
-            "# TYPE workqueue_depth gauge",
-            "workqueue_depth{name=\"sharded\"} 1",
-            "workqueue_depth{name=\"reference\"} 1",
-            "workqueue_adds_total{name=\"sharded\"} 2",
-            "workqueue_retries_total{name=\"sharded\"} 1",
-            "# TYPE workqueue_queue_duration_seconds histogram",
-            "workqueue_queue_duration_seconds_sum{name=\"reference\"} 0.002",
-            "workqueue_queue_duration_seconds_count{name=\"reference\"} 1",
-            "workqueue_work_duration_seconds_sum{name=\"sharded\"} 0.003",
-            "workqueue_unfinished_work_seconds{name=\"sharded\"} 0.003",
-            "workqueue_longest_running_processor_seconds{name=\"reference\"} 0.003",
-            "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"sharded\"} 1",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
+        assert_exports(
+            &registry,
+            &[
+                "# TYPE workqueue_depth gauge",
+                "workqueue_depth{name=\"sharded\"} 1",
+                "workqueue_depth{name=\"reference\"} 1",
+                "workqueue_adds_total{name=\"sharded\"} 2",
+                "workqueue_retries_total{name=\"sharded\"} 1",
+                "# TYPE workqueue_queue_duration_seconds histogram",
+                "workqueue_queue_duration_seconds_sum{name=\"reference\"} 0.002",
+                "workqueue_queue_duration_seconds_count{name=\"reference\"} 1",
+                "workqueue_work_duration_seconds_sum{name=\"sharded\"} 0.003",
+                "workqueue_unfinished_work_seconds{name=\"sharded\"} 0.003",
+                "workqueue_longest_running_processor_seconds{name=\"reference\"} 0.003",
+                "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"sharded\"} 1",
+            ],
+        );
     }
 
     #[test]
@@ -273,14 +306,13 @@ mod tests {
         q.add_with_opts(AddOpts::new().priority(-100), Key::new("a"));
         q.add_with_opts(AddOpts::new().priority(-100), Key::new("b"));
         q.add(Key::new("c"));
-        let mut text = String::new();
-        encode(&mut text, &registry).unwrap();
-        for line in [
-            "workqueue_depth{name=\"pods\",priority=\"-100\"} 2",
-            "workqueue_depth{name=\"pods\",priority=\"0\"} 1",
-            "workqueue_adds_total{name=\"pods\"} 3",
-        ] {
-            assert!(text.contains(line), "missing {line:?} in\n{text}");
-        }
+        assert_exports(
+            &registry,
+            &[
+                "workqueue_depth{name=\"pods\",priority=\"-100\"} 2",
+                "workqueue_depth{name=\"pods\",priority=\"0\"} 1",
+                "workqueue_adds_total{name=\"pods\"} 3",
+            ],
+        );
     }
 }

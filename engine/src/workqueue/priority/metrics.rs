@@ -11,23 +11,18 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::super::clock::{Clock, Time};
+use super::super::clock::Time;
 use super::super::metrics::{
-    seconds, unfinished_seconds, CounterMetric, DepthWithPriorityMetric, HistogramMetric,
-    MetricsProvider, QueueConfig, SettableGaugeMetric,
+    CounterMetric, DepthWithPriorityMetric, MetricsProvider, QueueConfig, Timings,
 };
 use super::Priority;
 
 /// A priority queue's metrics. The per-key times live in the queue's entries.
 pub(crate) struct PriorityMetrics {
-    clock: Arc<dyn Clock>,
     depth: Arc<dyn DepthWithPriorityMetric>,
     adds: Arc<dyn CounterMetric>,
-    latency: Arc<dyn HistogramMetric>,
-    work_duration: Arc<dyn HistogramMetric>,
-    unfinished_work: Arc<dyn SettableGaugeMetric>,
-    longest_running: Arc<dyn SettableGaugeMetric>,
     retries: Arc<dyn CounterMetric>,
+    timings: Timings,
 }
 
 impl PriorityMetrics {
@@ -36,14 +31,10 @@ impl PriorityMetrics {
     pub(crate) fn from_config(config: &QueueConfig) -> Option<Self> {
         let (name, provider): (&str, &Arc<dyn MetricsProvider>) = config.enabled_provider()?;
         Some(Self {
-            clock: Arc::clone(config.get_clock()),
             depth: provider.new_depth_with_priority_metric(name),
             adds: provider.new_adds_metric(name),
-            latency: provider.new_latency_metric(name),
-            work_duration: provider.new_work_duration_metric(name),
-            unfinished_work: provider.new_unfinished_work_seconds_metric(name),
-            longest_running: provider.new_longest_running_processor_seconds_metric(name),
             retries: provider.new_retries_metric(name),
+            timings: Timings::new(&**provider, name, config.get_clock()),
         })
     }
 
@@ -51,7 +42,7 @@ impl PriorityMetrics {
     pub(crate) fn add(&self, priority: Priority) -> Time {
         self.adds.inc();
         self.depth.inc(priority);
-        self.clock.now()
+        self.timings.clock.now()
     }
 
     /// A ready entry's priority rose.
@@ -63,17 +54,12 @@ impl PriorityMetrics {
     /// An entry ready since `ready_since` was handed out; returns its start time.
     pub(crate) fn get(&self, priority: Priority, ready_since: Time) -> Time {
         self.depth.dec(priority);
-        let now = self.clock.now();
-        self.latency
-            .observe(seconds(now.saturating_duration_since(ready_since)));
-        now
+        self.timings.handed_out(Some(ready_since))
     }
 
     /// A key handed out at `started` is done.
     pub(crate) fn done(&self, started: Time) {
-        let now = self.clock.now();
-        self.work_duration
-            .observe(seconds(now.saturating_duration_since(started)));
+        self.timings.done(Some(started));
     }
 
     /// An add carried a delay.
@@ -83,9 +69,7 @@ impl PriorityMetrics {
 
     /// Sets the unfinished-work gauges from the start times of the keys being processed.
     pub(crate) fn update_unfinished(&self, started: impl IntoIterator<Item = Time>) {
-        let (total, oldest) = unfinished_seconds(self.clock.now(), started);
-        self.unfinished_work.set(total);
-        self.longest_running.set(oldest);
+        self.timings.update_unfinished(started);
     }
 }
 
