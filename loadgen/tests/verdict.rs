@@ -200,11 +200,13 @@ fn an_index_that_loses_a_key_fails_the_verdict() {
     assert!(failures.iter().any(|f| f.starts_with("index node[")));
 }
 
+/// A corruption of a run's counters, and the start of the failure it must cause.
+type Corruption = (fn(&mut Counters), &'static str);
+
 #[test]
 fn lost_duplicated_or_regressing_deltas_fail_the_verdict() {
     let (gen, done, _, _) = w1_reference();
-    // A corruption of the counters, and the start of the failure it must cause.
-    let cases: [(fn(&mut Counters), &str); 6] = [
+    let cases: [Corruption; 6] = [
         (
             |c| {
                 c.updated -= 1;
