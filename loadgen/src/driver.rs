@@ -378,28 +378,15 @@ impl Consumer {
                 }
                 DeltaObject::Object(pod) => pod,
             };
-            let event = match delta.kind {
-                DeltaType::Added => {
-                    self.counters.added += 1;
-                    true
-                }
-                DeltaType::Updated => {
-                    self.counters.updated += 1;
-                    true
-                }
-                DeltaType::Deleted => {
-                    self.counters.deleted += 1;
-                    true
-                }
-                DeltaType::Replaced => {
-                    self.counters.replaced += 1;
-                    false
-                }
-                DeltaType::Sync => {
-                    self.counters.synced += 1;
-                    false
-                }
+            // Its counter, and whether it is an event (not a relist's or a resync's).
+            let (counter, event) = match delta.kind {
+                DeltaType::Added => (&mut self.counters.added, true),
+                DeltaType::Updated => (&mut self.counters.updated, true),
+                DeltaType::Deleted => (&mut self.counters.deleted, true),
+                DeltaType::Replaced => (&mut self.counters.replaced, false),
+                DeltaType::Sync => (&mut self.counters.synced, false),
             };
+            *counter += 1;
             // Only event objects are enqueued once and carry stamps of this run: relists are
             // fresh allocations, and a Sync re-delivers a stored object.
             if event {

@@ -2,8 +2,6 @@
 //! them, the shard/consumer/reader counts, handler cost, pacing, and how a workload reaches the
 //! engine.
 
-use std::fmt;
-use std::str::FromStr;
 use std::time::Duration;
 
 use workloads::Workload;
@@ -33,26 +31,12 @@ impl EngineKind {
     }
 }
 
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// An engine name that is neither `reference` nor `sharded`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown engine {0:?}: expected reference, sharded or all")]
 pub struct UnknownEngine(pub String);
 
-impl FromStr for EngineKind {
-    type Err = UnknownEngine;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EngineKind::ALL
-            .into_iter()
-            .find(|e| e.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownEngine(s.to_string()))
-    }
-}
+workloads::display_and_parse_by_name!(EngineKind, UnknownEngine);
 
 /// Parses a `--consumers` argument: at least one (zero consumers would never drain the queue,
 /// and quietly running one instead would report a run that was not the one asked for).

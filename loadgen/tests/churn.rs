@@ -17,7 +17,7 @@ use loadgen::serve::objects::VERSION_LABEL;
 use loadgen::serve::Server;
 use serde_json::Value;
 use workloads::{generate, Workload, WorkloadSpec};
-use writes_common::{loadgen_with, start_writable as start, stderr};
+use writes_common::{foreign, loadgen_with, start_writable as start, stderr};
 
 const NAMESPACE: &str = "churn";
 
@@ -154,16 +154,6 @@ async fn churn_leaves_the_models_final_state() {
         );
         server.stop().await.unwrap();
     }
-}
-
-fn foreign(name: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": { "app": "not-loadgen" } },
-        "spec": { "containers": [{ "name": "c", "image": "nginx:1" }] },
-    }))
-    .unwrap()
 }
 
 /// (b) Foreign pods: without `--allow-foreign` the churn refuses, with a clear message and a

@@ -9,26 +9,15 @@ mod writes_common;
 use std::path::Path;
 use std::process::Output;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use loadgen::commands::churn::RUN_LABEL;
-use writes_common::{api, loadgen_with, pods, start_writable as start, stderr};
+use writes_common::{api, foreign, loadgen_with, pods, start_writable as start, stderr};
 
 const NAMESPACE: &str = "soak";
 
 /// `loadgen soak --kubeconfig FILE ARGS`.
 async fn soak(kubeconfig: &Path, args: &[&str]) -> Output {
     loadgen_with("soak", kubeconfig, args).await
-}
-
-fn foreign(name: &str) -> Pod {
-    serde_json::from_value(serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": { "app": "not-loadgen" } },
-        "spec": { "containers": [{ "name": "c", "image": "nginx:1" }] },
-    }))
-    .unwrap()
 }
 
 /// The value of `figure`'s row in soak.md.

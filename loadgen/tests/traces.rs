@@ -37,44 +37,50 @@ enum Compare {
 
 /// One engine configuration and what it is held to.
 struct EngineConfig {
-    label: &'static str,
-    args: &'static [&'static str],
+    /// The sharded engine's `--shards`; `None` is the reference engine.
+    shards: Option<&'static str>,
     suites: &'static [Suite],
     compare: Compare,
 }
 
+impl EngineConfig {
+    const fn new(shards: Option<&'static str>, suites: &'static [Suite], compare: Compare) -> Self {
+        EngineConfig {
+            shards,
+            suites,
+            compare,
+        }
+    }
+
+    /// The `loadgen` command line.
+    fn args(&self) -> Vec<&'static str> {
+        match self.shards {
+            None => vec!["ops", "--engine", "reference"],
+            Some(shards) => vec!["ops", "--engine", "sharded", "--shards", shards],
+        }
+    }
+
+    /// As failures name it: `reference`, `sharded, 1 shard`, `sharded, 2 shards, grouped`.
+    fn label(&self) -> String {
+        let Some(shards) = self.shards else {
+            return "reference".to_owned();
+        };
+        let plural = if shards == "1" { "" } else { "s" };
+        let grouped = match self.compare {
+            Compare::LineByLine => "",
+            Compare::GroupedByKey => ", grouped",
+        };
+        format!("sharded, {shards} shard{plural}{grouped}")
+    }
+}
+
 /// To add an engine configuration, add a row.
 const CONFIGS: &[EngineConfig] = &[
-    EngineConfig {
-        label: "reference",
-        args: &["ops", "--engine", "reference"],
-        suites: &[Suite::Exact, Suite::Drain],
-        compare: Compare::LineByLine,
-    },
-    EngineConfig {
-        label: "sharded, 1 shard",
-        args: &["ops", "--engine", "sharded", "--shards", "1"],
-        suites: &[Suite::Exact],
-        compare: Compare::LineByLine,
-    },
-    EngineConfig {
-        label: "sharded, 1 shard, grouped",
-        args: &["ops", "--engine", "sharded", "--shards", "1"],
-        suites: &[Suite::Drain],
-        compare: Compare::GroupedByKey,
-    },
-    EngineConfig {
-        label: "sharded, 2 shards, grouped",
-        args: &["ops", "--engine", "sharded", "--shards", "2"],
-        suites: &[Suite::Drain],
-        compare: Compare::GroupedByKey,
-    },
-    EngineConfig {
-        label: "sharded, 64 shards, grouped",
-        args: &["ops", "--engine", "sharded", "--shards", "64"],
-        suites: &[Suite::Drain],
-        compare: Compare::GroupedByKey,
-    },
+    EngineConfig::new(None, &[Suite::Exact, Suite::Drain], Compare::LineByLine),
+    EngineConfig::new(Some("1"), &[Suite::Exact], Compare::LineByLine),
+    EngineConfig::new(Some("1"), &[Suite::Drain], Compare::GroupedByKey),
+    EngineConfig::new(Some("2"), &[Suite::Drain], Compare::GroupedByKey),
+    EngineConfig::new(Some("64"), &[Suite::Drain], Compare::GroupedByKey),
 ];
 
 struct Trace {
@@ -98,7 +104,7 @@ fn every_trace_matches_its_hand_worked_output_on_every_engine() {
         for trace in traces.iter().filter(|t| config.suites.contains(&t.suite)) {
             runs += 1;
             if let Err(why) = check(config, trace) {
-                failures.push(format!("{} [{}]: {why}", trace.name, config.label));
+                failures.push(format!("{} [{}]: {why}", trace.name, config.label()));
             }
         }
     }
@@ -210,7 +216,7 @@ fn group_pops_by_key(lines: &[Value]) -> Vec<Segment> {
 /// Runs one trace through one configuration and compares; the error says where and how the
 /// output differs.
 fn check(config: &EngineConfig, trace: &Trace) -> Result<(), String> {
-    let output = common::run_loadgen(config.args, trace.input.as_bytes());
+    let output = common::run_loadgen(&config.args(), trace.input.as_bytes());
     let stderr = String::from_utf8_lossy(&output.stderr);
     if !output.status.success() {
         return Err(format!("exited with {}; stderr:\n{stderr}", output.status));

@@ -2,11 +2,13 @@
 
 #![forbid(unsafe_code)]
 
+mod common;
+
 use std::sync::Arc;
 
 use kcache::{IndexError, Indexer, Indexers, Key, KeyError, KnownObjects, Store};
 use loadgen::driver::{execute, Finished};
-use loadgen::engines::{EngineConfig, EngineKind, Mode};
+use loadgen::engines::{EngineKind, Mode};
 use loadgen::progress::NoProgress;
 use loadgen::verdict::{check, Counters};
 use workloads::{generate, Generated, Pod, Workload, WorkloadSpec};
@@ -17,21 +19,18 @@ fn spec(w: Workload) -> WorkloadSpec {
 
 fn run(engine: EngineKind, w: Workload) -> (Generated, Finished) {
     let gen = generate(&spec(w));
-    let cfg = EngineConfig {
-        shards: 4,
-        consumers: 2,
-        readers: 2,
-        handler_cost: if w == Workload::W5 {
-            std::time::Duration::from_micros(2)
-        } else {
-            std::time::Duration::ZERO
-        },
-        rate: None,
-        max_queued_deltas: 0,
-        compact_updates: false,
-    };
+    let cfg = common::engine_config(4, 2, w, std::time::Duration::from_micros(2));
     let done = execute(engine, &gen, Mode::of(w), &cfg, &NoProgress).expect("workload fits");
     (gen, done)
+}
+
+/// Asserts the verdict on `done` fails, with a failure that mentions `what`.
+fn assert_fails_with(gen: &Generated, done: &Finished, what: &str) {
+    let verdict = check(&gen.model, &*done.store, &done.counters);
+    assert!(
+        verdict.failures().iter().any(|f| f.contains(what)),
+        "{verdict}"
+    );
 }
 
 /// A correct reference run of W1, and one alive and one deleted pod of its model.
@@ -100,23 +99,14 @@ fn a_wrong_version_in_the_store_fails_the_verdict() {
         alive.key.clone(),
         pod_like(&alive, alive.version + 1, alive.node.clone()),
     );
-    let verdict = check(&gen.model, &*done.store, &done.counters);
-    assert!(!verdict.is_ok());
-    assert!(
-        verdict.failures().iter().any(|f| f.contains("version")),
-        "{verdict}"
-    );
+    assert_fails_with(&gen, &done, "version");
 }
 
 #[test]
 fn a_missing_key_fails_the_verdict() {
     let (gen, done, alive, _) = w1_reference();
     done.store.remove_by_key(&alive.key);
-    let verdict = check(&gen.model, &*done.store, &done.counters);
-    assert!(
-        verdict.failures().iter().any(|f| f.contains("missing key")),
-        "{verdict}"
-    );
+    assert_fails_with(&gen, &done, "missing key");
 }
 
 #[test]
@@ -124,11 +114,7 @@ fn an_extra_key_fails_the_verdict() {
     let (gen, done, alive, dead) = w1_reference();
     let ghost = Arc::new(Pod::new(0, dead.clone(), alive.namespace.clone(), None, 1));
     done.store.insert_by_key(dead, ghost);
-    let verdict = check(&gen.model, &*done.store, &done.counters);
-    assert!(
-        verdict.failures().iter().any(|f| f.contains("extra key")),
-        "{verdict}"
-    );
+    assert_fails_with(&gen, &done, "extra key");
 }
 
 #[test]
@@ -214,61 +200,56 @@ fn an_index_that_loses_a_key_fails_the_verdict() {
     assert!(failures.iter().any(|f| f.starts_with("index node[")));
 }
 
+/// A corruption of a run's counters, and the start of the failure it must cause.
+type Corruption = (fn(&mut Counters), &'static str);
+
 #[test]
 fn lost_duplicated_or_regressing_deltas_fail_the_verdict() {
     let (gen, done, _, _) = w1_reference();
-    let corrupt = |f: fn(&mut Counters)| {
-        let mut c = done.counters;
-        f(&mut c);
-        check(&gen.model, &*done.store, &c)
-    };
-    let lost = corrupt(|c| {
-        c.updated -= 1;
-        c.deltas -= 1;
-        c.on_update -= 1;
-    });
-    assert!(
-        lost.failures()
-            .iter()
-            .any(|f| f.starts_with("Updated deltas")),
-        "{lost}"
-    );
-    let duplicated = corrupt(|c| {
-        c.added += 1;
-        c.deltas += 1;
-        c.on_update += 1;
-    });
-    assert!(duplicated
-        .failures()
-        .iter()
-        .any(|f| f.starts_with("Added deltas")));
-    let twice = corrupt(|c| c.duplicated = 1);
-    assert!(twice
-        .failures()
-        .iter()
-        .any(|f| f.starts_with("event objects delivered twice")));
-    let regressed = corrupt(|c| c.version_regressions = 1);
-    assert!(regressed
-        .failures()
-        .iter()
-        .any(|f| f.starts_with("version regressions")));
-    let tombstone = corrupt(|c| {
-        c.tombstones += 1;
-        c.deltas += 1;
-        c.on_delete += 1;
-    });
-    assert!(tombstone
-        .failures()
-        .iter()
-        .any(|f| f.starts_with("tombstones")));
-    let unbalanced = corrupt(|c| {
-        c.on_add -= 1;
-        c.on_update += 1;
-    });
-    assert!(unbalanced
-        .failures()
-        .iter()
-        .any(|f| f.starts_with("handler balance")));
+    let cases: [Corruption; 6] = [
+        (
+            |c| {
+                c.updated -= 1;
+                c.deltas -= 1;
+                c.on_update -= 1;
+            },
+            "Updated deltas",
+        ),
+        (
+            |c| {
+                c.added += 1;
+                c.deltas += 1;
+                c.on_update += 1;
+            },
+            "Added deltas",
+        ),
+        (|c| c.duplicated = 1, "event objects delivered twice"),
+        (|c| c.version_regressions = 1, "version regressions"),
+        (
+            |c| {
+                c.tombstones += 1;
+                c.deltas += 1;
+                c.on_delete += 1;
+            },
+            "tombstones",
+        ),
+        (
+            |c| {
+                c.on_add -= 1;
+                c.on_update += 1;
+            },
+            "handler balance",
+        ),
+    ];
+    for (corrupt, failure) in cases {
+        let mut counters = done.counters;
+        corrupt(&mut counters);
+        let verdict = check(&gen.model, &*done.store, &counters);
+        assert!(
+            verdict.failures().iter().any(|f| f.starts_with(failure)),
+            "{failure}: {verdict}"
+        );
+    }
 }
 
 #[test]

@@ -8,7 +8,10 @@
 
 #![forbid(unsafe_code)]
 
+mod common;
+
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use kcache::Indexer;
 use loadgen::driver::execute;
@@ -55,67 +58,65 @@ fn snapshot(store: &dyn Indexer<Pod>) -> Snapshot {
 }
 
 fn config(shards: usize, consumers: usize, workload: Workload) -> EngineConfig {
-    EngineConfig {
-        shards,
-        consumers,
-        readers: 2,
-        handler_cost: if workload == Workload::W5 {
-            std::time::Duration::from_micros(1)
-        } else {
-            std::time::Duration::ZERO
-        },
-        rate: None,
-        max_queued_deltas: 0,
-        compact_updates: false,
-    }
+    common::engine_config(shards, consumers, workload, Duration::from_micros(1))
 }
+
+/// The seeds of the two tests.
+const SEED_A: u64 = 11;
+const SEED_B: u64 = 12;
 
 #[test]
 fn every_workload_ends_in_the_same_state_on_both_engines() {
-    let s = scale();
     for workload in Workload::ALL {
-        let spec = WorkloadSpec::new(workload)
-            .keys(500 * s)
-            .events(5_000 * s)
-            .seed(11);
-        let gen = generate(&spec);
-        let mode = Mode::of(workload);
-        let reference = execute(
-            EngineKind::Reference,
-            &gen,
-            mode,
-            &config(1, 1, workload),
-            &NoProgress,
-        )
-        .expect("reference runs");
-        let verdict = loadgen::verdict::check(&gen.model, &*reference.store, &reference.counters);
+        let runs = [
+            (EngineKind::Reference, 1, 1),
+            (EngineKind::Sharded, 1, 1),
+            (EngineKind::Sharded, 2, 2),
+            (EngineKind::Sharded, 64, 3),
+        ];
+        runs_agree(workload, SEED_A, &runs, |shards, consumers| {
+            config(shards, consumers, workload)
+        });
+    }
+}
+
+/// Runs `workload` (500 keys and 5,000 events times the scale, from `seed`) on each of `runs`
+/// (the reference first: engine, shards, consumers) with the knobs `cfg` gives: each must pass
+/// the verdict (a compacting queue's, where `cfg` compacts), and end with the reference's store.
+fn runs_agree(
+    workload: Workload,
+    seed: u64,
+    runs: &[(EngineKind, usize, usize)],
+    cfg: impl Fn(usize, usize) -> EngineConfig,
+) {
+    let s = scale();
+    let spec = WorkloadSpec::new(workload)
+        .keys(500 * s)
+        .events(5_000 * s)
+        .seed(seed);
+    let gen = &generate(&spec);
+    let mut expected = None;
+    for &(engine, shards, consumers) in runs {
+        let cfg = cfg(shards, consumers);
+        let done = execute(engine, gen, Mode::of(workload), &cfg, &NoProgress).expect("runs");
+        let verdict = loadgen::verdict::check_with(
+            &gen.model,
+            &*done.store,
+            &done.counters,
+            cfg.compact_updates,
+        );
         assert!(
             verdict.is_ok(),
-            "{workload:?} reference: {:?}",
+            "{workload:?} {engine:?} {shards}x{consumers}: {:?}",
             verdict.failures()
         );
-        let expected = snapshot(&*reference.store);
-
-        for (shards, consumers) in [(1, 1), (2, 2), (64, 3)] {
-            let sharded = execute(
-                EngineKind::Sharded,
-                &gen,
-                mode,
-                &config(shards, consumers, workload),
-                &NoProgress,
-            )
-            .expect("sharded runs");
-            let verdict = loadgen::verdict::check(&gen.model, &*sharded.store, &sharded.counters);
-            assert!(
-                verdict.is_ok(),
-                "{workload:?} sharded {shards}x{consumers}: {:?}",
-                verdict.failures()
-            );
-            assert_eq!(
-                snapshot(&*sharded.store),
-                expected,
-                "{workload:?}: sharded ({shards} shards, {consumers} consumers) differs from reference"
-            );
+        let got = snapshot(&*done.store);
+        match &expected {
+            None => expected = Some(got),
+            Some(expected) => assert_eq!(
+                &got, expected,
+                "{workload:?}: {engine:?} {shards}x{consumers} differs from the reference"
+            ),
         }
     }
 }
@@ -125,44 +126,20 @@ fn every_workload_ends_in_the_same_state_on_both_engines() {
 /// reference's; only the counts of compacted `Updated`/`Replaced` deltas may fall short.
 #[test]
 fn every_workload_ends_in_the_same_state_with_a_bound_and_compaction() {
-    let s = scale();
     for workload in Workload::ALL {
         let mode = Mode::of(workload);
         if mode != Mode::Queue {
             continue;
         }
-        let spec = WorkloadSpec::new(workload)
-            .keys(500 * s)
-            .events(5_000 * s)
-            .seed(12);
-        let gen = generate(&spec);
-        let mut expected = None;
-        for (engine, shards, consumers) in [
+        let runs = [
             (EngineKind::Reference, 1, 1),
             (EngineKind::Sharded, 1, 1),
             (EngineKind::Sharded, 4, 2),
-        ] {
-            let cfg = EngineConfig {
-                max_queued_deltas: 64,
-                compact_updates: true,
-                ..config(shards, consumers, workload)
-            };
-            let done = execute(engine, &gen, mode, &cfg, &NoProgress).expect("runs");
-            let verdict =
-                loadgen::verdict::check_with(&gen.model, &*done.store, &done.counters, true);
-            assert!(
-                verdict.is_ok(),
-                "{workload:?} {engine:?} {shards}x{consumers}: {:?}",
-                verdict.failures()
-            );
-            let got = snapshot(&*done.store);
-            match &expected {
-                None => expected = Some(got),
-                Some(expected) => assert_eq!(
-                    &got, expected,
-                    "{workload:?}: {engine:?} {shards}x{consumers} differs from the reference"
-                ),
-            }
-        }
+        ];
+        runs_agree(workload, SEED_B, &runs, |shards, consumers| EngineConfig {
+            max_queued_deltas: 64,
+            compact_updates: true,
+            ..config(shards, consumers, workload)
+        });
     }
 }

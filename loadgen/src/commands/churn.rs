@@ -1014,6 +1014,39 @@ mod tests {
         gets: Cell<u32>,
     }
 
+    impl Fake {
+        fn new(stored: Pod, conflicts: u32) -> Fake {
+            Fake {
+                stored: RefCell::new(stored),
+                conflicts: Cell::new(conflicts),
+                gets: Cell::new(0),
+            }
+        }
+
+        /// Replaces our run's `lg-pod-1` (read at version 10) through `replace_retrying`.
+        fn replace_ours(&self) -> Result<(Pod, u32), ChurnError> {
+            block_on(replace_retrying(
+                self,
+                "lg-pod-1",
+                "r1",
+                &ours(10, "r1"),
+                set_version,
+            ))
+        }
+    }
+
+    /// The resource version after `stored`'s: one past it.
+    fn next_version(stored: &Pod) -> Option<String> {
+        let rv: u64 = stored
+            .metadata
+            .resource_version
+            .as_deref()
+            .unwrap()
+            .parse()
+            .unwrap();
+        Some((rv + 1).to_string())
+    }
+
     fn conflict() -> kube::Error {
         kube::Error::Api(Box::new(kube::core::Status::failure(
             "the object has been modified; please apply your changes to the latest version and try again",
@@ -1034,25 +1067,11 @@ mod tests {
             {
                 self.conflicts.set(self.conflicts.get().saturating_sub(1));
                 // Someone else (the kubelet) writes meanwhile: a new version.
-                let rv: u64 = stored
-                    .metadata
-                    .resource_version
-                    .as_deref()
-                    .unwrap()
-                    .parse()
-                    .unwrap();
-                stored.metadata.resource_version = Some((rv + 1).to_string());
+                stored.metadata.resource_version = next_version(&stored);
                 return Err(conflict());
             }
             let mut new = pod.clone();
-            let rv: u64 = stored
-                .metadata
-                .resource_version
-                .as_deref()
-                .unwrap()
-                .parse()
-                .unwrap();
-            new.metadata.resource_version = Some((rv + 1).to_string());
+            new.metadata.resource_version = next_version(&stored);
             *stored = new.clone();
             Ok(new)
         }
@@ -1082,19 +1101,8 @@ mod tests {
 
     #[test]
     fn a_conflict_is_retried_on_the_pod_read_again() {
-        let fake = Fake {
-            stored: RefCell::new(ours(10, "r1")),
-            conflicts: Cell::new(2),
-            gets: Cell::new(0),
-        };
-        let (stored, conflicts) = block_on(replace_retrying(
-            &fake,
-            "lg-pod-1",
-            "r1",
-            &ours(10, "r1"),
-            set_version,
-        ))
-        .unwrap();
+        let fake = Fake::new(ours(10, "r1"), 2);
+        let (stored, conflicts) = fake.replace_ours().unwrap();
         assert_eq!(conflicts, 2);
         assert_eq!(fake.gets.get(), 2, "one GET per conflict");
         assert_eq!(stored.metadata.resource_version.as_deref(), Some("13"));
@@ -1103,38 +1111,16 @@ mod tests {
 
     #[test]
     fn endless_conflicts_give_up() {
-        let fake = Fake {
-            stored: RefCell::new(ours(10, "r1")),
-            conflicts: Cell::new(u32::MAX),
-            gets: Cell::new(0),
-        };
-        let err = block_on(replace_retrying(
-            &fake,
-            "lg-pod-1",
-            "r1",
-            &ours(10, "r1"),
-            set_version,
-        ))
-        .unwrap_err();
+        let fake = Fake::new(ours(10, "r1"), u32::MAX);
+        let err = fake.replace_ours().unwrap_err();
         assert!(matches!(err, ChurnError::Conflicts(_)), "{err}");
         assert_eq!(fake.gets.get(), MAX_CONFLICT_RETRIES);
     }
 
     #[test]
     fn a_pod_someone_else_took_over_is_left_alone() {
-        let fake = Fake {
-            stored: RefCell::new(ours(10, "someone-else")),
-            conflicts: Cell::new(1),
-            gets: Cell::new(0),
-        };
-        let err = block_on(replace_retrying(
-            &fake,
-            "lg-pod-1",
-            "r1",
-            &ours(10, "r1"),
-            set_version,
-        ))
-        .unwrap_err();
+        let fake = Fake::new(ours(10, "someone-else"), 1);
+        let err = fake.replace_ours().unwrap_err();
         assert!(matches!(err, ChurnError::NotOurs { .. }), "{err}");
         assert_eq!(
             fake.stored

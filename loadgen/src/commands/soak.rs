@@ -274,6 +274,20 @@ fn sample(
     }
 }
 
+/// The start of a progress line on stderr, up to the lag's number (whose unit follows).
+fn progress_start(s: &Sample) -> String {
+    format!(
+        "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {}",
+        s.seconds,
+        s.rss as f64 / 1048576.0,
+        s.threads,
+        s.fds,
+        s.informer_queue,
+        s.workqueue,
+        s.lag_events,
+    )
+}
+
 /// Events the informer has not seen: after a restart without state its version is ahead of
 /// the server's until it relists, and it has seen none of the new server's events.
 fn lag(server_rv: u64, informer_rv: &str) -> u64 {
@@ -620,16 +634,9 @@ async fn soak(args: SoakArgs) -> Result<bool, String> {
                 total,
             );
             eprintln!(
-                "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {} events \
-                 (server at {}, informer at {:?}), {} reconciles, segment {segment}, faults {}, \
-                 watch errors {:?}",
-                s.seconds,
-                s.rss as f64 / 1048576.0,
-                s.threads,
-                s.fds,
-                s.informer_queue,
-                s.workqueue,
-                s.lag_events,
+                "{} events (server at {}, informer at {:?}), {} reconciles, segment {segment}, \
+                 faults {}, watch errors {:?}",
+                progress_start(&s),
                 server_rv,
                 informer_rv,
                 reconciles.load(Ordering::Relaxed),

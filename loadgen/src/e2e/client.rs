@@ -155,21 +155,32 @@ pub struct ClientOutcome {
 
 /// `loadgen e2e-client`.
 pub fn main(args: E2eClientArgs) -> ExitCode {
+    run_and_print("e2e-client", args.client.name(), run(&args))
+}
+
+/// What a child command (`e2e-client`, `e2e-watchers`) does with its `run`: drives it on a new
+/// async runtime and prints its outcome as one JSON line; a failure goes to stderr as
+/// `loadgen COMMAND (CLIENT): ERROR`.
+pub(super) fn run_and_print<T: Serialize>(
+    command: &str,
+    client: &str,
+    run: impl Future<Output = Result<T, String>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
-            eprintln!("loadgen e2e-client: cannot start the async runtime: {e}");
+            eprintln!("loadgen {command}: cannot start the async runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(&args)) {
+    match runtime.block_on(run) {
         Ok(outcome) => {
             let line = serde_json::to_string(&outcome).expect("plain numbers serialise");
             println!("{line}");
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("loadgen e2e-client ({}): {e}", args.client.name());
+            eprintln!("loadgen {command} ({client}): {e}");
             ExitCode::FAILURE
         }
     }

@@ -24,8 +24,10 @@ use hdrhistogram::Histogram;
 use crate::kube_churn::{cleanup, read_record, spawn_held};
 pub use crate::kube_churn::{cluster_url, Target};
 
-use super::client::{read_seen, ClientOutcome};
-use super::{child_lines, end_child, seen_path, wait_child, ClientReport, OneClient, SYNC_TIMEOUT};
+use super::client::read_seen;
+use super::{
+    client_report, end_child, seen_path, wait_child, ClientReport, OneClient, SYNC_TIMEOUT,
+};
 
 /// One row: `client` in a child against `target`, while a `loadgen churn` child writes.
 pub async fn run_client(
@@ -39,7 +41,7 @@ pub async fn run_client(
     let seen = seen_path(client);
     let record: PathBuf = seen.with_extension("record");
     let mut churn = spawn_held(exe, target, &run, &record)?;
-    let mut churn_lines = child_lines(&mut churn);
+    let mut churn_lines = crate::kube_churn::lines(&mut churn);
     match tokio::time::timeout(SYNC_TIMEOUT, churn_lines.recv()).await {
         Ok(Some(line)) if line == "populated" => {}
         other => {
@@ -105,7 +107,7 @@ async fn measure(
             return Err(format!("cannot start {} e2e-client: {e}", exe.display()));
         }
     };
-    let mut lines = child_lines(&mut child);
+    let mut lines = crate::kube_churn::lines(&mut child);
     let synced = tokio::time::timeout(SYNC_TIMEOUT, lines.recv()).await;
     if !matches!(&synced, Ok(Some(line)) if line == "synced") {
         end_child(child).await;
@@ -132,23 +134,11 @@ async fn measure(
     }
     let returned = read_record(record)?;
     let last = returned.keys().max().copied();
-    if let Some(mut stdin) = child.stdin.take() {
-        let line = match last {
-            Some(rv) => format!("churned {rv}\n"),
-            None => "churned\n".to_owned(),
-        };
-        let _ = stdin.write_all(line.as_bytes());
-    }
-    let status = wait_child(child).await?;
-    let mut last_line = None;
-    while let Some(line) = lines.recv().await {
-        last_line = Some(line);
-    }
-    let outcome: ClientOutcome = last_line
-        .and_then(|line| serde_json::from_str(&line).ok())
-        .ok_or_else(|| {
-            format!("the client process ended with {status} and no report (its error is above)")
-        })?;
+    let churned = match last {
+        Some(rv) => format!("churned {rv}\n"),
+        None => "churned\n".to_owned(),
+    };
+    let outcome = client_report(child, &mut lines, &churned).await?;
     let events =
         read_seen(&seen.to_path_buf()).map_err(|e| format!("reading {}: {e}", seen.display()))?;
     let mut lags = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)

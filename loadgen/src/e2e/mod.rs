@@ -620,22 +620,6 @@ impl Timeline {
 /// How long a client may take to list and sync before the churn starts.
 const SYNC_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// The lines of `child`'s stdout, as they come; the channel closes at its end.
-fn child_lines(child: &mut std::process::Child) -> tokio::sync::mpsc::UnboundedReceiver<String> {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    if let Some(stdout) = child.stdout.take() {
-        std::thread::spawn(move || {
-            for line in std::io::BufRead::lines(std::io::BufReader::new(stdout)) {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    rx
-}
-
 /// Kills a client that will not be asked for its report, and reaps it (no zombie left behind
 /// across a capacity search's probes).
 async fn end_child(mut child: std::process::Child) {
@@ -644,6 +628,27 @@ async fn end_child(mut child: std::process::Child) {
 }
 
 /// Waits for the client process to exit, off the runtime's threads.
+/// Tells a client process the churn has ended (`churned`, a line of its stdin) and reads its
+/// report: the last line it writes to `lines` (its stdout) before it exits.
+async fn client_report(
+    mut child: std::process::Child,
+    lines: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+    churned: &str,
+) -> Result<ClientOutcome, String> {
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(churned.as_bytes());
+    }
+    let status = wait_child(child).await?;
+    let mut last = None;
+    while let Some(line) = lines.recv().await {
+        last = Some(line);
+    }
+    last.and_then(|line| serde_json::from_str(&line).ok())
+        .ok_or_else(|| {
+            format!("the client process ended with {status} and no report (its error is above)")
+        })
+}
+
 async fn wait_child(mut child: std::process::Child) -> Result<std::process::ExitStatus, String> {
     tokio::task::spawn_blocking(move || child.wait())
         .await
@@ -691,7 +696,7 @@ async fn run_client(
         .stderr(Stdio::inherit())
         .spawn()
         .map_err(|e| format!("cannot start {} e2e-client: {e}", exe.display()))?;
-    let mut lines = child_lines(&mut child);
+    let mut lines = crate::kube_churn::lines(&mut child);
 
     // The churn starts once the client has listed and its handler has seen the list: the lag
     // measured is the steady state's, not that of events waiting behind the initial list.
@@ -733,19 +738,7 @@ async fn run_client(
     .map_err(|e| format!("writing {}: {e}", expected.display()))?;
     drop(final_state);
     // The child may have died already; its exit status tells below.
-    if let Some(mut stdin) = child.stdin.take() {
-        let _ = stdin.write_all(b"churned\n");
-    }
-    let status = wait_child(child).await?;
-    let mut last = None;
-    while let Some(line) = lines.recv().await {
-        last = Some(line);
-    }
-    let outcome: ClientOutcome = last
-        .and_then(|line| serde_json::from_str(&line).ok())
-        .ok_or_else(|| {
-            format!("the client process ended with {status} and no report (its error is above)")
-        })?;
+    let outcome = client_report(child, &mut lines, "churned\n").await?;
     let events = read_seen(&seen).map_err(|e| format!("reading {}: {e}", seen.display()));
     let _ = std::fs::remove_file(&seen);
     let _ = std::fs::remove_file(&expected);

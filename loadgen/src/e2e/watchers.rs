@@ -34,11 +34,11 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use super::client::{
-    process_cpu_seconds, read_expected, read_seen, say_synced, start_client, wait_for_catch_up,
-    wait_for_churned, write_expected, ReadCache, Seen, Stop, Synced,
+    process_cpu_seconds, read_expected, read_seen, run_and_print, say_synced, start_client,
+    wait_for_catch_up, wait_for_churned, write_expected, ReadCache, Seen, Stop, Synced,
 };
 use super::discard::{served_resource_version, Discarded, Reader};
-use super::{child_lines, end_child, wait_child, write_figures, E2eArgs, OneClient, Timeline};
+use super::{end_child, wait_child, write_figures, E2eArgs, OneClient, Timeline};
 use crate::serve::Server;
 use crate::sync::lock;
 use workloads::WorkloadSpec;
@@ -341,7 +341,7 @@ async fn run(
             .spawn();
         match spawned {
             Ok(mut process) => {
-                let lines = child_lines(&mut process);
+                let lines = crate::kube_churn::lines(&mut process);
                 children.push(Child { process, lines });
             }
             Err(e) => {
@@ -576,24 +576,7 @@ fn print_report(r: &FanOutReport, args: &E2eArgs) {
 
 /// `loadgen e2e-watchers`.
 pub fn child_main(args: E2eWatchersArgs) -> ExitCode {
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(runtime) => runtime,
-        Err(e) => {
-            eprintln!("loadgen e2e-watchers: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(child(&args)) {
-        Ok(outcome) => {
-            let line = serde_json::to_string(&outcome).expect("plain numbers serialise");
-            println!("{line}");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("loadgen e2e-watchers ({}): {e}", args.client.name());
-            ExitCode::FAILURE
-        }
-    }
+    run_and_print("e2e-watchers", args.client.name(), child(&args))
 }
 
 /// Each watcher's lag p99 and maximum (microseconds) over `seen` (version, unix nanoseconds).
@@ -618,6 +601,32 @@ struct Cached {
     received: Arc<AtomicU64>,
 }
 
+/// What a child knows once its watchers have synced and the churn has ended.
+struct AfterChurn {
+    /// The process's CPU time at sync.
+    cpu_at_sync: Option<f64>,
+    /// When the parent said the churn had ended.
+    churn_end: Instant,
+    /// When each churned version was published.
+    timeline: Timeline,
+    /// The server's resource version at the end.
+    last: u64,
+}
+
+/// Says the watchers are synced, waits for the churn to end and reads what it published.
+async fn after_churn(args: &E2eWatchersArgs) -> Result<AfterChurn, String> {
+    let cpu_at_sync = process_cpu_seconds();
+    say_synced()?;
+    wait_for_churned().await?;
+    let churn_end = Instant::now();
+    Ok(AfterChurn {
+        cpu_at_sync,
+        churn_end,
+        timeline: read_timeline(args)?,
+        last: served_resource_version(&args.url).await?,
+    })
+}
+
 async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
     let settle = Duration::from_secs_f64(args.settle_seconds);
     let outcome_of = |watchers, cpu_at_sync: Option<f64>| ChildOutcome {
@@ -635,23 +644,18 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                 .buffered(OPENING)
                 .try_collect()
                 .await?;
-            let cpu_at_sync = process_cpu_seconds();
-            say_synced()?;
-            wait_for_churned().await?;
-            let churn_end = Instant::now();
-            let timeline = read_timeline(args)?;
-            let last = served_resource_version(&args.url).await?;
+            let after = after_churn(args).await?;
             // Together: each one's settling counts from the end of the churn.
             let done: Vec<Discarded> = futures_util::future::try_join_all(
                 readers
                     .into_iter()
-                    .map(|r| r.finish_at(last, churn_end, settle)),
+                    .map(|r| r.finish_at(after.last, after.churn_end, settle)),
             )
             .await?;
             let watchers = done
                 .into_iter()
                 .map(|d| {
-                    let (lag_p99_us, lag_max_us) = lags(&timeline, &d.seen);
+                    let (lag_p99_us, lag_max_us) = lags(&after.timeline, &d.seen);
                     let complete = d.events >= d.expected;
                     WatcherOutcome {
                         events: d.events,
@@ -668,7 +672,7 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                     }
                 })
                 .collect();
-            Ok(outcome_of(watchers, cpu_at_sync))
+            Ok(outcome_of(watchers, after.cpu_at_sync))
         }
         None => {
             let url = args
@@ -701,34 +705,30 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                 });
             }
             futures_util::future::join_all(synced).await;
-            let cpu_at_sync = process_cpu_seconds();
-            say_synced()?;
-            wait_for_churned().await?;
-            let churn_end = Instant::now();
-            let timeline = read_timeline(args)?;
-            let last = served_resource_version(&args.url).await?;
+            let after = after_churn(args).await?;
             let expected = read_expected(&args.expected)?;
-            let deadline = tokio::time::Instant::from_std(churn_end + settle);
+            let deadline = tokio::time::Instant::from_std(after.churn_end + settle);
             futures_util::future::join_all(
                 cached
                     .iter()
-                    .map(|c| wait_for_catch_up(&c.seen, last, &c.received, deadline)),
+                    .map(|c| wait_for_catch_up(&c.seen, after.last, &c.received, deadline)),
             )
             .await;
             let mut watchers = Vec::with_capacity(cached.len());
-            let published = timeline
+            let published = after
+                .timeline
                 .batches
                 .first()
-                .map_or(0, |&(first, _)| last + 1 - first);
+                .map_or(0, |&(first, _)| after.last + 1 - first);
             for c in cached {
                 let mut same = (c.read_cache)() == expected;
-                while !same && churn_end.elapsed() < settle {
+                while !same && after.churn_end.elapsed() < settle {
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     same = (c.read_cache)() == expected;
                 }
                 (c.stop)().await;
                 let seen = std::mem::take(&mut *lock(&c.seen.events));
-                let (lag_p99_us, lag_max_us) = lags(&timeline, &seen);
+                let (lag_p99_us, lag_max_us) = lags(&after.timeline, &seen);
                 watchers.push(WatcherOutcome {
                     // Relaxed: the informer is stopped; its count is final.
                     events: c.received.load(Ordering::Relaxed),
@@ -739,10 +739,10 @@ async fn child(args: &E2eWatchersArgs) -> Result<ChildOutcome, String> {
                     // closed watchers tells.
                     ended_early: None,
                     ok: same,
-                    settle_seconds: churn_end.elapsed().as_secs_f64(),
+                    settle_seconds: after.churn_end.elapsed().as_secs_f64(),
                 });
             }
-            Ok(outcome_of(watchers, cpu_at_sync))
+            Ok(outcome_of(watchers, after.cpu_at_sync))
         }
     }
 }

@@ -19,7 +19,7 @@ use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta;
 use super::bytes::{
     bytes_field, key, push_json_str, push_rfc3339, push_u64, string_field, varint, VARINT,
 };
-use super::objects::{uid, PodState, Revision, APP_LABEL, VERSION_LABEL};
+use super::objects::{uid, PodState, PodStateOf, APP_LABEL, VERSION_LABEL};
 use super::profile::{Shape, Values};
 use super::template::template;
 use workloads::PodProfile;
@@ -31,29 +31,7 @@ pub const CONTAINER_IMAGE: &str = "registry.k8s.io/pause:3.10";
 
 /// A pod's varying fields, owned, so an event can be encoded again later (the protobuf form is
 /// made the first time a protobuf watcher or list asks for it).
-#[derive(Debug, Clone)]
-pub struct PodFields {
-    /// `metadata.namespace`.
-    pub namespace: Arc<str>,
-    /// `metadata.name`.
-    pub name: Arc<str>,
-    /// `spec.nodeName`.
-    pub node: Option<Arc<str>>,
-    /// See [`PodState::id`].
-    pub id: u32,
-    /// See [`PodState::incarnation`].
-    pub incarnation: u32,
-    /// See [`PodState::version`].
-    pub version: u64,
-    /// `metadata.resourceVersion`.
-    pub resource_version: u64,
-    /// See [`PodState::created`].
-    pub created: i64,
-    /// See [`PodState::profile`].
-    pub profile: PodProfile,
-    /// See [`PodState::revision`].
-    pub revision: Revision,
-}
+pub type PodFields = PodStateOf<Arc<str>>;
 
 impl PodFields {
     /// The borrowed form the encoders take.
@@ -281,6 +259,7 @@ pub fn typed_pod_json(state: &PodState<'_>) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::serve::bytes::{varint, varint_len};
+    use crate::serve::objects::Revision;
     use proptest::prelude::*;
     use prost::Message;
 

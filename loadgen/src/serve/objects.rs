@@ -48,15 +48,19 @@ impl EventType {
     }
 }
 
-/// One pod's state, as the churn describes it.
+/// One pod's state, as the churn describes it, borrowed: what the encoders take.
+pub type PodState<'a> = PodStateOf<&'a str>;
+
+/// One pod's state, with its strings as `S`: borrowed ([`PodState`]) or owned
+/// ([`PodFields`](super::encode::PodFields)).
 #[derive(Debug, Clone, Copy)]
-pub struct PodState<'a> {
+pub struct PodStateOf<S> {
     /// `metadata.namespace`.
-    pub namespace: &'a str,
+    pub namespace: S,
     /// `metadata.name`.
-    pub name: &'a str,
+    pub name: S,
     /// `spec.nodeName`.
-    pub node: Option<&'a str>,
+    pub node: Option<S>,
     /// The workload's dense key number (part of the uid).
     pub id: u32,
     /// How many times this key was created before this incarnation (part of the uid: a pod

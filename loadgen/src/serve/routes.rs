@@ -341,18 +341,16 @@ fn collection(
     progress: Option<&Arc<WatchProgress>>,
 ) -> Result<Response, Status> {
     query.no_selectors()?;
-    let resource_version = query.resource_version()?;
-    let version_match = query.resource_version_match()?;
+    let read = Read {
+        app,
+        namespace,
+        query,
+        resource_version: query.resource_version()?,
+        version_match: query.resource_version_match()?,
+        format,
+    };
     if query.flag("watch")? {
-        watch(
-            app,
-            namespace,
-            query,
-            resource_version,
-            version_match,
-            format,
-            progress,
-        )
+        watch(read, progress)
     } else {
         // The API server's list validation: an initial-events stream is a watch's.
         if query.params.contains_key("sendInitialEvents") {
@@ -360,31 +358,29 @@ fn collection(
                 "sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list",
             ));
         }
-        list(
-            app,
-            namespace,
-            query,
-            resource_version,
-            version_match,
-            format,
-        )
+        list(read)
     }
 }
 
-fn list(
-    app: &App,
-    namespace: Option<&str>,
-    query: &Query,
+/// A list or watch of a collection: what it reads and how it answers.
+#[derive(Clone, Copy)]
+struct Read<'a> {
+    app: &'a App,
+    namespace: Option<&'a str>,
+    query: &'a Query,
     resource_version: Option<u64>,
-    version_match: Option<&str>,
+    version_match: Option<&'a str>,
     format: Format,
-) -> Result<Response, Status> {
+}
+
+fn list(read: Read<'_>) -> Result<Response, Status> {
     // 0 (or none) is no limit.
-    let limit = query.number("limit")?.unwrap_or(0) as usize;
-    let page = match query.get("continue") {
-        Some(token) => app
+    let limit = read.query.number("limit")?.unwrap_or(0) as usize;
+    let page = match read.query.get("continue") {
+        Some(token) => read
+            .app
             .store
-            .next_page(token, namespace, limit)
+            .next_page(token, read.namespace, limit)
             .map_err(|e| match e {
                 ContinueError::Expired => Status::expired(e.to_string()),
                 ContinueError::Malformed | ContinueError::PastEnd => {
@@ -392,8 +388,8 @@ fn list(
                 }
             })?,
         None => {
-            let current = app.store.resource_version();
-            match (resource_version, version_match) {
+            let current = read.app.store.resource_version();
+            match (read.resource_version, read.version_match) {
                 (Some(rv), _) if rv > current => return Err(Status::too_large(rv, current)),
                 // Only the newest state is kept: an exact older one is gone.
                 (Some(rv), Some("Exact")) if rv != current => {
@@ -409,32 +405,27 @@ fn list(
                 }
                 _ => {}
             }
-            app.store.first_page(namespace, limit)
+            read.app.store.first_page(read.namespace, limit)
         }
     };
-    Ok(body_response(format, format.list_body(&page)))
+    Ok(body_response(read.format, read.format.list_body(&page)))
 }
 
-fn watch(
-    app: &App,
-    namespace: Option<&str>,
-    query: &Query,
-    resource_version: Option<u64>,
-    version_match: Option<&str>,
-    format: Format,
-    progress: Option<&Arc<WatchProgress>>,
-) -> Result<Response, Status> {
-    let bookmarks = query.flag("allowWatchBookmarks")?;
-    let timeout = query.number("timeoutSeconds")?.map(Duration::from_secs);
-    let send_initial_events = query.get("sendInitialEvents").is_some();
+fn watch(read: Read<'_>, progress: Option<&Arc<WatchProgress>>) -> Result<Response, Status> {
+    let bookmarks = read.query.flag("allowWatchBookmarks")?;
+    let timeout = read
+        .query
+        .number("timeoutSeconds")?
+        .map(Duration::from_secs);
+    let send_initial_events = read.query.get("sendInitialEvents").is_some();
     let initial_events = if send_initial_events {
-        query.flag("sendInitialEvents")?
+        read.query.flag("sendInitialEvents")?
     } else {
         // The legacy rule: a watch from "" or "0" starts with the current state as ADDED.
-        matches!(resource_version, None | Some(0))
+        matches!(read.resource_version, None | Some(0))
     };
     if send_initial_events {
-        if version_match != Some("NotOlderThan") {
+        if read.version_match != Some("NotOlderThan") {
             return Err(Status::invalid(
                 "resourceVersionMatch: Forbidden: sendInitialEvents requires setting \
                  resourceVersionMatch to NotOlderThan",
@@ -446,15 +437,15 @@ fn watch(
                  allowWatchBookmarks=true",
             ));
         }
-    } else if version_match.is_some() {
+    } else if read.version_match.is_some() {
         return Err(Status::invalid(
             "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch \
              unless sendInitialEvents is provided",
         ));
     }
     let from = if initial_events {
-        if let Some(rv) = resource_version {
-            let current = app.store.resource_version();
+        if let Some(rv) = read.resource_version {
+            let current = read.app.store.resource_version();
             if rv > current {
                 return Err(Status::too_large(rv, current));
             }
@@ -462,25 +453,25 @@ fn watch(
         None
     } else {
         // Without initial events, "" and "0" mean "from now".
-        Some(match resource_version {
-            None | Some(0) => app.store.resource_version(),
+        Some(match read.resource_version {
+            None | Some(0) => read.app.store.resource_version(),
             Some(rv) => rv,
         })
     };
     let options = WatchOptions {
-        namespace: namespace.map(Arc::from),
+        namespace: read.namespace.map(Arc::from),
         bookmarks,
         initial_events_end: send_initial_events && initial_events,
         timeout,
-        bookmark_interval: app.bookmark_interval,
-        format,
+        bookmark_interval: read.app.bookmark_interval,
+        format: read.format,
     };
-    let body = match app.store.watch(namespace, from) {
+    let body = match read.app.store.watch(read.namespace, from) {
         Ok(start) => {
             // The watchdog of the connection (limits.rs) follows what this watch has sent,
             // until the body (and with it the guard) is dropped.
             let progress = progress.map(|p| p.start(start.resource_version));
-            let watcher = Watcher::new(start, options, app.shutdown.clone());
+            let watcher = Watcher::new(start, options, read.app.shutdown.clone());
             let chunks = futures_util::stream::unfold(
                 (watcher, progress),
                 |(mut watcher, progress)| async move {
@@ -491,16 +482,16 @@ fn watch(
                     Some((chunk, (watcher, progress)))
                 },
             );
-            Body::from_stream(Arc::clone(&app.faults).watch_body(chunks))
+            Body::from_stream(Arc::clone(&read.app.faults).watch_body(chunks))
         }
         // The real server answers a watch from a version it no longer has with 200 and one
         // ERROR event; other refusals are plain error responses.
-        Err(status) if status.code == 410 => Body::from(format.error(&status)),
+        Err(status) if status.code == 410 => Body::from(read.format.error(&status)),
         Err(status) => return Err(status),
     };
     Ok(Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, format.watch_content_type())
+        .header(header::CONTENT_TYPE, read.format.watch_content_type())
         .header(header::CACHE_CONTROL, "no-cache, private")
         .body(body)
         .expect("a static header is valid"))

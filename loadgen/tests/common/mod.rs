@@ -68,3 +68,26 @@ pub fn run_with_report(args: &[&str], report: &std::path::Path) -> (String, serd
 pub fn engines(rows: &[serde_json::Value]) -> Vec<&str> {
     rows.iter().filter_map(|r| r["engine"].as_str()).collect()
 }
+
+/// The engine knobs of a test run: `shards` and `consumers`, two readers, `w5_cost` of handler
+/// work per delta for W5 (none for the other workloads), no pacing, no bound, no compaction.
+pub fn engine_config(
+    shards: usize,
+    consumers: usize,
+    workload: workloads::Workload,
+    w5_cost: std::time::Duration,
+) -> loadgen::engines::EngineConfig {
+    loadgen::engines::EngineConfig {
+        shards,
+        consumers,
+        readers: 2,
+        handler_cost: if workload == workloads::Workload::W5 {
+            w5_cost
+        } else {
+            std::time::Duration::ZERO
+        },
+        rate: None,
+        max_queued_deltas: 0,
+        compact_updates: false,
+    }
+}

@@ -73,3 +73,14 @@ pub async fn pods(
 pub fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
+
+/// A pod that is not the churn's: no run label, another `app`.
+pub fn foreign(name: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "labels": { "app": "not-loadgen" } },
+        "spec": { "containers": [{ "name": "c", "image": "nginx:1" }] },
+    }))
+    .unwrap()
+}

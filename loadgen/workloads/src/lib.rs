@@ -28,6 +28,30 @@
 
 #![forbid(unsafe_code)]
 
+/// Implements `Display` (its `name()`) and `FromStr` (the one of `ALL` whose name it is, in
+/// any case; else `$unknown` of the string) for a fieldless enum with an `ALL` array and a
+/// `name(self) -> &'static str`: [`Workload`], [`PodProfile`], loadgen's engine kinds.
+#[macro_export]
+macro_rules! display_and_parse_by_name {
+    ($ty:ty, $unknown:path) => {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+
+        impl ::std::str::FromStr for $ty {
+            type Err = $unknown;
+            fn from_str(s: &str) -> ::std::result::Result<Self, Self::Err> {
+                <$ty>::ALL
+                    .into_iter()
+                    .find(|v| v.name().eq_ignore_ascii_case(s))
+                    .ok_or_else(|| $unknown(s.to_string()))
+            }
+        }
+    };
+}
+
 pub mod generate;
 pub mod model;
 pub mod op;

@@ -3,9 +3,6 @@
 //! all an engine sees); it lives here because it names a property of the workload the server
 //! replays, chosen on the same command lines as the workload.
 
-use std::fmt;
-use std::str::FromStr;
-
 /// How much of a real pod each served object carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum PodProfile {
@@ -35,26 +32,12 @@ impl PodProfile {
     }
 }
 
-impl fmt::Display for PodProfile {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// An unknown pod profile name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown pod profile {0:?}: expected one of minimal, typical, large")]
 pub struct UnknownPodProfile(pub String);
 
-impl FromStr for PodProfile {
-    type Err = UnknownPodProfile;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        PodProfile::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownPodProfile(s.to_string()))
-    }
-}
+crate::display_and_parse_by_name!(PodProfile, UnknownPodProfile);
 
 #[cfg(test)]
 mod tests {

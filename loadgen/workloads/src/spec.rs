@@ -1,8 +1,5 @@
 //! Which workload to generate, at which size and with which seed.
 
-use std::fmt;
-use std::str::FromStr;
-
 /// The seed every workload uses unless told otherwise.
 pub const DEFAULT_SEED: u64 = 42;
 /// W3 relists this many times.
@@ -108,26 +105,12 @@ impl Workload {
     }
 }
 
-impl fmt::Display for Workload {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
 /// An unknown workload name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown workload {0:?}: expected one of w1, w2, w3, w4, w5, w6, w7, w8")]
 pub struct UnknownWorkload(pub String);
 
-impl FromStr for Workload {
-    type Err = UnknownWorkload;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Workload::ALL
-            .into_iter()
-            .find(|w| w.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| UnknownWorkload(s.to_string()))
-    }
-}
+crate::display_and_parse_by_name!(Workload, UnknownWorkload);
 
 /// What to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

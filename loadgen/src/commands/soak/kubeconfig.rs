@@ -40,7 +40,7 @@ use kcache::workqueue::WorkQueue;
 use kcache::{DeltaObject, EventHandler};
 use kube::api::{Api, ListParams};
 
-use super::{judge_process, sample, write_report, Pipeline, SoakArgs};
+use super::{judge_process, progress_start, sample, write_report, Pipeline, SoakArgs};
 use crate::kube_churn::{self, RecordTail, Target};
 use crate::serve::store::unix_nanos;
 use crate::sync::lock;
@@ -97,26 +97,26 @@ impl Lags {
 
     fn take(&mut self, record: &mut RecordTail, stamps: &Stamps) -> Result<(), String> {
         for (rv, at) in std::mem::take(&mut *lock(stamps)) {
-            match self.returned.remove(&rv) {
-                Some(written) => self
-                    .histogram
-                    .saturating_record(at.saturating_sub(written) / 1_000),
-                None => {
-                    self.heard.insert(rv, at);
-                }
+            if let Some(written) = self.returned.remove(&rv) {
+                self.record(written, at);
+            } else {
+                self.heard.insert(rv, at);
             }
         }
         for (rv, written) in record.read_new()? {
-            match self.heard.remove(&rv) {
-                Some(at) => self
-                    .histogram
-                    .saturating_record(at.saturating_sub(written) / 1_000),
-                None => {
-                    self.returned.insert(rv, written);
-                }
+            if let Some(at) = self.heard.remove(&rv) {
+                self.record(written, at);
+            } else {
+                self.returned.insert(rv, written);
             }
         }
         Ok(())
+    }
+
+    /// One write's lag: returned at `written`, heard `at` (Unix nanoseconds).
+    fn record(&mut self, written: u64, at: u64) {
+        self.histogram
+            .saturating_record(at.saturating_sub(written) / 1_000);
     }
 
     /// After a checkpoint: what is left unmatched is not the churn's (a cleanup's deletes, a
@@ -467,15 +467,9 @@ fn maybe_sample(
         0,
     );
     eprintln!(
-        "soak {:>6.0}s: rss {:.1} MiB, threads {}, fds {}, queues {}/{}, lag {} writes unheard, \
-         {} writes heard (p99 {:.2} ms), {} reconciles, segment {segment}, watch errors {:?}",
-        s.seconds,
-        s.rss as f64 / 1048576.0,
-        s.threads,
-        s.fds,
-        s.informer_queue,
-        s.workqueue,
-        s.lag_events,
+        "{} writes unheard, {} writes heard (p99 {:.2} ms), {} reconciles, segment {segment}, \
+         watch errors {:?}",
+        progress_start(&s),
         state.lags.histogram.len(),
         state.lags.histogram.value_at_quantile(0.99) as f64 / 1000.0,
         pipeline.reconciles.load(Ordering::Relaxed),
