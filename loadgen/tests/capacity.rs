@@ -6,6 +6,19 @@
 mod common;
 
 use std::path::PathBuf;
+use std::sync::{Mutex, MutexGuard};
+
+/// Held by each search for its whole length. A probe passes only if the producer keeps within
+/// 1% of a schedule of a fraction of a second, so two searches running at once on a 2-core
+/// machine (the test harness runs a file's tests in parallel) fail each other's probes.
+static ONE_SEARCH_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn alone() -> MutexGuard<'static, ()> {
+    // A panicked search leaves the lock poisoned; the next one is still alone.
+    ONE_SEARCH_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
 
 fn scratch(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("loadgen-capacity-{}-{name}", std::process::id()))
@@ -13,6 +26,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
+    let _alone = alone();
     let dir = scratch("w1");
     let (json, chart) = (dir.join("c.json"), dir.join("curve.svg"));
     let (json_arg, chart_arg) = (json.to_string_lossy(), chart.to_string_lossy());
@@ -93,6 +107,7 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
 // the write to the first handler, its schedule judged as the bare path's.
 #[test]
 fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
+    let _alone = alone();
     let dir = scratch("informer");
     let json = dir.join("c.json");
     let json_arg = json.to_string_lossy();
