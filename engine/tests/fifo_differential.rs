@@ -18,7 +18,9 @@ mod common;
 use std::sync::Arc;
 
 use common::{grouped, key_of, obj, options, MakeRoom, MapStore, Obj, PopLine, Popped};
-use kcache::{process_deltas, DeltaQueue, Key, NoopHandler, Store, Tombstone, TryPop};
+use kcache::{
+    process_deltas, DeltaQueue, Key, KnownObjects, NoopHandler, Store, Tombstone, TryPop,
+};
 use proptest::prelude::*;
 
 const KEYS: [&str; 6] = ["a", "b", "c", "ns/d", "ns/e", "x/f"];
@@ -162,28 +164,26 @@ fn run<Q: DeltaQueue<Obj>>(
     make_room: MakeRoom,
     ops: &[Op],
 ) -> Vec<Line> {
-    let key_fn: kcache::KeyFn<Obj> = Arc::new(key_of);
-    match cfg.store {
-        KnownStore::Map => run_with(Arc::new(MapStore::default()), make, cfg, make_room, ops),
-        KnownStore::ReferenceIndexer => run_with(
-            Arc::new(kcache::reference::IndexedStore::new(key_fn, Vec::new())),
-            make,
-            cfg,
-            make_room,
-            ops,
-        ),
-        KnownStore::ShardedIndexer => run_with(
-            Arc::new(kcache::sharded::IndexedStore::new(key_fn, Vec::new())),
-            make,
-            cfg,
-            make_room,
-            ops,
-        ),
+    /// The store twice: as a store for the consumer, as known objects for the queue.
+    fn both<S: Store<Obj> + 'static>(
+        store: S,
+    ) -> (Arc<dyn Store<Obj>>, Arc<dyn KnownObjects<Obj>>) {
+        let store = Arc::new(store);
+        (store.clone(), store)
     }
+    let key_fn: kcache::KeyFn<Obj> = Arc::new(key_of);
+    let store = match cfg.store {
+        KnownStore::Map => both(MapStore::default()),
+        KnownStore::ReferenceIndexer => {
+            both(kcache::reference::IndexedStore::new(key_fn, Vec::new()))
+        }
+        KnownStore::ShardedIndexer => both(kcache::sharded::IndexedStore::new(key_fn, Vec::new())),
+    };
+    run_with(store, make, cfg, make_room, ops)
 }
 
 /// The store's content as (key, version), sorted.
-fn snapshot<S: Store<Obj>>(store: &S) -> Vec<(String, u64)> {
+fn snapshot(store: &dyn Store<Obj>) -> Vec<(String, u64)> {
     let mut out: Vec<_> = store
         .list_keys()
         .into_iter()
@@ -193,8 +193,8 @@ fn snapshot<S: Store<Obj>>(store: &S) -> Vec<(String, u64)> {
     out
 }
 
-fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
-    store: Arc<S>,
+fn run_with<Q: DeltaQueue<Obj>>(
+    (store, known_objects): (Arc<dyn Store<Obj>>, Arc<dyn KnownObjects<Obj>>),
     make: impl FnOnce(kcache::QueueOptions<Obj>) -> Q,
     cfg: Config,
     make_room: MakeRoom,
@@ -205,7 +205,7 @@ fn run_with<Q: DeltaQueue<Obj>, S: Store<Obj> + 'static>(
         .compact_updates(cfg.compact_updates)
         .max_queued_deltas(cfg.max_queued_deltas);
     if cfg.known_objects {
-        opts = opts.known_objects(store.clone());
+        opts = opts.known_objects(known_objects);
     }
     let q = make(opts);
     let known = cfg.known_objects;

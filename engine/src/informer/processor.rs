@@ -392,23 +392,18 @@ impl<T> Delivery<T> {
     /// A delivery thread: calls the handler for each notification, in order, until the buffer
     /// ends or the registration is removed. A panicking call is counted and skipped.
     fn run_thread<H: EventHandler<T>>(self, mut handler: H) {
-        let Delivery {
-            buffer,
-            shared,
-            table,
-            finish,
-        } = self;
-        if let Some(table) = table {
-            coalesce_thread(table, &buffer, &shared, &mut handler);
-            drop(finish);
+        // Marks the registration finished however this returns.
+        let _finish = self.finish;
+        let (buffer, shared) = (&*self.buffer, &*self.shared);
+        if let Some(table) = self.table {
+            coalesce_thread(table, buffer, shared, &mut handler);
             return;
         }
         while let Some(batches) = buffer.recv() {
-            if !deliver_batches(batches, &buffer, &shared, |n| n.call(&mut handler)) {
+            if !deliver_batches(batches, buffer, shared, |n| n.call(&mut handler)) {
                 break;
             }
         }
-        drop(finish);
     }
 
     /// The same as a task, awaiting each call.
@@ -416,15 +411,11 @@ impl<T> Delivery<T> {
     where
         T: Send + Sync,
     {
-        let Delivery {
-            buffer,
-            shared,
-            table,
-            finish,
-        } = self;
-        if let Some(table) = table {
-            coalesce_task(table, &buffer, &shared, &mut handler).await;
-            drop(finish);
+        // Marks the registration finished however this returns.
+        let _finish = self.finish;
+        let (buffer, shared) = (&*self.buffer, &*self.shared);
+        if let Some(table) = self.table {
+            coalesce_task(table, buffer, shared, &mut handler).await;
             return;
         }
         while let Some(batches) = buffer.recv_async().await {
@@ -444,7 +435,6 @@ impl<T> Delivery<T> {
                 buffer.delivered(n);
             }
         }
-        drop(finish);
     }
 }
 

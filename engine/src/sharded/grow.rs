@@ -71,41 +71,26 @@ pub(crate) trait Table {
     fn reserve(&mut self, additional: usize);
 }
 
-impl<K: Eq + Hash, V, S: BuildHasher> Table for HashMap<K, V, S> {
-    fn len(&self) -> usize {
-        HashMap::len(self)
-    }
-    fn capacity(&self) -> usize {
-        HashMap::capacity(self)
-    }
-    fn reserve(&mut self, additional: usize) {
-        HashMap::reserve(self, additional);
-    }
+/// `Table` for `$table`, by its own `len`, `capacity` and `reserve`.
+macro_rules! table {
+    (impl<$($param:ident),*> for $table:ty) => {
+        impl<K: Eq + Hash, $($param,)* S: BuildHasher> Table for $table {
+            fn len(&self) -> usize {
+                <$table>::len(self)
+            }
+            fn capacity(&self) -> usize {
+                <$table>::capacity(self)
+            }
+            fn reserve(&mut self, additional: usize) {
+                <$table>::reserve(self, additional);
+            }
+        }
+    };
 }
 
-impl<K: Eq + Hash, V, S: BuildHasher> Table for hashbrown::HashMap<K, V, S> {
-    fn len(&self) -> usize {
-        hashbrown::HashMap::len(self)
-    }
-    fn capacity(&self) -> usize {
-        hashbrown::HashMap::capacity(self)
-    }
-    fn reserve(&mut self, additional: usize) {
-        hashbrown::HashMap::reserve(self, additional);
-    }
-}
-
-impl<K: Eq + Hash, S: BuildHasher> Table for HashSet<K, S> {
-    fn len(&self) -> usize {
-        HashSet::len(self)
-    }
-    fn capacity(&self) -> usize {
-        HashSet::capacity(self)
-    }
-    fn reserve(&mut self, additional: usize) {
-        HashSet::reserve(self, additional);
-    }
-}
+table!(impl<V> for HashMap<K, V, S>);
+table!(impl<V> for hashbrown::HashMap<K, V, S>);
+table!(impl<> for HashSet<K, S>);
 
 /// A std or hashbrown map or set that doubles at its staggered fill ([`ahead`](Self::ahead)).
 /// It remembers its room without tombstones, which std does not report: `capacity()` is the

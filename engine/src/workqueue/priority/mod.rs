@@ -80,9 +80,69 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::key::Key;
+use crate::sync::AtomicU64;
 
+use super::clock::Clock;
 use super::limiter::{ExponentialFailureRateLimiter, RateLimiter};
+use super::metrics::QueueConfig;
 use super::queue::{ShutDown, WaitSlot, WorkQueue};
+
+/// The `PriorityWorkQueue` methods both queues answer alike, from their `shared` part's rate
+/// limiter, clock and overdue count (invoked inside each `impl PriorityWorkQueue`).
+macro_rules! limiter_bookkeeping {
+    () => {
+        fn forget(&self, key: &Key) {
+            self.shared.book.limiter.forget(key);
+        }
+
+        fn num_requeues(&self, key: &Key) -> u64 {
+            self.shared.book.limiter.num_requeues(key)
+        }
+
+        fn when(&self, key: &Key) -> Duration {
+            self.shared
+                .book
+                .limiter
+                .when(key, self.shared.book.clock.now())
+        }
+
+        fn overdue_handouts(&self) -> u64 {
+            self.shared.book.overdue.load(Ordering::Relaxed)
+        }
+    };
+}
+
+/// A priority queue's `WorkQueue` add and gets: its priority ones, adding at the default
+/// priority and handing out the key without its priority (invoked inside each
+/// `impl WorkQueue`).
+macro_rules! gets_without_priority {
+    () => {
+        fn add(&self, item: Key) {
+            self.add_with_opts(AddOpts::new(), item);
+        }
+
+        fn get(&self) -> Result<Key, ShutDown> {
+            self.get_with_priority().map(|(key, _)| key)
+        }
+
+        fn try_get(&self) -> TryGet {
+            match self.try_get_with_priority() {
+                TryGetWithPriority::Item(key, _) => TryGet::Item(key),
+                TryGetWithPriority::Empty => TryGet::Empty,
+                TryGetWithPriority::ShutDown => TryGet::ShutDown,
+            }
+        }
+
+        fn poll_get(
+            &self,
+            slot: &mut WaitSlot,
+            cx: &mut Context<'_>,
+        ) -> Poll<Result<Key, ShutDown>> {
+            self.poll_get_with_priority(slot, cx)
+                .map(|r| r.map(|(key, _)| key))
+        }
+    };
+}
 
 mod entries;
 mod metrics;
@@ -93,7 +153,34 @@ mod timer;
 pub use reference::ReferencePriorityQueue;
 pub use sharded::ShardedPriorityQueue;
 
+/// What both queues keep the same way beside their entries and waiters.
+struct Bookkeeping {
+    clock: Arc<dyn Clock>,
+    limiter: Box<dyn RateLimiter<Key>>,
+    metrics: Option<PriorityMetrics>,
+    options: PriorityOptions,
+    /// Keys handed out overdue; a statistic, read alone (Relaxed throughout).
+    overdue: AtomicU64,
+}
+
+impl Bookkeeping {
+    fn new(
+        config: &QueueConfig,
+        limiter: Box<dyn RateLimiter<Key>>,
+        options: PriorityOptions,
+    ) -> Self {
+        Self {
+            clock: Arc::clone(config.get_clock()),
+            limiter,
+            metrics: PriorityMetrics::from_config(config),
+            options,
+            overdue: AtomicU64::new(0),
+        }
+    }
+}
+
 use entries::Scheduling;
+use metrics::PriorityMetrics;
 
 /// A key's priority: higher is handed out first (Go's `int` in controller-runtime).
 pub type Priority = i32;

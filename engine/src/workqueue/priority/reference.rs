@@ -12,19 +12,18 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use crate::key::Key;
-use crate::sync::{lock, wait, AtomicU64, Condvar, Mutex, MutexGuard, Ordering};
+use crate::sync::{lock, wait, Condvar, Mutex, MutexGuard, Ordering};
 
-use super::super::clock::{Clock, Time};
+use super::super::clock::Time;
 use super::super::limiter::RateLimiter;
 use super::super::metrics::QueueConfig;
 use super::super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 use super::super::waiters::{block_on, WaiterList};
 use super::entries::{Entries, Taken};
-use super::metrics::PriorityMetrics;
 use super::timer::{Promote, TimerHandle};
 use super::{
-    default_priority_rate_limiter, AddOpts, Priority, PriorityOptions, PriorityWorkQueue,
-    TryGetWithPriority, DEFAULT_PRIORITY,
+    default_priority_rate_limiter, AddOpts, Bookkeeping, Priority, PriorityOptions,
+    PriorityWorkQueue, TryGetWithPriority, DEFAULT_PRIORITY,
 };
 
 /// Everything the lock guards.
@@ -41,12 +40,7 @@ struct ReferencePriorityCore {
     state: Mutex<State>,
     /// Signalled when the last key being processed is done while a drain waits.
     drained: Condvar,
-    clock: Arc<dyn Clock>,
-    limiter: Box<dyn RateLimiter<Key>>,
-    metrics: Option<PriorityMetrics>,
-    options: PriorityOptions,
-    /// Keys handed out overdue; a statistic, read alone (Relaxed throughout).
-    overdue: AtomicU64,
+    book: Bookkeeping,
 }
 
 impl ReferencePriorityCore {
@@ -64,11 +58,11 @@ impl ReferencePriorityCore {
         let Some(next) = state.entries.next_ready_at() else {
             return Vec::new();
         };
-        let now = self.clock.now();
+        let now = self.book.clock.now();
         if next > now {
             return Vec::new();
         }
-        let moved = state.entries.promote(now, self.metrics.as_ref());
+        let moved = state.entries.promote(now, self.book.metrics.as_ref());
         (0..moved).map_while(|_| state.waiters.pop()).collect()
     }
 
@@ -79,9 +73,9 @@ impl ReferencePriorityCore {
             overdue,
         } = state
             .entries
-            .take(self.clock.now(), self.metrics.as_ref())?;
+            .take(self.book.clock.now(), self.book.metrics.as_ref())?;
         if overdue {
-            self.overdue.fetch_add(1, Ordering::Relaxed);
+            self.book.overdue.fetch_add(1, Ordering::Relaxed);
         }
         Some((key, priority))
     }
@@ -156,13 +150,9 @@ impl ReferencePriorityQueue {
                 waiters: WaiterList::default(),
             }),
             drained: Condvar::new(),
-            clock: Arc::clone(config.get_clock()),
-            limiter,
-            metrics: PriorityMetrics::from_config(config),
-            options,
-            overdue: AtomicU64::new(0),
+            book: Bookkeeping::new(config, limiter, options),
         });
-        let timer = TimerHandle::start(&shared.clock, &shared);
+        let timer = TimerHandle::start(&shared.book.clock, &shared);
         Self { shared, timer }
     }
 
@@ -219,16 +209,17 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
     fn add_with_opts(&self, opts: AddOpts, key: Key) {
         let shared = &*self.shared;
         // User code (the group function) runs before the lock is taken.
-        let group = shared.options.group_of(&key);
+        let group = shared.book.options.group_of(&key);
         let mut state = self.lock();
         if state.shutting_down {
             return;
         }
         let mut wakers = shared.catch_up(&mut state);
-        let now = shared.clock.now();
-        let delay = opts.delay(|| shared.limiter.when(&key, now));
+        let now = shared.book.clock.now();
+        let delay = opts.delay(|| shared.book.limiter.when(&key, now));
+        let metrics = shared.book.metrics.as_ref();
         let ready_at = (!delay.is_zero()).then(|| {
-            if let Some(metrics) = &shared.metrics {
+            if let Some(metrics) = metrics {
                 metrics.retry();
             }
             now.saturating_add(delay)
@@ -237,7 +228,7 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
         let processing = state.entries.is_processing(&key);
         let added = state
             .entries
-            .add(key, priority, ready_at, now, group, shared.metrics.as_ref());
+            .add(key, priority, ready_at, now, group, metrics);
         if added.ready && !processing {
             wakers.extend(state.waiters.pop());
         }
@@ -246,18 +237,6 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
             self.timer.kick(at);
         }
         wakers.into_iter().for_each(Waker::wake);
-    }
-
-    fn forget(&self, key: &Key) {
-        self.shared.limiter.forget(key);
-    }
-
-    fn num_requeues(&self, key: &Key) -> u64 {
-        self.shared.limiter.num_requeues(key)
-    }
-
-    fn when(&self, key: &Key) -> Duration {
-        self.shared.limiter.when(key, self.shared.clock.now())
     }
 
     fn get_with_priority(&self) -> Result<(Key, Priority), ShutDown> {
@@ -292,31 +271,11 @@ impl PriorityWorkQueue for ReferencePriorityQueue {
         self.lock().entries.waiting_len()
     }
 
-    fn overdue_handouts(&self) -> u64 {
-        self.shared.overdue.load(Ordering::Relaxed)
-    }
+    limiter_bookkeeping!();
 }
 
 impl WorkQueue for ReferencePriorityQueue {
-    fn add(&self, item: Key) {
-        self.add_with_opts(AddOpts::new(), item);
-    }
-
-    fn get(&self) -> Result<Key, ShutDown> {
-        self.get_with_priority().map(|(key, _)| key)
-    }
-
-    fn try_get(&self) -> TryGet {
-        match self.try_get_with_priority() {
-            TryGetWithPriority::Item(key, _) => TryGet::Item(key),
-            TryGetWithPriority::Empty => TryGet::Empty,
-            TryGetWithPriority::ShutDown => TryGet::ShutDown,
-        }
-    }
-
-    fn poll_get(&self, slot: &mut WaitSlot, cx: &mut Context<'_>) -> Poll<Result<Key, ShutDown>> {
-        self.poll_take(slot, cx).map(|r| r.map(|(key, _)| key))
-    }
+    gets_without_priority!();
 
     fn cancel_get(&self, slot: &mut WaitSlot) {
         let mut state = self.lock();
@@ -333,7 +292,7 @@ impl WorkQueue for ReferencePriorityQueue {
 
     fn done(&self, item: &Key) -> Result<(), NotProcessing> {
         let mut state = self.lock();
-        let Some(has_ready) = state.entries.done(item, self.shared.metrics.as_ref()) else {
+        let Some(has_ready) = state.entries.done(item, self.shared.book.metrics.as_ref()) else {
             return Err(NotProcessing(item.clone()));
         };
         let waker = if has_ready && !state.shutting_down {
@@ -381,7 +340,7 @@ impl WorkQueue for ReferencePriorityQueue {
     }
 
     fn update_unfinished_work(&self) {
-        if let Some(metrics) = &self.shared.metrics {
+        if let Some(metrics) = &self.shared.book.metrics {
             let state = self.lock();
             metrics.update_unfinished(state.entries.processing_started());
         }

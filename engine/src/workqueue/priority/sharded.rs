@@ -50,17 +50,16 @@ use crate::sync::{
     lock, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
 };
 
-use super::super::clock::{Clock, Time};
+use super::super::clock::Time;
 use super::super::limiter::RateLimiter;
 use super::super::metrics::QueueConfig;
 use super::super::queue::{NotProcessing, ShutDown, TryGet, WaitSlot, WorkQueue};
 use super::super::waiters::{block_on, WaiterList};
 use super::entries::{Entries, Taken};
-use super::metrics::PriorityMetrics;
 use super::timer::{Promote, TimerHandle};
 use super::{
-    default_priority_rate_limiter, AddOpts, Priority, PriorityOptions, PriorityWorkQueue,
-    TryGetWithPriority, DEFAULT_PRIORITY,
+    default_priority_rate_limiter, AddOpts, Bookkeeping, Priority, PriorityOptions,
+    PriorityWorkQueue, TryGetWithPriority, DEFAULT_PRIORITY,
 };
 
 /// A head word: 0 for "nothing to take", else the priority shifted to be positive, so that
@@ -125,16 +124,11 @@ struct ShardedPriorityCore {
     draining: AtomicBool,
     drain_lock: Mutex<()>,
     drained: Condvar,
-    clock: Arc<dyn Clock>,
-    limiter: Box<dyn RateLimiter<Key>>,
-    metrics: Option<PriorityMetrics>,
+    book: Bookkeeping,
     /// Whether polling before sleeping has been paying (shared with the sharded workqueue).
     idle: IdlePolicy,
-    options: PriorityOptions,
     /// Aging's bound, if on.
     max_wait: Option<Duration>,
-    /// Keys handed out overdue; a statistic, read alone (Relaxed throughout).
-    overdue: AtomicU64,
 }
 
 impl ShardedPriorityCore {
@@ -171,11 +165,11 @@ impl ShardedPriorityCore {
         }
         match shard.next_ready_at() {
             Some(next) => {
-                let now = self.clock.now();
+                let now = self.book.clock.now();
                 if next > now {
                     return 0;
                 }
-                shard.promote(now, self.metrics.as_ref())
+                shard.promote(now, self.book.metrics.as_ref())
             }
             None => 0,
         }
@@ -293,10 +287,10 @@ impl ShardedPriorityCore {
     /// Takes the highest available entry, if any.
     fn try_take(&self) -> Option<(Key, Priority)> {
         loop {
-            let now = self.clock.now();
+            let now = self.book.clock.now();
             let index = self.best_shard(now)?;
             let mut shard = self.lock_shard(index);
-            let taken = shard.take(now, self.metrics.as_ref());
+            let taken = shard.take(now, self.book.metrics.as_ref());
             self.publish(index, &shard);
             drop(shard);
             if let Some(Taken {
@@ -306,7 +300,7 @@ impl ShardedPriorityCore {
             }) = taken
             {
                 if overdue {
-                    self.overdue.fetch_add(1, Ordering::Relaxed);
+                    self.book.overdue.fetch_add(1, Ordering::Relaxed);
                 }
                 return Some((key, priority));
             }
@@ -504,15 +498,11 @@ impl ShardedPriorityQueue {
             draining: AtomicBool::new(false),
             drain_lock: Mutex::new(()),
             drained: Condvar::new(),
-            clock: Arc::clone(config.get_clock()),
-            limiter,
-            metrics: PriorityMetrics::from_config(config),
             idle: IdlePolicy::new(),
             max_wait: scheduling.max_wait,
-            options,
-            overdue: AtomicU64::new(0),
+            book: Bookkeeping::new(config, limiter, options),
         });
-        let timer = TimerHandle::start(&shared.clock, &shared);
+        let timer = TimerHandle::start(&shared.book.clock, &shared);
         Self { shared, timer }
     }
 
@@ -556,9 +546,9 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
             return;
         }
         // User code (the group function) runs before any lock is taken.
-        let group = shared.options.group_of(&key);
-        let now = shared.clock.now();
-        let delay = opts.delay(|| shared.limiter.when(&key, now));
+        let group = shared.book.options.group_of(&key);
+        let now = shared.book.clock.now();
+        let delay = opts.delay(|| shared.book.limiter.when(&key, now));
         let ready_at = (!delay.is_zero()).then(|| now.saturating_add(delay));
         let priority = opts.priority.unwrap_or(DEFAULT_PRIORITY);
         let index = shared.shard_of(&key);
@@ -567,14 +557,15 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
         if shared.shutting_down.load(Ordering::Acquire) {
             return;
         }
+        let metrics = shared.book.metrics.as_ref();
         if ready_at.is_some() {
-            if let Some(metrics) = &shared.metrics {
+            if let Some(metrics) = metrics {
                 metrics.retry();
             }
         }
         let promoted = shared.catch_up(&mut shard);
         let processing = shard.is_processing(&key);
-        let added = shard.add(key, priority, ready_at, now, group, shared.metrics.as_ref());
+        let added = shard.add(key, priority, ready_at, now, group, metrics);
         // Always: a raised priority changes the head without making anything newly ready.
         shared.publish(index, &shard);
         drop(shard);
@@ -584,18 +575,6 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
         if promoted > 0 || (added.ready && !processing) {
             shared.notify();
         }
-    }
-
-    fn forget(&self, key: &Key) {
-        self.shared.limiter.forget(key);
-    }
-
-    fn num_requeues(&self, key: &Key) -> u64 {
-        self.shared.limiter.num_requeues(key)
-    }
-
-    fn when(&self, key: &Key) -> Duration {
-        self.shared.limiter.when(key, self.shared.clock.now())
     }
 
     fn get_with_priority(&self) -> Result<(Key, Priority), ShutDown> {
@@ -645,33 +624,11 @@ impl PriorityWorkQueue for ShardedPriorityQueue {
         self.sum(Entries::waiting_len)
     }
 
-    fn overdue_handouts(&self) -> u64 {
-        self.shared.overdue.load(Ordering::Relaxed)
-    }
+    limiter_bookkeeping!();
 }
 
 impl WorkQueue for ShardedPriorityQueue {
-    fn add(&self, item: Key) {
-        self.add_with_opts(AddOpts::new(), item);
-    }
-
-    fn get(&self) -> Result<Key, ShutDown> {
-        self.get_with_priority().map(|(key, _)| key)
-    }
-
-    fn try_get(&self) -> TryGet {
-        match self.try_get_with_priority() {
-            TryGetWithPriority::Item(key, _) => TryGet::Item(key),
-            TryGetWithPriority::Empty => TryGet::Empty,
-            TryGetWithPriority::ShutDown => TryGet::ShutDown,
-        }
-    }
-
-    fn poll_get(&self, slot: &mut WaitSlot, cx: &mut Context<'_>) -> Poll<Result<Key, ShutDown>> {
-        self.shared
-            .poll_take(slot, cx)
-            .map(|r| r.map(|(key, _)| key))
-    }
+    gets_without_priority!();
 
     fn cancel_get(&self, slot: &mut WaitSlot) {
         let shared = &*self.shared;
@@ -692,7 +649,7 @@ impl WorkQueue for ShardedPriorityQueue {
         let shared = &*self.shared;
         let index = shared.shard_of(item);
         let mut shard = shared.lock_shard(index);
-        let Some(has_ready) = shard.done(item, shared.metrics.as_ref()) else {
+        let Some(has_ready) = shard.done(item, shared.book.metrics.as_ref()) else {
             return Err(NotProcessing(item.clone()));
         };
         if has_ready {
@@ -739,7 +696,7 @@ impl WorkQueue for ShardedPriorityQueue {
     }
 
     fn update_unfinished_work(&self) {
-        if let Some(metrics) = &self.shared.metrics {
+        if let Some(metrics) = &self.shared.book.metrics {
             let mut started = Vec::new();
             for i in 0..self.shared.shards.len() {
                 started.extend(self.shared.lock_shard(i).processing_started());
