@@ -30,9 +30,11 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     let dir = scratch("w1");
     let (json, chart) = (dir.join("c.json"), dir.join("curve.svg"));
     let (json_arg, chart_arg) = (json.to_string_lossy(), chart.to_string_lossy());
-    // At most 5 probes per engine of at most 2,000 ops at 5,000/s or faster: a few seconds.
-    // The p99 limit is a loose 500 ms, so that the search finds a capacity on however busy a
-    // machine (a debug build, tests alongside): the test is of the search, not of the speed.
+    // At most 3 probes per engine, each scheduled over 1 to 4 seconds (8,500 ops at 2,000 to
+    // 8,000/s): the producer must keep within 1% of that, 10 ms or more, which a debug build
+    // does on a busy machine (probes of a tenth of a second failed there on one stall). The
+    // p99 limit is a loose 500 ms, so that the search finds a capacity on however busy a
+    // machine: the test is of the search, not of the speed.
     let (stdout, report) = common::run_with_report(
         &[
             "capacity",
@@ -41,21 +43,21 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
             "--keys",
             "500",
             "--events",
-            "1500",
+            "8000",
             "--probe-secs",
-            "0.05",
+            "2",
             "--start-rate",
-            "20000",
+            "4000",
             "--min-rate",
-            "5000",
+            "2000",
             "--max-rate",
-            "400000",
+            "8000",
             "--precision",
             "50",
             "--tries",
             "1",
             "--max-probes",
-            "5",
+            "3",
             "--p99-ms",
             "500",
             "--json",
@@ -73,7 +75,7 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     assert_eq!(common::engines(curves), ["reference", "sharded"]);
     for c in curves {
         let probes = c["probes"].as_array().expect("every probe is reported");
-        assert!((1..=5).contains(&probes.len()), "{c}");
+        assert!((1..=3).contains(&probes.len()), "{c}");
         for p in probes {
             let rate = p["rate"].as_u64().expect("a probe's rate");
             assert_eq!(p["result"]["offered_rate"].as_u64(), Some(rate), "{p}");
@@ -88,7 +90,7 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
         let capacity = c["capacity_events_per_s"]
             .as_u64()
             .unwrap_or_else(|| panic!("a capacity within a 500 ms p99 limit: {c}"));
-        assert!((5_000..=400_000).contains(&capacity), "{c}");
+        assert!((2_000..=8_000).contains(&capacity), "{c}");
         assert!(c["at_capacity"]["latency_us"]["p99"].as_f64().unwrap() <= 500_000.0);
         assert!(probes
             .iter()
@@ -104,7 +106,8 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
 
 // `--through informer`: the same search, each probe written into the in-memory API server and
 // heard by the informer's handlers (here two, registered inline); a probe's latency is from
-// the write to the first handler, its schedule judged as the bare path's.
+// the write to the first handler, its schedule judged as the bare path's. Probes are sized as
+// the bare search's (8,000 churn events, 1 to 4 seconds each).
 #[test]
 fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
     let _alone = alone();
@@ -125,21 +128,21 @@ fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
             "--keys",
             "300",
             "--events",
-            "1500",
+            "8000",
             "--probe-secs",
-            "0.2",
+            "2",
             "--start-rate",
             "4000",
             "--min-rate",
-            "1000",
+            "2000",
             "--max-rate",
-            "64000",
+            "8000",
             "--precision",
             "50",
             "--tries",
             "1",
             "--max-probes",
-            "4",
+            "3",
             "--p99-ms",
             "500",
             "--json",
@@ -153,7 +156,7 @@ fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
     for c in curves {
         assert_eq!(c["workload"], "w1/informer", "{c}");
         let probes = c["probes"].as_array().expect("every probe is reported");
-        assert!((1..=4).contains(&probes.len()), "{c}");
+        assert!((1..=3).contains(&probes.len()), "{c}");
         for p in probes {
             let result = &p["result"];
             assert_eq!(result["workload"], "w1/informer", "{p}");
@@ -165,7 +168,7 @@ fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
         let capacity = c["capacity_events_per_s"]
             .as_u64()
             .unwrap_or_else(|| panic!("a capacity within a 500 ms p99 limit: {c}"));
-        assert!((1_000..=64_000).contains(&capacity), "{c}");
+        assert!((2_000..=8_000).contains(&capacity), "{c}");
     }
     std::fs::remove_dir_all(&dir).ok();
 }
