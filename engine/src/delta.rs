@@ -44,6 +44,7 @@ impl fmt::Display for DeltaType {
 /// client-go's `DeletedFinalStateUnknown`: the object was deleted while the watch was down.
 ///
 /// `last_known` is the newest state the cache had, if any.
+#[derive(Debug)]
 pub struct Tombstone<T> {
     /// The key of the deleted object.
     pub key: Key,
@@ -60,16 +61,8 @@ impl<T> Clone for Tombstone<T> {
     }
 }
 
-impl<T: fmt::Debug> fmt::Debug for Tombstone<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Tombstone")
-            .field("key", &self.key)
-            .field("last_known", &self.last_known)
-            .finish()
-    }
-}
-
 /// The payload of a delta: an object, or (for [`DeltaType::Deleted`] only) a tombstone.
+#[derive(Debug)]
 pub enum DeltaObject<T> {
     /// A state of the object.
     Object(Arc<T>),
@@ -114,15 +107,6 @@ impl<T> Clone for DeltaObject<T> {
         match self {
             DeltaObject::Object(obj) => DeltaObject::Object(Arc::clone(obj)),
             DeltaObject::Tombstone(t) => DeltaObject::Tombstone(Arc::clone(t)),
-        }
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for DeltaObject<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DeltaObject::Object(obj) => f.debug_tuple("Object").field(obj).finish(),
-            DeltaObject::Tombstone(t) => f.debug_tuple("Tombstone").field(t).finish(),
         }
     }
 }
@@ -248,6 +232,7 @@ pub(crate) fn push_dedup<T>(list: &mut DeltaList<T>, delta: Delta<T>) {
 ///
 /// Carries its key, computed once when the first delta was queued, so consumers never call the
 /// key function again.
+#[derive(Debug)]
 pub struct Deltas<T> {
     key: Key,
     list: DeltaList<T>,
@@ -412,15 +397,6 @@ impl<T> Clone for Deltas<T> {
             key: self.key.clone(),
             list: self.list.clone(),
         }
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for Deltas<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Deltas")
-            .field("key", &self.key)
-            .field("list", &self.list)
-            .finish()
     }
 }
 

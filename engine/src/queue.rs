@@ -43,6 +43,7 @@ pub enum QueueError {
 
 /// One watch event for [`DeltaQueue::apply_events`]: what `add`, `update` or `delete` would be
 /// given.
+#[derive(Debug)]
 pub enum QueueEvent<T> {
     /// [`DeltaQueue::add`].
     Added(Arc<T>),
@@ -67,16 +68,6 @@ impl<T> Clone for QueueEvent<T> {
             QueueEvent::Added(obj) => QueueEvent::Added(Arc::clone(obj)),
             QueueEvent::Updated(obj) => QueueEvent::Updated(Arc::clone(obj)),
             QueueEvent::Deleted(obj) => QueueEvent::Deleted(Arc::clone(obj)),
-        }
-    }
-}
-
-impl<T: fmt::Debug> fmt::Debug for QueueEvent<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            QueueEvent::Added(obj) => f.debug_tuple("Added").field(obj).finish(),
-            QueueEvent::Updated(obj) => f.debug_tuple("Updated").field(obj).finish(),
-            QueueEvent::Deleted(obj) => f.debug_tuple("Deleted").field(obj).finish(),
         }
     }
 }

@@ -220,16 +220,30 @@ fn known_k() -> Vec<(&'static str, Arc<Obj>)> {
     vec![("k", obj("k", 1)), ("m", obj("m", 1))]
 }
 
-#[test]
-fn replace_survives_a_panicking_list_keys() {
-    let seen = on_every_engine(&known_k(), |q, known| {
+/// On every engine, after [`setup`], `arm` makes the known store panic and `call` must panic;
+/// asserts nothing was lost (the three entries of the setup still pop) and the engines agree.
+fn survives_with_setup_intact<R: std::fmt::Debug>(
+    known: &[(&str, Arc<Obj>)],
+    arm: impl Fn(&Panicky),
+    call: impl Fn(&dyn Queue) -> R,
+) {
+    let seen = on_every_engine(known, |q, k| {
         setup(q);
-        known.list_keys_panics.store(true, Ordering::Relaxed);
-        panics(|| q.replace(vec![obj("a", 2), obj("c", 1)]));
+        arm(k);
+        panics(|| call(q));
     });
-    // Nothing changed: the listed objects and the tombstones were not queued.
     assert_eq!(seen[0].pops.len(), 3, "{:?}", seen[0].pops);
     assert_agree(seen);
+}
+
+#[test]
+fn replace_survives_a_panicking_list_keys() {
+    // Nothing changed: the listed objects and the tombstones were not queued.
+    survives_with_setup_intact(
+        &known_k(),
+        |k| k.list_keys_panics.store(true, Ordering::Relaxed),
+        |q| q.replace(vec![obj("a", 2), obj("c", 1)]),
+    );
 }
 
 #[test]
@@ -266,13 +280,7 @@ fn resync_survives_a_panicking_known_store() {
         |k: &Panicky| k.list_keys_panics.store(true, Ordering::Relaxed),
         |k: &Panicky| k.get_panics.store(true, Ordering::Relaxed),
     ] {
-        let seen = on_every_engine(&known_k(), |q, known| {
-            setup(q);
-            arm(known);
-            panics(|| q.resync());
-        });
-        assert_eq!(seen[0].pops.len(), 3, "{:?}", seen[0].pops);
-        assert_agree(seen);
+        survives_with_setup_intact(&known_k(), arm, |q| q.resync());
     }
 }
 
@@ -281,12 +289,7 @@ fn resync_survives_a_panicking_key_function() {
     // The store holds an object the key function panics on: resync keys every known object.
     let mut known = known_k();
     known.push(("z", obj("z", KEY_PANICS)));
-    let seen = on_every_engine(&known, |q, _| {
-        setup(q);
-        panics(|| q.resync());
-    });
-    assert_eq!(seen[0].pops.len(), 3, "{:?}", seen[0].pops);
-    assert_agree(seen);
+    survives_with_setup_intact(&known, |_| {}, |q| q.resync());
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{eventually, key_fn, ms, pod, server, server_of, Gate, Pod};
+use informer_common::{eventually, key_fn, ms, pod, server, server_of, upsert_pods, Gate, Pod};
 use kcache::informer::{Backoff, SharedInformer, VersionWait};
 use kcache::{DeltaObject, EventHandler, Key};
 use kcache_sim::MemoryListerWatcher;
@@ -124,9 +124,7 @@ async fn reached(wait: impl std::future::Future<Output = VersionWait>) -> Versio
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lists_version_is_applied_only_once_every_listed_object_is_in_the_store() {
     let srv = server(100);
-    for i in 0..5 {
-        srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 5, 0, 1);
     let list_version = srv.resource_version();
     let (informer, mut held) = held_informer(&srv, 2);
     informer.start().unwrap();
@@ -188,9 +186,7 @@ async fn a_relists_version_waits_for_every_key_of_the_relist() {
     srv.upsert(pod("p0", 2)).unwrap();
     until_held(&mut held).await;
     srv.set_unavailable(true);
-    for i in 0..4 {
-        srv.upsert(pod(&format!("p{i}"), 3)).unwrap();
-    }
+    upsert_pods(&srv, 4, 0, 3);
     srv.upsert(pod("p9", 3)).unwrap();
     srv.compact();
     let relist = srv.resource_version();

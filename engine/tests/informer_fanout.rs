@@ -12,12 +12,29 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use informer_common::{key_fn, ms, pod, server, Pod};
+use informer_common::{key_fn, ms, pod, server, upsert_pods, Pod};
 use kcache::informer::{
-    AsyncEventHandler, Backoff, HandlerOptions, Lag, SharedInformer, SharedInformerBuilder,
+    AsyncEventHandler, Backoff, HandlerOptions, Lag, Registration, SharedInformer,
+    SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, Indexer, Key};
 use kcache_sim::MemoryListerWatcher;
+
+/// Registers a handler that takes a [`Permits`] per call (none handed out yet) behind a buffer
+/// of `buffer`, then starts `informer` and waits for its sync.
+async fn start_with_held<Q: DeltaQueue<Pod> + 'static, I: Indexer<Pod> + 'static>(
+    informer: &SharedInformer<Pod, MemoryListerWatcher<Pod>, Q, I>,
+    buffer: usize,
+) -> (Arc<Permits>, Log, Registration) {
+    let permits = Arc::new(Permits::default());
+    let held = Log::permitted(&permits);
+    let reg = informer
+        .add_event_handler_with(held.clone(), HandlerOptions::new().buffer(buffer))
+        .unwrap();
+    informer.start().unwrap();
+    informer.wait_for_sync().await;
+    (permits, held, reg)
+}
 
 /// Polls `cond` until it holds; fails the test after 20 s on tokio's clock.
 async fn eventually(what: &str, cond: impl FnMut() -> bool) {
@@ -249,9 +266,7 @@ async fn every_kind_gets_every_notification_in_order_on_the_reference() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn has_synced_per_registration_with_batches() {
     let srv = server(1000);
-    for i in 0..300 {
-        srv.upsert(pod(&format!("p{i:03}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 300, 3, 1);
     let informer = builder(&srv).shards(4).consumers(3).batch(16).build();
     let permits = Arc::new(Permits::default());
     let held = Log::permitted(&permits);
@@ -483,16 +498,8 @@ async fn the_lag_hook_fires_once_per_episode() {
     let srv = server(1000);
     let (lags, lag_handler) = lag_counter();
     let informer = builder(&srv).batch(1).lag_handler(lag_handler).build();
-    let permits = Arc::new(Permits::default());
-    let held = Log::permitted(&permits);
-    let reg = informer
-        .add_event_handler_with(held.clone(), HandlerOptions::new().buffer(4))
-        .unwrap();
-    informer.start().unwrap();
-    informer.wait_for_sync().await;
-    for i in 0..10 {
-        srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
-    }
+    let (permits, held, reg) = start_with_held(&informer, 4).await;
+    upsert_pods(&srv, 10, 0, 1);
     eventually("the first report", || lags.lock().unwrap().len() == 1).await;
     assert_eq!(reg.pending(), 4);
     // Calls made one at a time: the buffer fills again and again, still one episode. The
@@ -510,9 +517,7 @@ async fn the_lag_hook_fires_once_per_episode() {
     }
     eventually("the buffer to drain", || reg.pending() == 0).await;
     assert_eq!(lags.lock().unwrap().len(), 1, "one episode, one report");
-    for i in 0..10 {
-        srv.upsert(pod(&format!("p{i}"), 2)).unwrap();
-    }
+    upsert_pods(&srv, 10, 0, 2);
     eventually("the second report", || lags.lock().unwrap().len() == 2).await;
     permits.grant(10);
     eventually("every call", || held.calls() == 20).await;
@@ -542,9 +547,7 @@ async fn removal_while_a_consumer_is_blocked_on_a_full_buffer_does_not_deadlock(
     informer.add_event_handler(kept.clone()).unwrap();
     informer.start().unwrap();
     informer.wait_for_sync().await;
-    for i in 0..20 {
-        srv.upsert(pod(&format!("p{i:02}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 20, 2, 1);
     eventually("the stuck buffer to fill", || {
         lags.lock().unwrap().len() == 1
     })
@@ -572,16 +575,8 @@ async fn shutdown_with_a_full_buffer_delivers_everything_and_returns() {
     let srv = server(1000);
     let (lags, lag_handler) = lag_counter();
     let informer = Arc::new(builder(&srv).consumers(2).lag_handler(lag_handler).build());
-    let permits = Arc::new(Permits::default());
-    let held = Log::permitted(&permits);
-    let reg = informer
-        .add_event_handler_with(held.clone(), HandlerOptions::new().buffer(2))
-        .unwrap();
-    informer.start().unwrap();
-    informer.wait_for_sync().await;
-    for i in 0..200 {
-        srv.upsert(pod(&format!("p{i:03}"), 1)).unwrap();
-    }
+    let (permits, held, reg) = start_with_held(&informer, 2).await;
+    upsert_pods(&srv, 200, 3, 1);
     eventually("the buffer to fill", || !lags.lock().unwrap().is_empty()).await;
     assert_eq!(reg.pending(), 2);
     let shutdown = {
@@ -617,9 +612,7 @@ async fn dropping_the_informer_with_a_stuck_full_buffer_returns() {
         .unwrap();
     informer.start().unwrap();
     informer.wait_for_sync().await;
-    for i in 0..10 {
-        srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 10, 0, 1);
     eventually("the buffer to fill", || !lags.lock().unwrap().is_empty()).await;
     let dropped = tokio::task::spawn_blocking(move || drop(informer));
     tokio::time::timeout(Duration::from_secs(20), dropped)

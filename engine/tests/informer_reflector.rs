@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::task::JoinHandle;
 
-use informer_common::{error_log, key_fn, ms, pod, server, Call, Pod, Recording};
+use informer_common::{error_log, key_fn, ms, pod, server, upsert_pods, Call, Pod, Recording};
 use kcache::informer::{
     Backoff, Error, ListOptions, ListerWatcher, Page, Reflector, ReflectorOptions, StopSignal,
     WatchOptions, WatchStream,
@@ -353,9 +353,7 @@ async fn resync_asks_should_resync_every_period_and_resyncs_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn lists_are_paged_by_500_following_continue() {
     let srv = server(10);
-    for i in 0..1200 {
-        srv.upsert(pod(&format!("p{i:04}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 1200, 4, 1);
     let lw = Recording::new(srv.clone());
     let (queue, store) = queue_and_store();
     let (reflector, stop, task) = start(lw.clone(), &queue, exact_backoff());

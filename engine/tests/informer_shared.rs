@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use informer_common::{error_log, key_fn, ms, pod, server, server_of, Gate, Pod};
+use informer_common::{error_log, key_fn, ms, pod, server, server_of, upsert_pods, Gate, Pod};
 use kcache::informer::{
-    Backoff, HandlerOptions, InformerError, ListerWatcher, SharedInformer, SharedInformerBuilder,
+    Backoff, HandlerOptions, InformerError, ListerWatcher, Registration, SharedInformer,
+    SharedInformerBuilder,
 };
 use kcache::{DeltaObject, DeltaQueue, EventHandler, IndexFunc, Indexer, Key, TransformError};
 use kcache_sim::MemoryListerWatcher;
@@ -126,6 +127,16 @@ fn builder(srv: &MemoryListerWatcher<Pod>) -> SharedInformerBuilder<Pod, MemoryL
         .consumers(2)
 }
 
+/// A [`Recorder`] held at a closed gate, registered on `informer`.
+fn gated_handler<Q: DeltaQueue<Pod> + 'static, I: Indexer<Pod> + 'static>(
+    informer: &SharedInformer<Pod, MemoryListerWatcher<Pod>, Q, I>,
+) -> (Arc<Gate>, Recorder, Registration) {
+    let gate = Arc::new(Gate::default());
+    let recorder = Recorder::gated(&gate);
+    let registration = informer.add_event_handler(recorder.clone()).unwrap();
+    (gate, recorder, registration)
+}
+
 /// The basic life of an informer, run on both engines: initial list, changes, store, sync.
 async fn initial_list_then_changes<L, Q, I>(
     informer: SharedInformer<Pod, L, Q, I>,
@@ -207,9 +218,7 @@ async fn a_handler_added_late_gets_synthetic_adds_and_its_own_has_synced() {
     informer.start().unwrap();
     early_reg.wait_for_sync().await;
 
-    let gate = Arc::new(Gate::default());
-    let late = Recorder::gated(&gate);
-    let late_reg = informer.add_event_handler(late.clone()).unwrap();
+    let (gate, late, late_reg) = gated_handler(&informer);
     assert!(informer.has_synced());
     assert!(
         !late_reg.has_synced(),
@@ -243,16 +252,12 @@ async fn a_handler_added_late_gets_synthetic_adds_and_its_own_has_synced() {
 async fn a_stuck_handler_delays_neither_the_others_nor_the_store() {
     let srv = server(1000);
     let informer = builder(&srv).build();
-    let gate = Arc::new(Gate::default());
-    let stuck = Recorder::gated(&gate);
+    let (gate, stuck, stuck_reg) = gated_handler(&informer);
     let fast = Recorder::default();
-    let stuck_reg = informer.add_event_handler(stuck.clone()).unwrap();
     informer.add_event_handler(fast.clone()).unwrap();
     informer.start().unwrap();
     informer.wait_for_sync().await;
-    for i in 0..200 {
-        srv.upsert(pod(&format!("p{i:03}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 200, 3, 1);
     eventually("the fast handler", || fast.calls().len() == 200).await;
     eventually("the store", || informer.store().len() == 200).await;
     assert!(stuck.calls().is_empty());
@@ -271,10 +276,8 @@ async fn a_removed_handler_gets_nothing_more() {
     let srv = server(100);
     srv.upsert(pod("a", 1)).unwrap();
     let informer = builder(&srv).build();
-    let gate = Arc::new(Gate::default());
-    let removed = Recorder::gated(&gate);
+    let (gate, removed, reg) = gated_handler(&informer);
     let kept = Recorder::default();
-    let reg = informer.add_event_handler(removed.clone()).unwrap();
     informer.add_event_handler(kept.clone()).unwrap();
     informer.start().unwrap();
     informer.wait_for_sync().await;
@@ -508,14 +511,10 @@ async fn a_panicking_index_function_stops_the_informer_and_says_why() {
 async fn shutdown_delivers_what_was_buffered_then_refuses_handlers() {
     let srv = server(100);
     let informer = builder(&srv).build();
-    let gate = Arc::new(Gate::default());
-    let slow = Recorder::gated(&gate);
-    let registration = informer.add_event_handler(slow.clone()).unwrap();
+    let (gate, slow, registration) = gated_handler(&informer);
     informer.start().unwrap();
     informer.wait_for_sync().await;
-    for i in 0..10 {
-        srv.upsert(pod(&format!("p{i}"), 1)).unwrap();
-    }
+    upsert_pods(&srv, 10, 0, 1);
     eventually("the store", || informer.store().len() == 10).await;
     // The handler is held at the gate until shutdown has begun, so shutdown has buffered
     // notifications to deliver.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1 as openapi;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as openapi_meta;
 use k8s_pb::api::core::v1 as pb;
 use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb_meta;
-use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown};
+use kcache::informer::wire::codec::{watch_frame as frame, wrap_object as envelope};
 use kcache::informer::wire::{compact_key, pod_fields, Codec, CompactCodec, CompactObject, Format};
 use kcache::informer::{SetResourceVersion, Versioned, WatchEvent};
 use proptest::prelude::*;
@@ -332,30 +332,6 @@ fn check_metadata(
         prop_assert_eq!(key.as_str(), expected.as_str());
     }
     Ok(())
-}
-
-fn envelope(kind: &str, raw: Vec<u8>) -> Vec<u8> {
-    let mut out = b"k8s\0".to_vec();
-    Unknown {
-        type_meta: Some(TypeMeta {
-            api_version: Some("v1".into()),
-            kind: Some(kind.into()),
-        }),
-        raw: Some(raw),
-        content_encoding: Some(String::new()),
-        content_type: Some(String::new()),
-    }
-    .encode(&mut out)
-    .unwrap();
-    out
-}
-
-fn frame(event_type: &str, body: Vec<u8>) -> Vec<u8> {
-    pb_meta::WatchEvent {
-        r#type: Some(event_type.into()),
-        object: Some(RawExtension { raw: Some(body) }),
-    }
-    .encode_to_vec()
 }
 
 proptest! {

@@ -154,6 +154,36 @@ struct Faults {
     latency: Duration,
 }
 
+/// The two calls a fault can be scripted for.
+#[derive(Debug, Clone, Copy)]
+enum Verb {
+    List,
+    Watch,
+}
+
+impl Faults {
+    /// The failure scripted for this call of `verb`, if any, used up: while unavailable a
+    /// refused connection, then the scripted refused connections, then the scripted 429s.
+    fn take(&mut self, verb: Verb) -> Result<(), Error> {
+        let (what, fail, throttle) = match verb {
+            Verb::List => ("list", &mut self.fail_lists, &mut self.throttle_lists),
+            Verb::Watch => ("watch", &mut self.fail_watches, &mut self.throttle_watches),
+        };
+        if self.unavailable {
+            return Err(injected_connection_refused(what));
+        }
+        if *fail > 0 {
+            *fail -= 1;
+            return Err(injected_connection_refused(what));
+        }
+        if *throttle > 0 {
+            *throttle -= 1;
+            return Err(injected_too_many_requests(self.retry_after));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Default)]
 struct Control {
     faults: Faults,
@@ -396,17 +426,7 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         {
             let mut control = self.control();
             control.list_calls += 1;
-            if control.faults.unavailable {
-                return Err(injected_connection_refused("list"));
-            }
-            if control.faults.fail_lists > 0 {
-                control.faults.fail_lists -= 1;
-                return Err(injected_connection_refused("list"));
-            }
-            if control.faults.throttle_lists > 0 {
-                control.faults.throttle_lists -= 1;
-                return Err(injected_too_many_requests(control.faults.retry_after));
-            }
+            control.faults.take(Verb::List)?;
         }
         let paged = match &options.continue_token {
             Some(token) => {
@@ -450,17 +470,7 @@ impl<T: SetResourceVersion + Clone + Send + Sync + 'static> MemoryListerWatcher<
         // outage and to the 410 scripted for it.
         let mut control = self.control();
         control.watch_calls += 1;
-        if control.faults.unavailable {
-            return Err(injected_connection_refused("watch"));
-        }
-        if control.faults.fail_watches > 0 {
-            control.faults.fail_watches -= 1;
-            return Err(injected_connection_refused("watch"));
-        }
-        if control.faults.throttle_watches > 0 {
-            control.faults.throttle_watches -= 1;
-            return Err(injected_too_many_requests(control.faults.retry_after));
-        }
+        control.faults.take(Verb::Watch)?;
         parse_resource_version(&options.resource_version)?;
         let expired = control.faults.expire_watches > 0;
         if expired {
@@ -838,32 +848,21 @@ mod tests {
                 token = page.continue_token;
             }
             assert_eq!(names, ["a", "b", "c", "d", "e"]);
-            let bad = s
-                .list(ListOptions {
-                    continue_token: Some("nonsense".into()),
+            // A list from `continue_token` or at `resource_version` that the server refuses.
+            let refused = |continue_token: Option<&str>, resource_version: &str| {
+                let options = ListOptions {
+                    continue_token: continue_token.map(Into::into),
+                    resource_version: resource_version.into(),
                     ..Default::default()
-                })
-                .await
-                .err()
-                .unwrap();
+                };
+                let s = &s;
+                async move { s.list(options).await.err().unwrap() }
+            };
+            let bad = refused(Some("nonsense"), "").await;
             assert_eq!(bad.status().map(|s| s.code), Some(400));
-            let gone = s
-                .list(ListOptions {
-                    continue_token: Some("4-2".into()),
-                    ..Default::default()
-                })
-                .await
-                .err()
-                .unwrap();
+            let gone = refused(Some("4-2"), "").await;
             assert!(gone.is_expired(), "no list kept a snapshot at version 4");
-            let future = s
-                .list(ListOptions {
-                    resource_version: "99".into(),
-                    ..Default::default()
-                })
-                .await
-                .err()
-                .unwrap();
+            let future = refused(None, "99").await;
             assert!(future.is_too_large_resource_version());
         });
     }

@@ -78,6 +78,13 @@ pub fn server_of(window: usize, pods: impl IntoIterator<Item = Pod>) -> MemoryLi
     srv
 }
 
+/// `n` pods `p0`, `p1`, … (numbered `width` digits wide), each written at version `rv`.
+pub fn upsert_pods(srv: &MemoryListerWatcher<Pod>, n: usize, width: usize, rv: u64) {
+    for i in 0..n {
+        srv.upsert(pod(&format!("p{i:0width$}"), rv)).unwrap();
+    }
+}
+
 pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }

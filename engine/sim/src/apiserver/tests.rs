@@ -19,6 +19,11 @@ fn churn(server: &Server, n: u32, keys: u32) {
     });
 }
 
+/// The cursor of a watch of every object from `start`.
+fn watch_all(server: &Server, start: Start, bookmarks: bool) -> Cursor<u32> {
+    server.watch(start, bookmarks, |_| true).unwrap().cursor
+}
+
 fn describe(item: Option<Item<u32>>) -> String {
     match item {
         None => "none".into(),
@@ -72,10 +77,7 @@ fn a_watch_from_the_window_replays_it_and_one_from_before_is_too_old() {
 #[test]
 fn a_watch_from_a_future_version_gets_the_events_after_it() {
     let server = Server::new([], 0, 10);
-    let mut ahead = server
-        .watch(Start::After(2), false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut ahead = watch_all(&server, Start::After(2), false);
     churn(&server, 4, 10);
     assert_eq!(drain(&mut ahead), ["Added 3", "Added 4"]);
 }
@@ -83,25 +85,16 @@ fn a_watch_from_a_future_version_gets_the_events_after_it() {
 #[test]
 fn bookmarks_and_closes_reach_the_watches_open_at_the_time_only() {
     let server = Server::new([], 0, 10);
-    let mut with = server.watch(Start::Initial, true, |_| true).unwrap().cursor;
-    let mut without = server
-        .watch(Start::Initial, false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut with = watch_all(&server, Start::Initial, true);
+    let mut without = watch_all(&server, Start::Initial, false);
     churn(&server, 1, 10);
     server.bookmark();
     churn(&server, 1, 10);
-    let mut later = server
-        .watch(Start::After(0), true, |_| true)
-        .unwrap()
-        .cursor;
+    let mut later = watch_all(&server, Start::After(0), true);
     assert_eq!(server.open_watches(), 3);
     server.close_watches();
     assert_eq!(server.open_watches(), 0);
-    let mut after_close = server
-        .watch(Start::After(0), true, |_| true)
-        .unwrap()
-        .cursor;
+    let mut after_close = watch_all(&server, Start::After(0), true);
     assert_eq!(server.open_watches(), 1);
     churn(&server, 1, 10);
     assert_eq!(
@@ -127,14 +120,8 @@ fn bookmarks_and_closes_reach_the_watches_open_at_the_time_only() {
 #[test]
 fn a_watcher_that_falls_out_of_the_window_expires_and_lets_go() {
     let server = Server::new([], 0, 8);
-    let mut slow = server
-        .watch(Start::After(0), false, |_| true)
-        .unwrap()
-        .cursor;
-    let mut fast = server
-        .watch(Start::After(0), false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut slow = watch_all(&server, Start::After(0), false);
+    let mut fast = watch_all(&server, Start::After(0), false);
     churn(&server, 2, 4);
     assert_eq!(drain(&mut slow).len(), 2);
     // One batch of 40: the window of 8 moves past everything the slow watcher has not read.
@@ -151,10 +138,7 @@ fn a_watcher_that_falls_out_of_the_window_expires_and_lets_go() {
     assert_eq!(drain(&mut fast), ["expired 0"]);
     assert_eq!(server.log.kept_segments(), 1);
     // In batches smaller than the window, a watcher that keeps up never expires.
-    let mut steady = server
-        .watch(Start::After(42), false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut steady = watch_all(&server, Start::After(42), false);
     for _ in 0..20 {
         churn(&server, 5, 4);
         assert_eq!(drain(&mut steady).len(), 5);
@@ -173,7 +157,7 @@ async fn every_watcher_gets_every_event_once_in_order() {
         } else {
             Start::After(0)
         };
-        let mut cursor = server.watch(start, false, |_| true).unwrap().cursor;
+        let mut cursor = watch_all(&server, start, false);
         tasks.push(tokio::spawn(async move {
             let mut expected = 1;
             while expected <= EVENTS {
@@ -210,10 +194,7 @@ async fn every_watcher_gets_every_event_once_in_order() {
 #[tokio::test(start_paused = true)]
 async fn a_waiting_watch_wakes_for_a_write_and_not_before() {
     let server = Arc::new(Server::new([], 0, 10));
-    let mut cursor = server
-        .watch(Start::After(0), false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut cursor = watch_all(&server, Start::After(0), false);
     let waited = tokio::time::timeout(Duration::from_secs(5), cursor.ready()).await;
     assert!(waited.is_err(), "no write: no wake");
     let writer = Arc::clone(&server);
@@ -257,10 +238,7 @@ fn pages_read_the_first_pages_snapshot_while_writes_go_on() {
         ContinueError::Expired
     );
     // A watch from the list's version sees exactly what happened since.
-    let mut watch = server
-        .watch(Start::After(5), false, |_| true)
-        .unwrap()
-        .cursor;
+    let mut watch = watch_all(&server, Start::After(5), false);
     assert_eq!(drain(&mut watch), ["Deleted 6", "Added 7"]);
 }
 

@@ -589,6 +589,36 @@ pub fn unwrap_object(body: &[u8]) -> Result<Unknown<'_>, Error> {
     Ok(unknown)
 }
 
+/// The inverse of [`unwrap_object`]: an object body (`k8s\0` + a `runtime.Unknown` of
+/// `apiVersion: v1`, `kind` and `raw`), as an API server sends it; for fakes and tests.
+pub fn wrap_object(kind: &str, raw: Vec<u8>) -> Vec<u8> {
+    use k8s_pb::apimachinery::pkg::runtime::{TypeMeta, Unknown as PbUnknown};
+    let mut out = MAGIC.to_vec();
+    PbUnknown {
+        type_meta: Some(TypeMeta {
+            api_version: Some("v1".into()),
+            kind: Some(kind.into()),
+        }),
+        raw: Some(raw),
+        content_encoding: Some(String::new()),
+        content_type: Some(String::new()),
+    }
+    .encode(&mut out)
+    .expect("a Vec grows to fit");
+    out
+}
+
+/// The inverse of [`watch_event`]: a watch frame of `event_type` around an object body; for
+/// fakes and tests.
+pub fn watch_frame(event_type: &str, object: Vec<u8>) -> Vec<u8> {
+    use k8s_pb::apimachinery::pkg::runtime::RawExtension;
+    meta::WatchEvent {
+        r#type: Some(event_type.into()),
+        object: Some(RawExtension { raw: Some(object) }),
+    }
+    .encode_to_vec()
+}
+
 /// A watch frame's bare `WatchEvent`: its type and its object's bytes (`object.raw`).
 pub fn watch_event(frame: &[u8]) -> Result<(&str, &[u8]), Error> {
     let mut event_type = None;
@@ -621,8 +651,8 @@ fn utf8<'a>(bytes: &'a [u8], what: &str) -> Result<&'a str, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use super::{watch_frame as frame, wrap_object as body};
     use k8s_pb::api::core::v1::Pod;
-    use k8s_pb::apimachinery::pkg::runtime::{RawExtension, TypeMeta, Unknown as PbUnknown};
     use proptest::prelude::*;
 
     fn pod(ns: &str, name: &str, rv: &str) -> Pod {
@@ -635,30 +665,6 @@ mod tests {
             }),
             ..Pod::default()
         }
-    }
-
-    fn body(kind: &str, raw: Vec<u8>) -> Vec<u8> {
-        let mut out = MAGIC.to_vec();
-        PbUnknown {
-            type_meta: Some(TypeMeta {
-                api_version: Some("v1".into()),
-                kind: Some(kind.into()),
-            }),
-            raw: Some(raw),
-            content_encoding: Some(String::new()),
-            content_type: Some(String::new()),
-        }
-        .encode(&mut out)
-        .unwrap();
-        out
-    }
-
-    fn frame(event_type: &str, object: Vec<u8>) -> Vec<u8> {
-        meta::WatchEvent {
-            r#type: Some(event_type.into()),
-            object: Some(RawExtension { raw: Some(object) }),
-        }
-        .encode_to_vec()
     }
 
     #[test]

@@ -157,47 +157,53 @@ mod tests {
         assert_eq!(RateLimiter::<&str>::num_requeues(&bucket, &"a"), 0);
     }
 
+    /// The waits of one reservation at each of `at` (milliseconds from the origin), in order.
+    fn reserves(bucket: &BucketRateLimiter, at: &[u64]) -> Vec<Duration> {
+        at.iter().map(|&ms| bucket.reserve(at_ms(ms))).collect()
+    }
+
     #[test]
     fn bucket_refill_uses_elapsed_seconds_and_caps_at_burst() {
         let bucket = BucketRateLimiter::new(10.0, 1);
-        assert_eq!(bucket.reserve(at_ms(0)), Duration::ZERO); // tokens 0
-        assert_eq!(bucket.reserve(at_ms(150)), Duration::ZERO); // 0 + 1.5 capped at 1, −1 → 0
-        assert_eq!(bucket.reserve(at_ms(200)), 50 * MS); // 0 + 0.5 − 1 = −0.5 → 0.05 s
-                                                         // −0.5 + 2.5 s · 10 = 24.5, capped at 1 (secs() splits 2 s and 0.5 s).
-        assert_eq!(bucket.reserve(at_ms(2_700)), Duration::ZERO);
+        // tokens 0; 0 + 1.5 capped at 1, −1 → 0; 0 + 0.5 − 1 = −0.5 → 0.05 s;
+        // −0.5 + 2.5 s · 10 = 24.5, capped at 1 (secs() splits 2 s and 0.5 s).
+        let waits = [Duration::ZERO, Duration::ZERO, 50 * MS, Duration::ZERO];
+        assert_eq!(reserves(&bucket, &[0, 150, 200, 2_700]), waits);
     }
 
     #[test]
     fn bucket_tokens_go_negative_and_refill_from_there() {
         let bucket = BucketRateLimiter::new(1.0, 1);
-        assert_eq!(bucket.reserve(T0), Duration::ZERO);
-        assert_eq!(bucket.reserve(T0), 1_000 * MS);
-        assert_eq!(bucket.reserve(T0), 2_000 * MS);
-        // tokens −2, one second refills one: −1, minus the call's token: −2.
-        assert_eq!(bucket.reserve(at_ms(1_000)), 2_000 * MS);
-        // −2 + 3 = 1, minus 1: 0.
-        assert_eq!(bucket.reserve(at_ms(4_000)), Duration::ZERO);
+        // Three at once: 0, 1 s, 2 s. Then tokens −2, one second refills one: −1, minus the
+        // call's token: −2. Then −2 + 3 = 1, minus 1: 0.
+        let waits = [
+            Duration::ZERO,
+            1_000 * MS,
+            2_000 * MS,
+            2_000 * MS,
+            Duration::ZERO,
+        ];
+        assert_eq!(reserves(&bucket, &[0, 0, 0, 1_000, 4_000]), waits);
     }
 
     #[test]
     fn bucket_fractional_qps() {
-        // One token per two seconds.
+        // One token per two seconds; then −1 + 1 s · 0.5 = −0.5, minus 1: −1.5 → 3 s.
         let bucket = BucketRateLimiter::new(0.5, 1);
-        assert_eq!(bucket.reserve(T0), Duration::ZERO);
-        assert_eq!(bucket.reserve(T0), 2_000 * MS);
-        // −1 + 1 s · 0.5 = −0.5, minus 1: −1.5 → 3 s.
-        assert_eq!(bucket.reserve(at_ms(1_000)), 3_000 * MS);
+        let waits = [Duration::ZERO, 2_000 * MS, 3_000 * MS];
+        assert_eq!(reserves(&bucket, &[0, 0, 1_000]), waits);
         // qps 3: 1/3 s is 333_333_333.33 ns, truncated.
         let thirds = BucketRateLimiter::new(3.0, 1);
-        assert_eq!(thirds.reserve(T0), Duration::ZERO);
-        assert_eq!(thirds.reserve(T0), ns(333_333_333));
+        assert_eq!(
+            reserves(&thirds, &[0, 0]),
+            [Duration::ZERO, ns(333_333_333)]
+        );
         // qps 0.7, refilled for one second after the burst: 0.7 − 1 is −0.30000000000000004
-        // in f64, and (0.30000000000000004 / 0.7) · 1e9 = 428_571_428.57 ns.
-        let sevenths = BucketRateLimiter::new(0.7, 1);
-        assert_eq!(sevenths.reserve(T0), Duration::ZERO);
-        assert_eq!(sevenths.reserve(at_ms(1_000)), ns(428_571_428));
+        // in f64, and (0.30000000000000004 / 0.7) · 1e9 = 428_571_428.57 ns; then
         // −0.30000000000000004 + 0.7 − 1 = −0.6000000000000001 → 857_142_857.14 ns.
-        assert_eq!(sevenths.reserve(at_ms(2_000)), ns(857_142_857));
+        let sevenths = BucketRateLimiter::new(0.7, 1);
+        let waits = [Duration::ZERO, ns(428_571_428), ns(857_142_857)];
+        assert_eq!(reserves(&sevenths, &[0, 1_000, 2_000]), waits);
     }
 
     #[test]
