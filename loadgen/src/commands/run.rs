@@ -398,9 +398,15 @@ mod tests {
     }
 
     #[test]
-    fn zero_keys_are_refused_before_any_engine_runs() {
-        let args = parse("--workload w1 --keys 0");
-        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
+    fn invalid_arguments_are_refused_before_any_engine_runs() {
+        // Zero keys; the floor alone, which needs the informer path.
+        for line in [
+            "--workload w1 --keys 0",
+            "--workload w1 --harness-floor only",
+        ] {
+            let result = run(&parse(line), Ui::Quiet);
+            assert!(matches!(result, Err(RunError::Invalid(_))), "{line}");
+        }
     }
 
     #[test]
@@ -502,12 +508,6 @@ mod tests {
             },
         };
         assert_eq!(storms, [storm(false), storm(true)]);
-    }
-
-    #[test]
-    fn the_floor_alone_needs_the_informer_path() {
-        let args = parse("--workload w1 --harness-floor only");
-        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 
     #[test]
