@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 
 use crate::capacity_search::{trim_number, Bound, Curve};
 use crate::engines::EngineKind;
-use crate::report::aligned;
+use crate::report::{aligned, header};
 use crate::units::{mib, si};
 
 /// The sentence a capacity tester wants: "kcache absorbs N events/s on W1 at p99 ≤ 10 ms
@@ -33,7 +33,7 @@ pub fn claim(curves: &[Curve]) -> Option<String> {
 
 /// The capacity table: one row per engine and workload.
 pub fn summary_rows(curves: &[Curve]) -> Vec<Vec<String>> {
-    let mut rows = vec![[
+    let mut rows = header(&[
         "engine",
         "workload",
         "capacity/s",
@@ -43,9 +43,7 @@ pub fn summary_rows(curves: &[Curve]) -> Vec<Vec<String>> {
         "+RSS MiB",
         "probes",
         "search",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     let opt = |v: Option<f64>| v.map_or_else(|| "-".to_string(), |v| format!("{v:.1}"));
     for c in curves {
         let at = c.at_capacity.as_ref();
@@ -74,12 +72,10 @@ pub fn summary_rows(curves: &[Curve]) -> Vec<Vec<String>> {
 
 /// Every probe: one row each, in the order made.
 pub fn probe_rows(curves: &[Curve]) -> Vec<Vec<String>> {
-    let mut rows = vec![[
+    let mut rows = header(&[
         "engine", "workload", "rate/s", "kept up", "lag ms", "p50 µs", "p99 µs", "+RSS MiB",
         "result",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     let opt = |v: Option<f64>, digits: usize| {
         v.map_or_else(|| "-".to_string(), |v| format!("{v:.digits$}"))
     };

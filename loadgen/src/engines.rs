@@ -55,6 +55,42 @@ pub fn parse_consumers(s: &str) -> Result<usize, String> {
     }
 }
 
+/// The engine flags `run` and `capacity` share: `--seed`, `--shards`, `--consumers` and
+/// `--handler-us`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EngineArgs {
+    /// The generator's (splitmix64) seed.
+    #[arg(long, default_value_t = workloads::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Shards of the sharded engine: a power of two from 1 to 65536.
+    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
+    pub shards: usize,
+    /// Consumer threads of the sharded engine (the reference always uses exactly one).
+    /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
+    /// producer and one consumer on two cores; a second consumer only competes for a core).
+    #[arg(long, value_parser = parse_consumers)]
+    pub consumers: Option<usize>,
+    /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
+    #[arg(long)]
+    pub handler_us: Option<u64>,
+}
+
+impl EngineArgs {
+    /// `workload`'s own engine knobs ([`EngineConfig::for_workload`]) with the shards,
+    /// consumers and handler cost these flags ask for.
+    pub fn config(&self, workload: Workload) -> EngineConfig {
+        let own = EngineConfig::for_workload(workload);
+        EngineConfig {
+            shards: self.shards,
+            consumers: self.consumers.unwrap_or(own.consumers),
+            handler_cost: self
+                .handler_us
+                .map_or(own.handler_cost, Duration::from_micros),
+            ..own
+        }
+    }
+}
+
 /// The knobs of one engine run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct EngineConfig {

@@ -254,23 +254,21 @@ mod tests {
         let mut tail = RecordTail::new(path.clone());
         assert_eq!(tail.read_new().unwrap(), []);
         let mut file = std::fs::File::create(&path).unwrap();
-        write!(
-            file,
-            "{{\"resource_version\":\"7\",\"returned_unix_ns\":70}}\n{{\"resource_version\":\"8\","
-        )
-        .unwrap();
-        file.flush().unwrap();
+        let mut append = |text: &str| {
+            file.write_all(text.as_bytes()).unwrap();
+            file.flush().unwrap();
+        };
+        append(r#"{"resource_version":"7","returned_unix_ns":70}"#);
+        append("\n");
+        append(r#"{"resource_version":"8","#);
         assert_eq!(tail.read_new().unwrap(), [(7, 70)]);
         assert_eq!(tail.read_new().unwrap(), []);
-        writeln!(
-            file,
-            "\"returned_unix_ns\":80}}\n{{\"resource_version\":null,\"returned_unix_ns\":90}}"
-        )
-        .unwrap();
-        file.flush().unwrap();
+        append(r#""returned_unix_ns":80}"#);
+        append("\n");
+        append(r#"{"resource_version":null,"returned_unix_ns":90}"#);
+        append("\n");
         assert_eq!(tail.read_new().unwrap(), [(8, 80)]);
-        writeln!(file, "not json").unwrap();
-        file.flush().unwrap();
+        append("not json\n");
         assert!(tail.read_new().unwrap_err().contains(":4:"));
         let _ = std::fs::remove_file(&path);
     }

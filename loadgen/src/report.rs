@@ -130,6 +130,11 @@ fn lag(r: &RunResult) -> String {
     }
 }
 
+/// A table's first row: its column names.
+pub fn header(names: &[&str]) -> Vec<Vec<String>> {
+    vec![names.iter().map(|&name| name.to_owned()).collect()]
+}
+
 /// The results as an aligned text table, one row per run.
 ///
 /// ```
@@ -137,7 +142,7 @@ fn lag(r: &RunResult) -> String {
 /// assert!(table.starts_with("engine"));
 /// ```
 pub fn table(results: &[RunResult]) -> String {
-    let mut rows = vec![[
+    let mut rows = header(&[
         "engine",
         "workload",
         "events",
@@ -154,9 +159,7 @@ pub fn table(results: &[RunResult]) -> String {
         "recon/s",
         "lag ms",
         "verdict",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     for r in results {
         rows.push(vec![
             r.engine.clone(),
@@ -210,14 +213,10 @@ pub fn scheduling_table(results: &[RunResult]) -> String {
     if runs.is_empty() {
         return String::new();
     }
-    let mut waits = vec![[
+    let mut waits = header(&[
         "engine", "workload", "class", "served", "waiting", "p50 ms", "p99 ms", "max ms", "overdue",
-    ]
-    .map(String::from)
-    .to_vec()];
-    let mut shares = vec![["engine", "workload", "share of worker time"]
-        .map(String::from)
-        .to_vec()];
+    ]);
+    let mut shares = header(&["engine", "workload", "share of worker time"]);
     for (r, s) in runs {
         for c in &s.classes {
             waits.push(vec![
@@ -248,7 +247,7 @@ pub fn scheduling_table(results: &[RunResult]) -> String {
 
 /// One row per handler of every informer run; empty when no run went through the informer.
 pub fn handler_table(results: &[RunResult]) -> String {
-    let mut rows = vec![[
+    let mut rows = header(&[
         "engine",
         "workload",
         "handler",
@@ -260,9 +259,7 @@ pub fn handler_table(results: &[RunResult]) -> String {
         "waits",
         "merged",
         "verdict",
-    ]
-    .map(String::from)
-    .to_vec()];
+    ]);
     for r in results {
         for h in &r.handlers {
             rows.push(vec![

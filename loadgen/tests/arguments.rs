@@ -18,21 +18,28 @@ const COMMANDS: [&[&str]; 5] = [
     &["replay", "--trace", "testdata/watch-pods.json"],
 ];
 
+/// Runs `command` with `extra` and asserts that clap refuses it (exit 2) saying `message`.
+fn refused(command: &[&str], extra: &[&str], message: &str) -> std::process::Output {
+    let args: Vec<&str> = command.iter().chain(extra).copied().collect();
+    let output = common::run_loadgen(&args, b"");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(message), "{args:?}: {stderr}");
+    output
+}
+
 #[test]
 fn zero_non_powers_of_two_and_too_many_shards_are_refused_everywhere() {
     for command in COMMANDS {
         for shards in ["0", "3", "12", "131072", "-4", "many"] {
             // `--shards=-4`: a separate `-4` would be read as an unknown flag.
             let flag = format!("--shards={shards}");
-            let args: Vec<&str> = command.iter().copied().chain([flag.as_str()]).collect();
-            let output = common::run_loadgen(&args, b"");
-            let stderr = String::from_utf8_lossy(&output.stderr);
-            assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-            assert!(
-                stderr.contains("--shards must be a power of two between 1 and 65536"),
-                "{args:?}: {stderr}"
+            let output = refused(
+                command,
+                &[&flag],
+                "--shards must be a power of two between 1 and 65536",
             );
-            assert!(output.stdout.is_empty(), "{args:?}: nothing ran");
+            assert!(output.stdout.is_empty(), "{command:?} {flag}: nothing ran");
         }
     }
 }
@@ -58,17 +65,10 @@ fn the_bounds_themselves_are_accepted() {
 #[test]
 fn zero_consumers_are_refused_everywhere() {
     for command in &COMMANDS[1..] {
-        let args: Vec<&str> = command
-            .iter()
-            .copied()
-            .chain(["--consumers", "0"])
-            .collect();
-        let output = common::run_loadgen(&args, b"");
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains("--consumers must be a whole number of at least 1"),
-            "{args:?}: {stderr}"
+        refused(
+            command,
+            &["--consumers", "0"],
+            "--consumers must be a whole number of at least 1",
         );
     }
 }

@@ -52,14 +52,20 @@ fn share(row: &RunResult, group: &str) -> f64 {
         .share
 }
 
+/// The `mixed` scenario, run for `duration_ms`, aging bounded at `max_wait_ms`, with a backlog
+/// of `backlog` keys.
+fn mixed(duration_ms: u64, max_wait_ms: u64, backlog: usize) -> SchedulingConfig {
+    SchedulingConfig {
+        duration: Duration::from_millis(duration_ms),
+        max_wait: Duration::from_millis(max_wait_ms),
+        backlog,
+        ..SchedulingConfig::default()
+    }
+}
+
 #[test]
 fn every_order_reports_each_class_and_shares_that_sum_to_one() {
-    let w8 = SchedulingConfig {
-        duration: Duration::from_millis(800),
-        max_wait: Duration::from_millis(200),
-        backlog: 200,
-        ..SchedulingConfig::default()
-    };
+    let w8 = mixed(800, 200, 200);
     for engine in EngineKind::ALL {
         for queue in [
             QueueKind::Fifo,
@@ -99,12 +105,7 @@ fn every_order_reports_each_class_and_shares_that_sum_to_one() {
 fn aging_bounds_the_backlogs_wait_and_priority_alone_starves_it() {
     // The backlog arrives over the first 1.5 s; with aging every key of it is due by 1.8 s,
     // 1.2 s before the end, so a wait near the run's length can only be starvation.
-    let w8 = SchedulingConfig {
-        duration: Duration::from_secs(3),
-        max_wait: Duration::from_millis(300),
-        backlog: 300,
-        ..SchedulingConfig::default()
-    };
+    let w8 = mixed(3_000, 300, 300);
     let run_ms = w8.duration.as_secs_f64() * 1e3;
     for engine in EngineKind::ALL {
         let aging = run(engine, QueueKind::Aging, &w8);

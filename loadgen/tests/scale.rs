@@ -1,12 +1,26 @@
 //! `loadgen scale` and `loadgen run --timeline` through the binary, at tiny sizes.
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("loadgen-scale-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
+}
+
+/// Runs loadgen with `args` and then each `(flag, path)`, its output thrown away.
+fn run_quietly<const N: usize>(args: &[&str], paths: [(&str, &PathBuf); N]) -> ExitStatus {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_loadgen"));
+    command.args(args);
+    for (flag, path) in paths {
+        command.arg(flag).arg(path);
+    }
+    command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("loadgen runs")
 }
 
 #[test]
@@ -17,8 +31,8 @@ fn a_tiny_sweep_writes_one_point_per_engine_and_key_count_and_a_chart() {
         dir.join("scale.svg"),
         dir.join("scale.md"),
     );
-    let status = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args([
+    let status = run_quietly(
+        &[
             "scale",
             "--workload",
             "w1",
@@ -30,17 +44,9 @@ fn a_tiny_sweep_writes_one_point_per_engine_and_key_count_and_a_chart() {
             "2000",
             "--rate",
             "200000",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--chart")
-        .arg(&chart)
-        .arg("--md")
-        .arg(&md)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("loadgen runs");
+        ],
+        [("--json", &json), ("--chart", &chart), ("--md", &md)],
+    );
     assert!(status.success(), "ok verdicts exit 0: {status}");
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
@@ -99,8 +105,8 @@ fn bad_key_counts_are_refused_with_a_message() {
 fn run_timeline_writes_intervals_for_each_engine() {
     let dir = scratch("timeline");
     let csv = dir.join("timeline.csv");
-    let status = Command::new(env!("CARGO_BIN_EXE_loadgen"))
-        .args([
+    let status = run_quietly(
+        &[
             "run",
             "--workload",
             "w1",
@@ -108,13 +114,9 @@ fn run_timeline_writes_intervals_for_each_engine() {
             "500",
             "--events",
             "20000",
-            "--timeline",
-        ])
-        .arg(&csv)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("loadgen runs");
+        ],
+        [("--timeline", &csv)],
+    );
     assert!(status.success(), "{status}");
     let text = std::fs::read_to_string(&csv).expect("timeline written");
     let mut lines = text.lines();

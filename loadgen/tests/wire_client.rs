@@ -22,6 +22,7 @@ use kcache::informer::{
     WatchOptions,
 };
 use kube::{Client, Config};
+use loadgen::serve::Server;
 use serve_common::{churn_done, server_state, start};
 
 fn client(url: &str) -> Client {
@@ -90,11 +91,18 @@ fn cache_state<T: Versioned>(
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn protobuf_lists_watches_and_json_agree_on_every_served_field() {
-    let server = start(300, 3_000, 50_000.0, 100_000).await;
+/// A server that has churned `events` over `keys` (at 50,000/s, keeping every event), and its
+/// URL.
+async fn churned(keys: usize, events: usize) -> (Server, String) {
+    let server = start(keys, events, 50_000.0, 100_000).await;
     churn_done(&server, Duration::from_secs(60)).await;
     let url = server.url();
+    (server, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protobuf_lists_watches_and_json_agree_on_every_served_field() {
+    let (server, url) = churned(300, 3_000).await;
 
     let (pb_items, pb_rv) = list_all(&protobuf(&url), 70).await;
     let (json_items, json_rv) = list_all(&json(&url), 70).await;
@@ -320,9 +328,7 @@ async fn a_truncated_frame_reaches_the_error_handler_and_makes_a_relist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_streaming_list_is_the_paged_list_and_an_informer_syncs_from_it() {
-    let server = start(400, 2_000, 50_000.0, 100_000).await;
-    churn_done(&server, Duration::from_secs(60)).await;
-    let url = server.url();
+    let (server, url) = churned(400, 2_000).await;
     let (paged, paged_rv) = list_all(&protobuf(&url), 100).await;
     for streaming in [true, false] {
         let lw = protobuf(&url).streaming_list(streaming);

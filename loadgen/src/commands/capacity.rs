@@ -12,14 +12,14 @@ use crate::capacity_search::{
     check_workload, measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS,
     LONG_PROBE_SECS, MIN_PROBE_EVENTS,
 };
-use crate::engines::{EngineChoice, EngineConfig};
+use crate::engines::{EngineArgs, EngineChoice};
 use crate::informer_handlers::InformerArgs;
 use crate::machine::{command_line, Machine};
 use crate::report::{finish, refuse, write_json};
 use crate::result::RunResult;
 use crate::through_informer::Through;
 use crate::ui::Ui;
-use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
+use workloads::{Workload, WorkloadSpec};
 
 /// Arguments of `loadgen capacity`.
 #[derive(Debug, Clone, clap::Args)]
@@ -66,19 +66,9 @@ pub struct CapacityArgs {
     /// Probes per engine at most, tries included.
     #[arg(long, default_value_t = 24)]
     pub max_probes: usize,
-    /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
-    pub shards: usize,
-    /// Consumer threads of the sharded engine (default: 2 for w5, 1 otherwise; the reference
-    /// always uses exactly one).
-    #[arg(long, value_parser = crate::engines::parse_consumers)]
-    pub consumers: Option<usize>,
-    /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
-    #[arg(long)]
-    pub handler_us: Option<u64>,
-    /// The splitmix64 seed.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
-    pub seed: u64,
+    /// The seed and the engine's shards, consumers and handler cost.
+    #[command(flatten)]
+    pub engine_args: EngineArgs,
     /// Also write the results as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -121,7 +111,7 @@ impl CapacityArgs {
                 self.probe_secs
             ));
         }
-        let mut spec = WorkloadSpec::new(self.workload).seed(self.seed);
+        let mut spec = WorkloadSpec::new(self.workload).seed(self.engine_args.seed);
         if let Some(keys) = self.keys {
             spec = spec.keys(keys);
         }
@@ -142,17 +132,9 @@ impl CapacityArgs {
             max_probes: self.max_probes,
         };
         plan.check()?;
-        let own = EngineConfig::for_workload(self.workload);
         Ok(Job {
             spec,
-            cfg: EngineConfig {
-                shards: self.shards,
-                consumers: self.consumers.unwrap_or(own.consumers),
-                handler_cost: self
-                    .handler_us
-                    .map_or(own.handler_cost, std::time::Duration::from_micros),
-                ..own
-            },
+            cfg: self.engine_args.config(self.workload),
             plan,
             size: ProbeSize {
                 secs: self.probe_secs,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::args::parse_workload;
 use crate::controller_informer::Storm;
 use crate::controller_loop::ControllerConfig;
-use crate::engines::{EngineChoice, EngineConfig, DEFAULT_READERS};
+use crate::engines::{EngineArgs, EngineChoice, EngineConfig, DEFAULT_READERS};
 use crate::harness_floor::FloorChoice;
 use crate::harness_floor::{subjects, Subject};
 use crate::informer_handlers::{InformerArgs, InformerConfig};
@@ -19,7 +19,7 @@ use crate::run_spec::{run_all, Pipeline, RunSpec, Source};
 use crate::runs::RunError;
 use crate::through_informer::Through;
 use crate::ui::Ui;
-use workloads::{Workload, WorkloadSpec, DEFAULT_SEED};
+use workloads::{Workload, WorkloadSpec};
 
 /// Arguments of `loadgen run`.
 #[derive(Debug, Clone, clap::Args)]
@@ -37,14 +37,9 @@ pub struct RunArgs {
     /// Keys. Default: the workload's own (W2 1,000,000, W3 150,000, others 100,000).
     #[arg(long)]
     pub keys: Option<usize>,
-    /// Shards of the sharded engine: a power of two from 1 to 65536.
-    #[arg(long, default_value_t = kcache::sharded::DEFAULT_SHARDS, value_parser = workloads::parse_shards)]
-    pub shards: usize,
-    /// Consumer threads of the sharded engine (the reference always uses exactly one).
-    /// Default: 2 for w5 (its slow handler is what extra consumers are for), 1 otherwise (one
-    /// producer and one consumer on two cores; a second consumer only competes for a core).
-    #[arg(long, value_parser = crate::engines::parse_consumers)]
-    pub consumers: Option<usize>,
+    /// The seed and the engine's shards, consumers and handler cost.
+    #[command(flatten)]
+    pub engine_args: EngineArgs,
     /// W4's reader threads.
     #[arg(long, default_value_t = DEFAULT_READERS)]
     pub readers: usize,
@@ -85,12 +80,6 @@ pub struct RunArgs {
     /// run.
     #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_BACKLOG)]
     pub backlog: usize,
-    /// CPU microseconds the handler burns per delta (default 2 for w5, 0 otherwise).
-    #[arg(long)]
-    pub handler_us: Option<u64>,
-    /// The generator's seed.
-    #[arg(long, default_value_t = DEFAULT_SEED)]
-    pub seed: u64,
     /// Offered load in ops per second: the producer paces itself instead of running flat out.
     /// Without it a run measures capacity, and its latency is mostly time queued behind the
     /// backlog; with a rate both engines can absorb, latency is the engine's own hand-off.
@@ -137,7 +126,7 @@ pub struct RunArgs {
 impl RunArgs {
     /// The workload spec these arguments ask for.
     pub fn spec(&self) -> WorkloadSpec {
-        let mut spec = WorkloadSpec::new(self.workload).seed(self.seed);
+        let mut spec = WorkloadSpec::new(self.workload).seed(self.engine_args.seed);
         if let Some(keys) = self.keys {
             spec = spec.keys(keys);
         }
@@ -169,7 +158,7 @@ impl RunArgs {
                 },
             )),
             worker_nice: self.worker_nice,
-            seed: self.seed,
+            seed: self.engine_args.seed,
         }
     }
 
@@ -198,17 +187,12 @@ impl RunArgs {
     /// The engine knobs these arguments ask for: the workload's own
     /// ([`EngineConfig::for_workload`]) where an argument is not given.
     pub fn config(&self) -> EngineConfig {
-        let own = EngineConfig::for_workload(self.workload);
         EngineConfig {
-            shards: self.shards,
-            consumers: self.consumers.unwrap_or(own.consumers),
             readers: self.readers,
-            handler_cost: self
-                .handler_us
-                .map_or(own.handler_cost, Duration::from_micros),
             rate: self.rate,
             max_queued_deltas: self.max_queued_deltas,
             compact_updates: self.compact_updates,
+            ..self.engine_args.config(self.workload)
         }
     }
 }
@@ -398,9 +382,15 @@ mod tests {
     }
 
     #[test]
-    fn zero_keys_are_refused_before_any_engine_runs() {
-        let args = parse("--workload w1 --keys 0");
-        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
+    fn invalid_arguments_are_refused_before_any_engine_runs() {
+        // Zero keys; the floor alone, which needs the informer path.
+        for line in [
+            "--workload w1 --keys 0",
+            "--workload w1 --harness-floor only",
+        ] {
+            let result = run(&parse(line), Ui::Quiet);
+            assert!(matches!(result, Err(RunError::Invalid(_))), "{line}");
+        }
     }
 
     #[test]
@@ -502,12 +492,6 @@ mod tests {
             },
         };
         assert_eq!(storms, [storm(false), storm(true)]);
-    }
-
-    #[test]
-    fn the_floor_alone_needs_the_informer_path() {
-        let args = parse("--workload w1 --harness-floor only");
-        assert!(matches!(run(&args, Ui::Quiet), Err(RunError::Invalid(_))));
     }
 
     #[test]

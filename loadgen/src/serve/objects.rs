@@ -184,27 +184,31 @@ impl Status {
         )
     }
 
+    /// This status with the details naming the pod `name`.
+    fn about_pod(mut self, name: &str) -> Self {
+        self.details = Some(json!({ "name": name, "kind": "pods" }));
+        self
+    }
+
     /// 409 `AlreadyExists`: a create of a pod that exists.
     pub fn already_exists(name: &str) -> Self {
-        let mut status = Self::new(
+        Self::new(
             409,
             "AlreadyExists",
             format!("pods \"{name}\" already exists"),
-        );
-        status.details = Some(json!({ "name": name, "kind": "pods" }));
-        status
+        )
+        .about_pod(name)
     }
 
     /// 409 `Conflict`: a write whose precondition (resource version, uid) the pod no longer
     /// meets; `why` is the API server's reason, e.g. "the object has been modified; ...".
     pub fn conflict(name: &str, why: &str) -> Self {
-        let mut status = Self::new(
+        Self::new(
             409,
             "Conflict",
             format!("Operation cannot be fulfilled on pods \"{name}\": {why}"),
-        );
-        status.details = Some(json!({ "name": name, "kind": "pods" }));
-        status
+        )
+        .about_pod(name)
     }
 
     /// 422 `Invalid` for a pod that fails validation: one cause per `(field, reason, detail)`,

@@ -529,14 +529,16 @@ mod tests {
         test_change(kind, i, rv, rv)
     }
 
+    /// One add per resource version in `rvs`, of the pod numbered as its version.
+    fn added(rvs: std::ops::RangeInclusive<u64>) -> Vec<Change> {
+        rvs.map(|rv| change(EventType::Added, rv as u32, rv))
+            .collect()
+    }
+
     #[test]
     fn watches_resume_inside_the_window_and_expire_before_it() {
         let store = Store::new(Vec::new(), 10, 3);
-        store.publish(
-            (11..=15)
-                .map(|rv| change(EventType::Added, rv as u32, rv))
-                .collect(),
-        );
+        store.publish(added(11..=15));
         assert_eq!(store.resource_version(), 15);
         assert_eq!(store.oldest(), 12, "events 13..=15 are kept");
         assert_eq!(store.len(), 5);
@@ -613,11 +615,7 @@ mod tests {
     #[test]
     fn pages_are_per_namespace_and_tokens_are_checked() {
         let store = Store::new(Vec::new(), 0, 100);
-        store.publish(
-            (1..=6)
-                .map(|rv| change(EventType::Added, rv as u32, rv))
-                .collect(),
-        );
+        store.publish(added(1..=6));
         let first = store.first_page(Some("ns-1"), 2);
         assert_eq!(first.items().len(), 2);
         let token = first.continue_token.clone().unwrap();
@@ -661,11 +659,7 @@ mod tests {
 
         store.record_publications();
         let before = unix_nanos();
-        store.publish(
-            (12..=14)
-                .map(|rv| change(EventType::Added, rv as u32, rv))
-                .collect(),
-        );
+        store.publish(added(12..=14));
         store.publish(Vec::new());
         store.publish(vec![change(EventType::Modified, 12, 15)]);
         let after = unix_nanos();

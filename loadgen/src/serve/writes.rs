@@ -220,29 +220,35 @@ fn cannot_decode(error: impl std::fmt::Display) -> Status {
 
 /// The body's namespace is the URL's (set from it when empty); another is the API server's 400.
 fn check_namespace(pod: &mut Pod, namespace: &str) -> Result<(), Status> {
-    match pod.metadata.namespace.as_deref() {
-        None | Some("") => {
-            pod.metadata.namespace = Some(namespace.to_owned());
-            Ok(())
-        }
-        Some(ns) if ns == namespace => Ok(()),
-        Some(_) => Err(Status::bad_request(
+    fill_or_match(&mut pod.metadata.namespace, namespace, |_| {
+        Status::bad_request(
             "the namespace of the provided object does not match the namespace sent on the request",
-        )),
-    }
+        )
+    })
 }
 
 /// The body's name is the URL's (set from it when empty).
 fn check_name(pod: &mut Pod, name: &str) -> Result<(), Status> {
-    match pod.metadata.name.as_deref() {
+    fill_or_match(&mut pod.metadata.name, name, |other| {
+        Status::bad_request(format!(
+            "the name of the object ({other}) does not match the name on the URL ({name})"
+        ))
+    })
+}
+
+/// Sets an empty `field` to the URL's `want`; a different value is `mismatch`'s error.
+fn fill_or_match(
+    field: &mut Option<String>,
+    want: &str,
+    mismatch: impl FnOnce(&str) -> Status,
+) -> Result<(), Status> {
+    match field.as_deref() {
         None | Some("") => {
-            pod.metadata.name = Some(name.to_owned());
+            *field = Some(want.to_owned());
             Ok(())
         }
-        Some(n) if n == name => Ok(()),
-        Some(other) => Err(Status::bad_request(format!(
-            "the name of the object ({other}) does not match the name on the URL ({name})"
-        ))),
+        Some(got) if got == want => Ok(()),
+        Some(other) => Err(mismatch(other)),
     }
 }
 

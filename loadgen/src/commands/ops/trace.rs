@@ -173,26 +173,12 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
     let value: Value = serde_json::from_str(line).map_err(|e| {
         format!("not valid JSON ({e}); write one JSON object per line, e.g. {{\"op\":\"pop\"}}")
     })?;
-    let Value::Object(fields) = value else {
-        return Err(format!(
-            "expected a JSON object such as {{\"op\":\"pop\"}}, found {}",
-            describe(&value)
-        ));
-    };
-    let op = match fields.get("op") {
-        Some(Value::String(op)) => op.as_str(),
-        Some(other) => {
-            return Err(format!(
-                "\"op\" must be a string such as \"add\", found {}",
-                describe(other)
-            ))
-        }
-        None => {
-            return Err(format!(
+    let fields = as_object(&value, "a JSON object such as {\"op\":\"pop\"}")?;
+    let op = string_field(fields, "op", "\"add\"", || {
+        format!(
             "missing \"op\"; every line names one, e.g. {{\"op\":\"add\",\"obj\":{OBJ_EXAMPLE}}}"
-        ))
-        }
-    };
+        )
+    })?;
     let Some(&(op, allowed)) = OPS.iter().find(|(name, _)| *name == op) else {
         let names: Vec<&str> = OPS.iter().map(|(name, _)| *name).collect();
         return Err(format!(
@@ -215,7 +201,7 @@ pub fn parse_op(line: &str) -> Result<Op, String> {
             "op {op:?} has no field {extra:?}; it takes {takes}"
         ));
     }
-    let fields = Fields { op, map: &fields };
+    let fields = Fields { op, map: fields };
     Ok(match op {
         "config" => Op::Config(TraceConfig {
             known_objects: fields.optional_bool("known_objects", true)?,
@@ -319,26 +305,10 @@ impl Fields<'_> {
 
 /// Parses `{"key":K,"v":N,...}`; fields other than `key` and `v` are ignored (docs/traces.md).
 fn parse_object(value: &Value) -> Result<Arc<TraceObject>, String> {
-    let Value::Object(map) = value else {
-        return Err(format!(
-            "expected an object such as {OBJ_EXAMPLE}, found {}",
-            describe(value)
-        ));
-    };
-    let key = match map.get("key") {
-        Some(Value::String(key)) => key,
-        Some(other) => {
-            return Err(format!(
-                "\"key\" must be a string such as \"ns/a\", found {}",
-                describe(other)
-            ))
-        }
-        None => {
-            return Err(format!(
-                "the object has no \"key\"; write e.g. {OBJ_EXAMPLE}"
-            ))
-        }
-    };
+    let map = as_object(value, &format!("an object such as {OBJ_EXAMPLE}"))?;
+    let key = string_field(map, "key", "\"ns/a\"", || {
+        format!("the object has no \"key\"; write e.g. {OBJ_EXAMPLE}")
+    })?;
     let v = match map.get("v") {
         Some(Value::Number(n)) => n.as_i64().ok_or_else(|| {
             format!("\"v\" must be a whole number that fits in 64 bits, found {n}")
@@ -352,6 +322,32 @@ fn parse_object(value: &Value) -> Result<Arc<TraceObject>, String> {
         None => return Err(format!("the object has no \"v\"; write e.g. {OBJ_EXAMPLE}")),
     };
     Ok(Arc::new(TraceObject::new(key, v)))
+}
+
+/// `value` as an object, or an error that says `expected` (e.g. `an object such as …`).
+fn as_object<'a>(value: &'a Value, expected: &str) -> Result<&'a Map<String, Value>, String> {
+    match value {
+        Value::Object(map) => Ok(map),
+        other => Err(format!("expected {expected}, found {}", describe(other))),
+    }
+}
+
+/// The string field `name` of `map`; `such_as` is an example value for the message when it is
+/// not a string, `missing` the message when it is absent.
+fn string_field<'a>(
+    map: &'a Map<String, Value>,
+    name: &str,
+    such_as: &str,
+    missing: impl FnOnce() -> String,
+) -> Result<&'a str, String> {
+    match map.get(name) {
+        Some(Value::String(s)) => Ok(s),
+        Some(other) => Err(format!(
+            "\"{name}\" must be a string such as {such_as}, found {}",
+            describe(other)
+        )),
+        None => Err(missing()),
+    }
 }
 
 /// A short description of a JSON value for error messages: its kind and, if short, itself.

@@ -136,21 +136,24 @@ fn add_with_opts(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
             obj["after_ms"]
         ));
     }
-    let rate_limited = match obj.get("rate_limited") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(format!(
-                "{OP}: \"rate_limited\" must be true or false, got {other} (expected {EXAMPLE})"
-            ))
-        }
-    };
+    let rate_limited = flag(obj, OP, "rate_limited", EXAMPLE)?;
     Ok(PriorityOp::AddWithOpts {
         item: item(obj, OP)?,
         priority,
         after_ns,
         rate_limited,
     })
+}
+
+/// An optional `true`/`false` field of `op`'s object (default false).
+fn flag(obj: &Map<String, Value>, op: &str, name: &str, example: &str) -> Result<bool, String> {
+    match obj.get(name) {
+        None => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(format!(
+            "{op}: \"{name}\" must be true or false, got {other} (expected {example})"
+        )),
+    }
 }
 
 fn config(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
@@ -182,15 +185,7 @@ fn config(obj: &Map<String, Value>) -> Result<PriorityOp, String> {
             Some(ns)
         }
     };
-    let fair = match obj.get("fair") {
-        None => false,
-        Some(Value::Bool(b)) => *b,
-        Some(other) => {
-            return Err(format!(
-                "{OP}: \"fair\" must be true or false, got {other} (expected {EXAMPLE})"
-            ))
-        }
-    };
+    let fair = flag(obj, OP, "fair", EXAMPLE)?;
     Ok(PriorityOp::Config(PriorityConfig {
         limiter,
         max_wait_ns,
