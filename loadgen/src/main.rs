@@ -61,7 +61,7 @@ enum Command {
     /// Run kcache's informer (through its kube-rs adapter) and kube-rs' own reflector against
     /// `serve`, and report events/s, lag, memory and a verdict per client.
     #[cfg(feature = "wire")]
-    E2e(loadgen::e2e::E2eArgs),
+    E2e(loadgen::commands::e2e::E2eArgs),
     /// The whole pipeline for a long time with faults: serve → informer → workqueue →
     /// workers, sampling memory, threads, fds, queues and lag, with a verdict and a chart.
     #[cfg(feature = "wire")]
@@ -78,17 +78,17 @@ enum Command {
     /// One client of `e2e`, in a process of its own (started by `e2e`).
     #[cfg(feature = "wire")]
     #[command(hide = true)]
-    E2eClient(loadgen::e2e::client::E2eClientArgs),
+    E2eClient(loadgen::commands::e2e::client::E2eClientArgs),
     /// A process of watchers of `e2e --watchers` (started by `e2e`).
     #[cfg(feature = "wire")]
     #[command(hide = true)]
-    E2eWatchers(loadgen::e2e::watchers::E2eWatchersArgs),
+    E2eWatchers(loadgen::commands::e2e::watchers::E2eWatchersArgs),
 }
 
 fn main() -> ExitCode {
     // Before anything else: mimalloc's huge-page faults stall the engines (see the module).
     #[cfg(feature = "mimalloc")]
-    loadgen::thp::reexec_without_thp();
+    loadgen::measure::thp::reexec_without_thp();
     let cli = Cli::parse();
     match cli.command {
         Command::Ops(args) => loadgen::commands::ops::main(args),
@@ -102,14 +102,14 @@ fn main() -> ExitCode {
         Command::Workqueue(args) => loadgen::commands::workqueue::main(args),
         Command::Child(args) => loadgen::commands::child::main(args),
         #[cfg(feature = "wire")]
-        Command::E2e(args) => loadgen::e2e::main(args),
+        Command::E2e(args) => loadgen::commands::e2e::main(args),
         #[cfg(feature = "wire")]
         Command::Soak(args) => loadgen::commands::soak::main(args),
         #[cfg(feature = "wire")]
         Command::Churn(args) => loadgen::commands::churn::main(args),
         #[cfg(feature = "wire")]
-        Command::E2eClient(args) => loadgen::e2e::client::main(args),
+        Command::E2eClient(args) => loadgen::commands::e2e::client::main(args),
         #[cfg(feature = "wire")]
-        Command::E2eWatchers(args) => loadgen::e2e::watchers::child_main(args),
+        Command::E2eWatchers(args) => loadgen::commands::e2e::watchers::child_main(args),
     }
 }

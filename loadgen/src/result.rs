@@ -5,10 +5,10 @@
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::cpu::{cpu_figures, CpuProbe};
-use crate::latency::Percentiles;
-use crate::rss::{PeakSource, RssProbe};
-use crate::timeline::Interval;
+use crate::measure::cpu::{cpu_figures, CpuProbe};
+use crate::measure::latency::Percentiles;
+use crate::measure::rss::{PeakSource, RssProbe};
+use crate::measure::timeline::Interval;
 
 /// Enqueue-to-pop latency percentiles in microseconds; all `null` where nothing was queued (W4).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
@@ -49,7 +49,7 @@ pub struct RunResult {
     pub peak_rss_bytes: Option<u64>,
     /// How `peak_rss_bytes` was measured: `hwm` (VmHWM after reset) or `rss_end`.
     pub peak_rss_source: Option<String>,
-    /// User + system CPU of the whole process over the run, in seconds ([`cpu`](crate::cpu));
+    /// User + system CPU of the whole process over the run, in seconds ([`cpu`](crate::measure::cpu));
     /// `null` without `/proc`.
     #[serde(default)]
     pub cpu_s: Option<f64>,
@@ -70,7 +70,7 @@ pub struct RunResult {
     /// A paced run: the producer's largest lag behind its schedule, in milliseconds.
     pub producer_lag_ms: Option<f64>,
     /// A paced run: whether that lag stayed within 1% of the scheduled length
-    /// ([`kept_schedule`](crate::pacing::kept_schedule)).
+    /// ([`kept_schedule`](crate::harness::pacing::kept_schedule)).
     pub kept_up: Option<bool>,
     /// W6 only: workers, reconciles, retries (`null` for the other workloads).
     #[serde(default)]

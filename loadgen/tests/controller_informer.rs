@@ -9,10 +9,10 @@ mod common;
 
 use std::sync::Arc;
 
-use loadgen::controller_informer::{drops_none, measure, LABEL};
-use loadgen::controller_loop::ControllerConfig;
 use loadgen::engines::{EngineConfig, EngineKind};
-use loadgen::harness_floor::FLOOR_NAME;
+use loadgen::pipelines::controller_informer::{drops_none, measure, LABEL};
+use loadgen::pipelines::controller_loop::ControllerConfig;
+use loadgen::pipelines::harness_floor::FLOOR_NAME;
 use loadgen::progress::NoProgress;
 use workloads::{generate, Workload, WorkloadSpec};
 
@@ -129,8 +129,8 @@ fn a_handler_that_drops_a_key_fails_the_verdict() {
 #[test]
 fn the_harness_floor_calls_the_informer_rows_handlers_on_every_event() {
     let w1 = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(3_000));
-    let icfg = loadgen::informer_handlers::InformerConfig::default();
-    let done = loadgen::harness_floor::execute(&w1, None, Some(&icfg), &NoProgress)
+    let icfg = loadgen::harness::informer_handlers::InformerConfig::default();
+    let done = loadgen::pipelines::harness_floor::execute(&w1, None, Some(&icfg), &NoProgress)
         .expect("the floor runs");
     assert!(done.failures.is_empty(), "{:?}", done.failures);
     assert_eq!(done.received, w1.event_count());
@@ -141,8 +141,9 @@ fn the_harness_floor_calls_the_informer_rows_handlers_on_every_event() {
 #[test]
 fn the_harness_floor_counts_every_event_and_follows_relists() {
     let w1 = generate(&WorkloadSpec::new(Workload::W1).keys(300).events(3_000));
-    let row = loadgen::harness_floor::measure(&w1, "w1/informer", None, None, &NoProgress)
-        .expect("the floor runs");
+    let row =
+        loadgen::pipelines::harness_floor::measure(&w1, "w1/informer", None, None, &NoProgress)
+            .expect("the floor runs");
     assert!(row.is_ok(), "{:?}", row.failures);
     assert_eq!(row.engine, FLOOR_NAME);
     assert_eq!(
@@ -151,8 +152,9 @@ fn the_harness_floor_counts_every_event_and_follows_relists() {
     );
     assert!(row.events_per_s > 0.0 && row.cpu_us_per_event.is_some());
     let w3 = generate(&WorkloadSpec::new(Workload::W3).keys(300).events(3_000));
-    let row = loadgen::harness_floor::measure(&w3, "w3/informer", None, None, &NoProgress)
-        .expect("the floor runs");
+    let row =
+        loadgen::pipelines::harness_floor::measure(&w3, "w3/informer", None, None, &NoProgress)
+            .expect("the floor runs");
     assert!(row.is_ok(), "{:?}", row.failures);
     let stats = row
         .informer

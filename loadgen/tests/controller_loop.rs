@@ -9,10 +9,10 @@
 mod common;
 
 use loadgen::commands::run::{run, RunArgs};
-use loadgen::controller_loop::{
+use loadgen::engines::EngineChoice;
+use loadgen::pipelines::controller_loop::{
     check_controller, fails, last_events, state_code, ControllerRecord,
 };
-use loadgen::engines::EngineChoice;
 use loadgen::ui::Ui;
 use workloads::{generate, Generated, Op, Workload, WorkloadSpec};
 
@@ -177,7 +177,7 @@ fn a_workqueue_not_empty_at_the_end_fails_the_verdict() {
 #[test]
 fn a_w6_child_runs_the_parents_workers_and_reconcile_cost() {
     use clap::Parser;
-    use loadgen::run_spec::{Pipeline, RunSpec};
+    use loadgen::runner::run_spec::{Pipeline, RunSpec};
     #[derive(Parser)]
     struct Cli {
         #[command(flatten)]

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use loadgen::controller_informer::{drops_none, measure, Storm};
-use loadgen::controller_loop::ControllerConfig;
 use loadgen::engines::{EngineConfig, EngineKind};
+use loadgen::pipelines::controller_informer::{drops_none, measure, Storm};
+use loadgen::pipelines::controller_loop::ControllerConfig;
 use loadgen::progress::NoProgress;
 use workloads::{generate, Workload, WorkloadSpec};
 

@@ -6,10 +6,10 @@
 mod common;
 
 use loadgen::engines::{EngineConfig, EngineKind};
-use loadgen::informer_handlers::{Delivery, InformerConfig};
-use loadgen::informer_verdict::{judge, HandlerRecord, KeyView};
+use loadgen::harness::informer_handlers::{Delivery, InformerConfig};
+use loadgen::judging::informer_verdict::{judge, HandlerRecord, KeyView};
+use loadgen::pipelines::through_informer::execute;
 use loadgen::progress::NoProgress;
-use loadgen::through_informer::execute;
 use workloads::{generate, Workload, WorkloadSpec};
 
 fn two_consumers_on_four_shards() -> EngineConfig {

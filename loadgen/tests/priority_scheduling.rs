@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
-use loadgen::controller_loop::ControllerConfig;
 use loadgen::engines::{EngineConfig, EngineKind};
-use loadgen::priority_scheduling::{measure, QueueKind, Scenario, SchedulingConfig};
+use loadgen::pipelines::controller_loop::ControllerConfig;
+use loadgen::pipelines::priority_scheduling::{measure, QueueKind, Scenario, SchedulingConfig};
 use loadgen::progress::NoProgress;
 use loadgen::result::{RunResult, SchedulingFigures};
 use workloads::{Workload, WorkloadSpec};

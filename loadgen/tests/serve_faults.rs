@@ -18,7 +18,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kcache::informer::{kube_key_fn, Error, KubeListerWatcher, SharedInformer, Versioned};
 use kube::api::Api;
 use kube::{Client, Config, ResourceExt};
-use loadgen::handler_ledger::{Ledger, LedgerHandler};
+use loadgen::judging::handler_ledger::{Ledger, LedgerHandler};
 use loadgen::serve::faults::{FaultPlan, FaultReport, Stall};
 use loadgen::serve::{ServeConfig, Server};
 use serve_common::{server_state, Counted};

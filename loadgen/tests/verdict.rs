@@ -7,10 +7,10 @@ mod common;
 use std::sync::Arc;
 
 use kcache::{IndexError, Indexer, Indexers, Key, KeyError, KnownObjects, Store};
-use loadgen::driver::{execute, Finished};
 use loadgen::engines::{EngineKind, Mode};
+use loadgen::harness::driver::{execute, Finished};
+use loadgen::judging::verdict::{check, Counters};
 use loadgen::progress::NoProgress;
-use loadgen::verdict::{check, Counters};
 use workloads::{generate, Generated, Pod, Workload, WorkloadSpec};
 
 fn spec(w: Workload) -> WorkloadSpec {

@@ -6,10 +6,10 @@ mod common;
 
 use std::path::PathBuf;
 
-use loadgen::driver::execute;
 use loadgen::engines::{EngineConfig, EngineKind, Mode};
+use loadgen::harness::driver::execute;
+use loadgen::judging::verdict::check;
 use loadgen::progress::NoProgress;
-use loadgen::verdict::check;
 use loadgen::watch_trace::{parse_trace, to_workload, ParsedTrace, WatchType};
 
 fn testdata_path(name: &str) -> PathBuf {

@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kcache::Indexer;
-use loadgen::driver::execute;
 use loadgen::engines::{EngineConfig, EngineKind, Mode};
+use loadgen::harness::driver::execute;
 use loadgen::progress::NoProgress;
 use workloads::{generate, Pod, Workload, WorkloadSpec, NAMESPACE_INDEX, NODE_INDEX};
 
@@ -99,7 +99,7 @@ fn runs_agree(
     for &(engine, shards, consumers) in runs {
         let cfg = cfg(shards, consumers);
         let done = execute(engine, gen, Mode::of(workload), &cfg, &NoProgress).expect("runs");
-        let verdict = loadgen::verdict::check_with(
+        let verdict = loadgen::judging::verdict::check_with(
             &gen.model,
             &*done.store,
             &done.counters,

@@ -1,23 +1,23 @@
 //! `loadgen capacity`: the highest offered rate an engine keeps up with (docs/workloads.md,
 //! "Capacity"), with the latency curve that leads to it; the search itself is
-//! [`capacity_search`](crate::capacity_search).
+//! [`capacity_search`](crate::runner::capacity_search).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::capacity_report::shown;
-use crate::capacity_search::{
+use crate::engines::{EngineArgs, EngineChoice};
+use crate::harness::informer_handlers::InformerArgs;
+use crate::measure::machine::{command_line, Machine};
+use crate::pipelines::through_informer::Through;
+use crate::reports::capacity_report::shown;
+use crate::reports::report::{finish, refuse, write_json};
+use crate::result::RunResult;
+use crate::runner::capacity_search::{
     check_workload, measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS,
     LONG_PROBE_SECS, MIN_PROBE_EVENTS,
 };
-use crate::engines::{EngineArgs, EngineChoice};
-use crate::informer_handlers::InformerArgs;
-use crate::machine::{command_line, Machine};
-use crate::report::{finish, refuse, write_json};
-use crate::result::RunResult;
-use crate::through_informer::Through;
 use crate::ui::Ui;
 use workloads::{Workload, WorkloadSpec};
 
@@ -184,7 +184,7 @@ pub fn main(args: CapacityArgs) -> ExitCode {
     let results: Vec<RunResult> = curves.iter().flat_map(Curve::results).cloned().collect();
     finish("capacity", &shown(&curves), &results, || {
         if let Some(path) = &args.chart {
-            crate::chart::capacity_svg(&curves, path).map_err(|e| e.to_string())?;
+            crate::reports::chart::capacity_svg(&curves, path).map_err(|e| e.to_string())?;
             ui.note(&format!("wrote {}", path.display()));
         }
         if let Some(path) = &args.json {
@@ -203,10 +203,10 @@ pub fn main(args: CapacityArgs) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capacity_report::claim;
-    use crate::capacity_search::*;
     use crate::engines::EngineKind;
+    use crate::reports::capacity_report::claim;
     use crate::result::LatencyUs;
+    use crate::runner::capacity_search::*;
 
     fn plan() -> SearchPlan {
         SearchPlan {
@@ -519,7 +519,7 @@ mod tests {
                 && claim.contains("events/s on W1 at p99 ≤ 10 ms (reference: 3"),
             "{claim}"
         );
-        let alone = crate::capacity_report::claim(&curves[..1]).unwrap();
+        let alone = crate::reports::capacity_report::claim(&curves[..1]).unwrap();
         assert!(
             alone.starts_with("kcache's reference engine absorbs"),
             "{alone}"

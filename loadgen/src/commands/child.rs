@@ -1,5 +1,5 @@
 //! `loadgen child --report FILE`: one row of a run, in a process of its own (hidden; started by
-//! [`isolate`](crate::isolate)). It reads a [`RunSpec`] as JSON from stdin, runs it here
+//! [`isolate`](crate::harness::isolate)). It reads a [`RunSpec`] as JSON from stdin, runs it here
 //! ([`execute_here`]) and writes `{"results": [...]}` to `FILE`. Exit code 0 when the verdict
 //! is ok, 1 when it failed (a result all the same), 2 when it could not run.
 
@@ -7,9 +7,9 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::isolate::ChildReport;
-use crate::report::{finish, refuse, write_json};
-use crate::run_spec::{execute_here, RunSpec};
+use crate::harness::isolate::ChildReport;
+use crate::reports::report::{finish, refuse, write_json};
+use crate::runner::run_spec::{execute_here, RunSpec};
 use crate::ui::Ui;
 
 /// Arguments of `loadgen child`.

@@ -1,6 +1,6 @@
 //! `loadgen compare`: both engines on equal work first, W1's, W2's and W5's capacity at the
 //! same p99 limit, bare and (W1) through the informer (see
-//! [`capacity_search`](crate::capacity_search); `--no-capacity` skips it) and W1 at one
+//! [`capacity_search`](crate::runner::capacity_search); `--no-capacity` skips it) and W1 at one
 //! offered rate; then W1–W6 flat out (W6 as a whole controller on the shared
 //! informer, its default form: `w6/informer`), labelled saturated, with the ratio
 //! sharded/reference of every figure. Writes `latest.json`, `latest.md`, `throughput.svg`,
@@ -11,7 +11,7 @@
 //! project's 2-core machine (release build; the committed `results/latest.json` measured 75 s
 //! of engine time), the capacity searches add their probes (see [`capacity_plan`]): W1–W3 at
 //! their full sizes (docs/workloads.md), W4 and W5 trimmed (see [`plan`]). Every engine run is
-//! a child process of its own (see [`isolate`](crate::isolate)), so no run inherits memory that
+//! a child process of its own (see [`isolate`](crate::harness::isolate)), so no run inherits memory that
 //! an earlier one freed; `--in-process` runs everything in this process instead. `--quick`
 //! runs tiny sizes, for tests and smoke checks.
 
@@ -21,22 +21,22 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use crate::capacity_report::{claim, summary_rows};
-use crate::capacity_search::{
+use crate::engines::{parse_consumers, EngineConfig, EngineKind};
+use crate::harness::informer_handlers::InformerConfig;
+use crate::measure::machine::{command_line, Machine};
+use crate::pipelines::bare::RunError;
+use crate::pipelines::controller_loop::ControllerConfig;
+use crate::pipelines::harness_floor::Subject;
+use crate::reports::capacity_report::{claim, summary_rows};
+use crate::reports::chart::{capacity_svg, latency_svg, throughput_svg};
+use crate::reports::report::{aligned, finish, first_seen, refuse, write_file, write_json};
+use crate::reports::scale_report::{table as scale_table, write};
+use crate::result::RunResult;
+use crate::runner::capacity_search::{
     measure_engine, Curve, Job, ProbeSize, SearchPlan, DEFAULT_P99_LIMIT_MS, MIN_PROBE_EVENTS,
 };
-use crate::chart::{capacity_svg, latency_svg, throughput_svg};
-use crate::controller_loop::ControllerConfig;
-use crate::engines::{parse_consumers, EngineConfig, EngineKind};
-use crate::harness_floor::Subject;
-use crate::informer_handlers::InformerConfig;
-use crate::machine::{command_line, Machine};
-use crate::report::{aligned, finish, first_seen, refuse, write_file, write_json};
-use crate::result::RunResult;
-use crate::run_spec::{run_all, Pipeline, RunSpec, Source};
-use crate::runs::RunError;
-use crate::scale_report::{table as scale_table, write};
-use crate::scale_sweep::{
+use crate::runner::run_spec::{run_all, Pipeline, RunSpec, Source};
+use crate::runner::scale_sweep::{
     parse_key_counts, sweep, ScaleError, ScaleReport, SweepPlan, DEFAULT_KEYS, DEFAULT_RATE,
 };
 use crate::ui::Ui;
@@ -439,7 +439,7 @@ pub fn markdown(report: &CompareReport) -> String {
          every {}th event; peak +RSS is the resident memory the engine added over the \
          pre-generated events; CPU µs/event is the user + system CPU of the whole run's \
          process per event.\n",
-        crate::latency::SAMPLE_EVERY
+        crate::measure::latency::SAMPLE_EVERY
     );
     let (paced, saturated): (Vec<RunResult>, Vec<RunResult>) = report
         .results

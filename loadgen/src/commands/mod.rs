@@ -6,6 +6,8 @@ pub mod child;
 #[cfg(feature = "wire")]
 pub mod churn;
 pub mod compare;
+#[cfg(feature = "wire")]
+pub mod e2e;
 pub mod ops;
 pub mod replay;
 pub mod run;

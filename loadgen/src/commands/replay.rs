@@ -12,11 +12,11 @@ use serde::Serialize;
 
 use crate::engines::EngineChoice;
 use crate::engines::{EngineConfig, DEFAULT_CONSUMERS};
-use crate::harness_floor::Subject;
-use crate::report::{finish, refuse, table, write_json};
+use crate::pipelines::bare::RunError;
+use crate::pipelines::harness_floor::Subject;
+use crate::reports::report::{finish, refuse, table, write_json};
 use crate::result::RunResult;
-use crate::run_spec::{Pipeline, RunSpec, Source};
-use crate::runs::RunError;
+use crate::runner::run_spec::{Pipeline, RunSpec, Source};
 use crate::ui::Ui;
 use crate::watch_trace::{parse_trace, to_workload, BadDocument, ParsedTrace, Position, WatchType};
 use workloads::Generated;
@@ -101,7 +101,7 @@ fn replay_engines(
     let source = Source::Trace(args.trace.clone());
     let specs = RunSpec::rows(&source, subjects, cfg, &[Pipeline::Queue]);
     // Here, the trace parsed once above; in a child, parsed again from the file.
-    crate::isolate::run_each(&specs, args.in_process, |specs| {
+    crate::harness::isolate::run_each(&specs, args.in_process, |specs| {
         specs.iter().map(|spec| spec.execute(gen, ui)).collect()
     })
 }

@@ -5,19 +5,19 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use crate::args::parse_workload;
-use crate::controller_informer::Storm;
-use crate::controller_loop::ControllerConfig;
 use crate::engines::{EngineArgs, EngineChoice, EngineConfig, DEFAULT_READERS};
-use crate::harness_floor::FloorChoice;
-use crate::harness_floor::{subjects, Subject};
-use crate::informer_handlers::{InformerArgs, InformerConfig};
-use crate::report::{
+use crate::harness::informer_handlers::{InformerArgs, InformerConfig};
+use crate::pipelines::bare::RunError;
+use crate::pipelines::controller_informer::Storm;
+use crate::pipelines::controller_loop::ControllerConfig;
+use crate::pipelines::harness_floor::FloorChoice;
+use crate::pipelines::harness_floor::{subjects, Subject};
+use crate::pipelines::through_informer::Through;
+use crate::reports::report::{
     finish, handler_table, refuse, scheduling_table, table, write_file, write_json, Report,
 };
 use crate::result::RunResult;
-use crate::run_spec::{run_all, Pipeline, RunSpec, Source};
-use crate::runs::RunError;
-use crate::through_informer::Through;
+use crate::runner::run_spec::{run_all, Pipeline, RunSpec, Source};
 use crate::ui::Ui;
 use workloads::{Workload, WorkloadSpec};
 
@@ -44,7 +44,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = DEFAULT_READERS)]
     pub readers: usize,
     /// W6's worker threads, each taking keys from the workqueue and reconciling them.
-    #[arg(long, default_value_t = crate::controller_loop::DEFAULT_WORKERS, value_parser = crate::controller_loop::parse_workers)]
+    #[arg(long, default_value_t = crate::pipelines::controller_loop::DEFAULT_WORKERS, value_parser = crate::pipelines::controller_loop::parse_workers)]
     pub workers: usize,
     /// W6/W7/W8: CPU microseconds each reconcile burns (default 200 for w8, 5 otherwise).
     #[arg(long)]
@@ -55,30 +55,30 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(i32).range(0..=19))]
     pub worker_nice: i32,
     /// W7: the informer's resync period, in milliseconds (at least 1000).
-    #[arg(long, default_value_t = crate::controller_resync::DEFAULT_RESYNC_MS)]
+    #[arg(long, default_value_t = crate::pipelines::controller_resync::DEFAULT_RESYNC_MS)]
     pub resync_ms: u64,
     /// W7: which workqueues to run: each engine's rate-limiting queue (`off`), its priority
     /// queue (`on`), or both.
     #[arg(long, value_enum, default_value = "both")]
-    pub priority: crate::controller_resync::PriorityChoice,
+    pub priority: crate::pipelines::controller_resync::PriorityChoice,
     /// W8: `mixed` (one namespace floods, an initial list waits at low priority, the others
     /// trickle) or `tenants` (two namespaces at 10:1, both backlogged).
     #[arg(long, value_enum, default_value = "mixed")]
-    pub scenario: crate::priority_scheduling::Scenario,
+    pub scenario: crate::pipelines::priority_scheduling::Scenario,
     /// W8: the workqueue orders to run, comma-separated: fifo, priority, aging, fair,
     /// aging-fair. Default: fifo,priority,aging,aging-fair for `mixed`; priority,fair for
     /// `tenants`.
     #[arg(long, value_enum, value_delimiter = ',')]
-    pub queues: Option<Vec<crate::priority_scheduling::QueueKind>>,
+    pub queues: Option<Vec<crate::pipelines::priority_scheduling::QueueKind>>,
     /// W8: aging's bound, in milliseconds (the `aging` orders).
-    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_MAX_WAIT_MS)]
+    #[arg(long, default_value_t = crate::pipelines::priority_scheduling::DEFAULT_MAX_WAIT_MS)]
     pub max_wait_ms: u64,
     /// W8: how long each row runs, in milliseconds.
-    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_DURATION_MS)]
+    #[arg(long, default_value_t = crate::pipelines::priority_scheduling::DEFAULT_DURATION_MS)]
     pub duration_ms: u64,
     /// W8 `mixed`: the initial list's keys, added at low priority over the first half of the
     /// run.
-    #[arg(long, default_value_t = crate::priority_scheduling::DEFAULT_BACKLOG)]
+    #[arg(long, default_value_t = crate::pipelines::priority_scheduling::DEFAULT_BACKLOG)]
     pub backlog: usize,
     /// Offered load in ops per second: the producer paces itself instead of running flat out.
     /// Without it a run measures capacity, and its latency is mostly time queued behind the
@@ -152,9 +152,9 @@ impl RunArgs {
             workers: self.workers,
             reconcile_cost: Duration::from_micros(self.reconcile_us.unwrap_or(
                 if self.workload == Workload::W8 {
-                    crate::priority_scheduling::DEFAULT_RECONCILE_US
+                    crate::pipelines::priority_scheduling::DEFAULT_RECONCILE_US
                 } else {
-                    crate::controller_loop::DEFAULT_RECONCILE_US
+                    crate::pipelines::controller_loop::DEFAULT_RECONCILE_US
                 },
             )),
             worker_nice: self.worker_nice,
@@ -163,8 +163,8 @@ impl RunArgs {
     }
 
     /// W8's knobs these arguments ask for.
-    pub fn scheduling(&self) -> crate::priority_scheduling::SchedulingConfig {
-        crate::priority_scheduling::SchedulingConfig {
+    pub fn scheduling(&self) -> crate::pipelines::priority_scheduling::SchedulingConfig {
+        crate::pipelines::priority_scheduling::SchedulingConfig {
             scenario: self.scenario,
             duration: Duration::from_millis(self.duration_ms),
             max_wait: Duration::from_millis(self.max_wait_ms),
@@ -173,7 +173,7 @@ impl RunArgs {
     }
 
     /// W8's orders: `--queues`, or the scenario's own.
-    pub fn queues(&self) -> Vec<crate::priority_scheduling::QueueKind> {
+    pub fn queues(&self) -> Vec<crate::pipelines::priority_scheduling::QueueKind> {
         self.queues
             .clone()
             .unwrap_or_else(|| self.scenario.default_queues().to_vec())
@@ -256,7 +256,7 @@ pub fn run(args: &RunArgs, ui: Ui) -> Result<Vec<RunResult>, RunError> {
 pub fn main(args: RunArgs) -> ExitCode {
     if args.timeline.is_some() {
         // Before any thread starts; the child processes inherit it.
-        crate::timeline::enable();
+        crate::measure::timeline::enable();
     }
     match run(&args, Ui::detect()) {
         Ok(results) => {
@@ -266,7 +266,7 @@ pub fn main(args: RunArgs) -> ExitCode {
                     let rows = results
                         .iter()
                         .map(|r| (r.engine.as_str(), r.timeline.as_deref().unwrap_or_default()));
-                    write_file(path, crate::timeline::csv(rows).as_bytes())
+                    write_file(path, crate::measure::timeline::csv(rows).as_bytes())
                         .map_err(|e| e.to_string())?;
                     for r in &results {
                         let t = r.timeline.as_deref().unwrap_or_default();
@@ -274,9 +274,9 @@ pub fn main(args: RunArgs) -> ExitCode {
                             "{} {}: {} of {} intervals of {} ms had an event slower than 10 ms",
                             r.engine,
                             r.workload,
-                            crate::timeline::stalls(t, 10_000.0),
+                            crate::measure::timeline::stalls(t, 10_000.0),
                             t.len(),
-                            crate::timeline::INTERVAL_MS
+                            crate::measure::timeline::INTERVAL_MS
                         );
                     }
                 }
@@ -431,7 +431,7 @@ mod tests {
         assert_eq!(parse("--workload w6").through(), Through::Informer);
         assert_eq!(args.harness_floor, FloorChoice::Row);
         assert_eq!(args.informer(), InformerConfig::default());
-        assert!(crate::informer_handlers::parse_handlers("65").is_err());
+        assert!(crate::harness::informer_handlers::parse_handlers("65").is_err());
     }
 
     #[test]
@@ -451,14 +451,14 @@ mod tests {
 
     #[test]
     fn a_w8_child_is_told_its_scenario_order_and_bounds() {
-        use crate::priority_scheduling::{QueueKind, Scenario};
+        use crate::pipelines::priority_scheduling::{QueueKind, Scenario};
         let parent = parse(concat!(
             "--workload w8 --scenario tenants --max-wait-ms 700 ",
             "--duration-ms 1234 --backlog 55 --keys 300"
         ));
         assert_eq!(
             parent.controller().reconcile_cost,
-            Duration::from_micros(crate::priority_scheduling::DEFAULT_RECONCILE_US)
+            Duration::from_micros(crate::pipelines::priority_scheduling::DEFAULT_RECONCILE_US)
         );
         assert_eq!(parent.queues(), [QueueKind::Priority, QueueKind::Fair]);
         let (ctl, w8) = (parent.controller(), parent.scheduling());
@@ -486,7 +486,7 @@ mod tests {
         let storms: Vec<Pipeline> = rows.iter().map(|r| round_trip(r).pipeline).collect();
         let storm = |priority| Pipeline::Resync {
             controller: parent.controller(),
-            storm: crate::controller_informer::Storm {
+            storm: crate::pipelines::controller_informer::Storm {
                 resync: Duration::from_secs(2),
                 priority,
             },
@@ -503,7 +503,10 @@ mod tests {
         let results = run(&args, Ui::Quiet).expect("tiny run");
         assert_eq!(results.len(), 2, "the engine's row and the harness floor's");
         assert!(results.iter().all(RunResult::is_ok), "{results:#?}");
-        assert_eq!(results[1].engine, crate::harness_floor::FLOOR_NAME);
+        assert_eq!(
+            results[1].engine,
+            crate::pipelines::harness_floor::FLOOR_NAME
+        );
         assert_eq!(
             results[1].deltas, results[1].events,
             "the floor hears every event"

@@ -1,15 +1,15 @@
 //! `loadgen scale`: how each engine's throughput, latency and memory per key change with the
-//! key count (the sweep: [`scale_sweep`](crate::scale_sweep); its report:
-//! [`scale_report`](crate::scale_report)).
+//! key count (the sweep: [`scale_sweep`](crate::runner::scale_sweep); its report:
+//! [`scale_report`](crate::reports::scale_report)).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use crate::args::parse_workload;
 use crate::engines::EngineChoice;
-use crate::report::refuse;
-use crate::scale_report::{table, write};
-use crate::scale_sweep::{
+use crate::reports::report::refuse;
+use crate::reports::scale_report::{table, write};
+use crate::runner::scale_sweep::{
     parse_key_counts, sweep, KeyCounts, SweepPlan, DEFAULT_KEYS, DEFAULT_RATE,
 };
 use crate::ui::Ui;

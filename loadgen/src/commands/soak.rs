@@ -33,12 +33,12 @@ use kcache::{DeltaObject, EventHandler};
 use kube::api::Api;
 
 use crate::args::parse_rate;
-use crate::handler_ledger::{Ledger, LedgerHandler};
-use crate::serve::faults::{parse_duration, FaultPlan};
-use crate::serve::{ServeConfig, Server};
-use crate::soak_report::{
+use crate::judging::handler_ledger::{Ledger, LedgerHandler};
+use crate::reports::soak_report::{
     after_warmup, open_fds, rss_growth, soak_svg, spread, status_count, Sample,
 };
+use crate::serve::faults::{parse_duration, FaultPlan};
+use crate::serve::{ServeConfig, Server};
 use crate::sync::lock;
 use workloads::{Workload, WorkloadSpec};
 
@@ -264,7 +264,7 @@ fn sample(
 ) -> Sample {
     Sample {
         seconds: start.elapsed().as_secs_f64(),
-        rss: crate::rss::status_field_bytes("VmRSS").unwrap_or(0),
+        rss: crate::measure::rss::status_field_bytes("VmRSS").unwrap_or(0),
         threads: status_count("Threads").unwrap_or(0),
         fds: open_fds().unwrap_or(0),
         informer_queue,
@@ -525,7 +525,7 @@ fn write_report(
         "`cargo run --release -p loadgen --features wire -- {}`\n",
         std::env::args().skip(1).collect::<Vec<_>>().join(" ")
     );
-    let machine = crate::machine::Machine::detect();
+    let machine = crate::measure::machine::Machine::detect();
     let _ = writeln!(
         md,
         "Machine: {} ({} cores), {}, {}, commit {}, {} build, allocator {}.\n",

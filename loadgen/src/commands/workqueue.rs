@@ -1,10 +1,10 @@
-//! `loadgen workqueue`: the workqueue round trip ([`wq_round_trip`](crate::wq_round_trip)) for
+//! `loadgen workqueue`: the workqueue round trip ([`wq_round_trip`](crate::pipelines::wq_round_trip)) for
 //! each queue and worker count, repeated, with the median and the workers' context switches,
 //! and the sharded ÷ reference ratios of the same run.
 
 use std::process::ExitCode;
 
-use crate::wq_round_trip::{keys, round_trip, QueueKind, RoundTrip};
+use crate::pipelines::wq_round_trip::{keys, round_trip, QueueKind, RoundTrip};
 
 /// Arguments of `loadgen workqueue`.
 #[derive(Debug, Clone, clap::Args)]

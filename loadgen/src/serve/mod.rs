@@ -574,7 +574,7 @@ fn workload_label(config: &ServeConfig) -> String {
 }
 
 /// `serve CPU X s, Y µs per event` since `probe`, for `events` events.
-fn cpu_per_event(probe: &crate::cpu::CpuProbe, events: u64) -> String {
+fn cpu_per_event(probe: &crate::measure::cpu::CpuProbe, events: u64) -> String {
     match probe.finish() {
         Some(cpu) if events > 0 => format!(
             "serve CPU {:.2} s, {:.2} µs per event",
@@ -613,7 +613,7 @@ async fn serve(config: ServeConfig, kubeconfig_path: Option<PathBuf>) -> ExitCod
     );
     // The server's own cost: what it spends per event it serves, from here on (generating the
     // workload is not counted).
-    let cpu = crate::cpu::CpuProbe::start();
+    let cpu = crate::measure::cpu::CpuProbe::start();
     tokio::select! {
         summary = server.churn_finished() => {
             eprintln!(

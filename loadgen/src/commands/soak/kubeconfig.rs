@@ -419,7 +419,7 @@ pub(super) async fn soak(args: SoakArgs, path: PathBuf) -> Result<bool, String> 
 
 /// What the segments gather.
 struct State {
-    samples: Vec<crate::soak_report::Sample>,
+    samples: Vec<crate::reports::soak_report::Sample>,
     checkpoints: Vec<(f64, bool)>,
     lags: Lags,
     next_sample: Duration,
