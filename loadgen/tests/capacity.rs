@@ -13,6 +13,30 @@ use std::sync::{Mutex, MutexGuard};
 /// machine (the test harness runs a file's tests in parallel) fail each other's probes.
 static ONE_SEARCH_AT_A_TIME: Mutex<()> = Mutex::new(());
 
+/// The search both tests make: at most 3 probes per engine, each of 8,000 churn events at
+/// 2,000 to 8,000/s, so scheduled over 1 to 4 seconds (see the first test), with a loose
+/// 500 ms p99 limit.
+const SEARCH: &[&str] = &[
+    "--events",
+    "8000",
+    "--probe-secs",
+    "2",
+    "--start-rate",
+    "4000",
+    "--min-rate",
+    "2000",
+    "--max-rate",
+    "8000",
+    "--precision",
+    "50",
+    "--tries",
+    "1",
+    "--max-probes",
+    "3",
+    "--p99-ms",
+    "500",
+];
+
 fn alone() -> MutexGuard<'static, ()> {
     // A panicked search leaves the lock poisoned; the next one is still alone.
     ONE_SEARCH_AT_A_TIME
@@ -37,34 +61,11 @@ fn a_tiny_w1_search_reports_a_capacity_per_engine_and_draws_its_curve() {
     // machine: the test is of the search, not of the speed.
     let (stdout, report) = common::run_with_report(
         &[
-            "capacity",
-            "--workload",
-            "w1",
-            "--keys",
-            "500",
-            "--events",
-            "8000",
-            "--probe-secs",
-            "2",
-            "--start-rate",
-            "4000",
-            "--min-rate",
-            "2000",
-            "--max-rate",
-            "8000",
-            "--precision",
-            "50",
-            "--tries",
-            "1",
-            "--max-probes",
-            "3",
-            "--p99-ms",
-            "500",
-            "--json",
-            &json_arg,
-            "--chart",
-            &chart_arg,
-        ],
+            &["capacity", "--workload", "w1", "--keys", "500"][..],
+            SEARCH,
+            &["--json", &json_arg, "--chart", &chart_arg],
+        ]
+        .concat(),
         &json,
     );
     assert!(
@@ -116,38 +117,23 @@ fn a_tiny_search_through_the_informer_reports_a_capacity_per_engine() {
     let json_arg = json.to_string_lossy();
     let (stdout, report) = common::run_with_report(
         &[
-            "capacity",
-            "--workload",
-            "w1",
-            "--through",
-            "informer",
-            "--handlers",
-            "2",
-            "--delivery",
-            "inline",
-            "--keys",
-            "300",
-            "--events",
-            "8000",
-            "--probe-secs",
-            "2",
-            "--start-rate",
-            "4000",
-            "--min-rate",
-            "2000",
-            "--max-rate",
-            "8000",
-            "--precision",
-            "50",
-            "--tries",
-            "1",
-            "--max-probes",
-            "3",
-            "--p99-ms",
-            "500",
-            "--json",
-            &json_arg,
-        ],
+            &[
+                "capacity",
+                "--workload",
+                "w1",
+                "--through",
+                "informer",
+                "--handlers",
+                "2",
+                "--delivery",
+                "inline",
+                "--keys",
+                "300",
+            ][..],
+            SEARCH,
+            &["--json", &json_arg],
+        ]
+        .concat(),
         &json,
     );
     assert!(stdout.contains("w1/informer"), "{stdout}");

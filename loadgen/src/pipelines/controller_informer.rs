@@ -321,12 +321,7 @@ pub fn execute(
     storm: Option<Storm>,
     progress: &dyn Progress,
 ) -> Result<Finished, RunError> {
-    if u32::try_from(gen.universe.keys.len()).is_err() {
-        return Err(
-            crate::harness::driver::EngineError::TooManyKeys(gen.universe.keys.len()).into(),
-        );
-    }
-    gen.reset_delivery();
+    crate::harness::driver::prepare(gen)?;
     let plan = Arc::new(Plan::of(gen));
     let server = serve_initial(gen, plan.initial_ops).map_err(RunError::Informer)?;
     let errors = Arc::new(AtomicU64::new(0));
