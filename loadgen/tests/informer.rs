@@ -220,6 +220,10 @@ fn every_kind_of_registration_hears_everything_on_both_engines() {
                 "{at}"
             );
             assert!(done.handlers[0].0.notifications() >= 20_000, "{at}");
+            // The registration is of the kind asked for: inline ones have no buffer.
+            for buffer in &done.buffers {
+                assert_eq!(buffer.bound == 0, delivery == Delivery::Inline, "{at}");
+            }
         }
     }
 }

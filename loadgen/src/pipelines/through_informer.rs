@@ -73,6 +73,8 @@ pub enum Through {
 /// What one registration's buffer saw in a run.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BufferFigures {
+    /// Its bound, in notifications (0: an inline registration, which has no buffer).
+    pub bound: usize,
     /// The most notifications waiting for it at once.
     pub peak_pending: usize,
     /// How often a consumer waited for it (back-pressure).
@@ -325,6 +327,7 @@ where
         records.push((record, caught_up));
         let registration = &registrations[h];
         buffers.push(BufferFigures {
+            bound: registration.bound(),
             peak_pending: registration.peak_pending(),
             waits: registration.waits(),
             merged: registration.merged(),
